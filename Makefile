@@ -1,0 +1,45 @@
+# queuewire: `make run` runs the main job, `make test` the test suite. Both set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: all setup run test docs bench lint clean vectors
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,bench,lint]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/queuewire spec lint
+	$(BIN)/queuewire spec list --profile bunqueue/v2
+	$(BIN)/queuewire spec list --profile quicx/v1
+	$(BIN)/queuewire spec list --profile quicx/1.0.3
+	$(BIN)/queuewire vectors check
+
+test: $(STAMP)
+	$(BIN)/queuewire spec lint
+	$(BIN)/queuewire vectors check
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+vectors: $(STAMP)
+	$(BIN)/queuewire vectors generate
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/codec_bench.py
+
+docs: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	$(BIN)/python -m sphinx -q -b html docs docs/_build/html
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache

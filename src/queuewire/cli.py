@@ -1,0 +1,372 @@
+"""The ``queuewire`` command line: a thin click shell over the spec, codecs and vectors.
+
+Every command takes ``--profile`` where a profile matters. Output meant for people is drawn
+with rich; output meant for programs (``decode``, ``spec export``) is JSON on stdout. Errors
+in the user's input (an unknown profile, unreadable file, malformed hex) end with a one-line
+message and exit status 2, never a traceback; protocol errors in decoded bytes are reported
+as data, with their requirement ids, and a framing error makes ``decode`` exit 1.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .spec import SpecError, default_profile, load_profile, profile_names
+
+console = Console()
+err_console = Console(stderr=True)
+PROTOCOLS = ("bunqueue", "quicx")
+
+
+def _load(name: str) -> Any:
+    try:
+        return load_profile(name)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _profile_option(**kw: Any) -> Any:
+    return click.option("--profile", "-p", metavar="PROFILE", help=(
+        "Spec profile: " + ", ".join(profile_names()) + "."), **kw)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="queuewire")
+def main() -> None:
+    """queuewire: spec, codecs and conformance tools for the bunqueue and quicx protocols.
+
+    The spec in spec/ is the single source of truth; every command here reads it.
+    """
+
+
+# -- spec -------------------------------------------------------------------------------------
+@main.group()
+def spec() -> None:
+    """Inspect, check and export the protocol spec."""
+
+
+@spec.command("list")
+@_profile_option()
+def spec_list(profile: str | None) -> None:
+    """List the commands (bunqueue) or message types (quicx) of a profile.
+
+    Without --profile, lists the default profile of each protocol.
+    """
+    names = [profile] if profile else [default_profile(p) for p in PROTOCOLS]
+    for name in names:
+        prof = _load(name)
+        if prof.protocol == "bunqueue":
+            _list_bunqueue(prof)
+        else:
+            _list_quicx(prof)
+
+
+def _list_bunqueue(prof: Any) -> None:
+    commands = prof.model.commands
+    table = Table(title=f"{prof.name}: {len(commands)} commands", title_justify="left")
+    for col in ("command", "category", "required fields", "requirement", "doc"):
+        table.add_column(col)
+    for cmd in commands.values():
+        required = ", ".join(f for f in cmd.required_fields if f != "cmd")
+        table.add_row(cmd.name, cmd.category, required, cmd.requirement, cmd.doc)
+    console.print(table)
+
+
+def _list_quicx(prof: Any) -> None:
+    messages = prof.tree.get("messages") or {}
+    table = Table(title=f"{prof.name}: {len(messages)} message types", title_justify="left")
+    for col in ("code", "message", "from", "to", "payload", "doc"):
+        table.add_column(col)
+    rows = sorted(messages.items(), key=lambda kv: kv[1].get("code", 0))
+    for name, msg in rows:
+        code = msg.get("code")
+        note = " (reserved)" if msg.get("reserved") else ""
+        table.add_row(f"0x{code:02X}" if isinstance(code, int) else str(code), name + note,
+                      str(msg.get("from", "")), str(msg.get("to", "")),
+                      str(msg.get("payload", "")), str(msg.get("doc", "")))
+    console.print(table)
+
+
+@spec.command("show")
+@click.argument("name")
+@_profile_option()
+def spec_show(name: str, profile: str | None) -> None:
+    """Show one element: a command, message, requirement id, limit or definition.
+
+    NAME is looked up in the given profile, or in each protocol's default profile.
+    """
+    names = [profile] if profile else [default_profile(p) for p in PROTOCOLS]
+    for pname in names:
+        prof = _load(pname)
+        found = _find(prof, name)
+        if found is not None:
+            kind, value = found
+            console.print(f"[bold]{name}[/bold] ({kind} in {prof.name})")
+            console.print_json(json.dumps(value, default=str))
+            return
+    raise click.UsageError(f"{name!r} is not a command, message, requirement, limit or "
+                           f"definition of {', '.join(names)}")
+
+
+def _find(prof: Any, name: str) -> tuple[str, Any] | None:
+    tree = prof.tree
+    if name in prof.requirements:
+        return "requirement", tree["requirements"][name]
+    if prof.protocol == "bunqueue" and name in prof.model.commands:
+        cmd = prof.model.commands[name]
+        return "command", {"category": cmd.category, "doc": cmd.doc, "doc-ref": cmd.doc_ref,
+                           "requirement": cmd.requirement, "request": dict(cmd.request),
+                           "response": dict(cmd.response)}
+    for section in ("messages", "limits", "definitions", "errors", "protocol_errors",
+                    "error_codes", "semantics"):
+        if name in (tree.get(section) or {}):
+            return section.rstrip("s"), tree[section][name]
+    return None
+
+
+@spec.command("lint")
+@_profile_option()
+def spec_lint(profile: str | None) -> None:
+    """Check the spec: docs on every element, requirements cited and quoted, schemas valid,
+    no opcode collisions. Exits 1 when anything is wrong."""
+    from .spec.lint import lint, sources_dir
+
+    names = [profile] if profile else profile_names()
+    issues = lint(names)
+    for issue in issues:
+        err_console.print(f"[red]✗[/red] {issue}")
+    counts = []
+    for name in names:
+        try:
+            prof = load_profile(name)
+        except SpecError:
+            continue
+        counts.append(f"{name}: {len(prof.requirements)} requirements")
+    src = sources_dir()
+    note = "quotes checked against " + str(src) if src else "source documents not found: quotes not checked"
+    if issues:
+        err_console.print(f"spec lint: {len(issues)} issue(s)")
+        sys.exit(1)
+    console.print(f"spec lint: clean ({'; '.join(counts)}; {note})")
+
+
+@spec.command("export")
+@click.option("--format", "fmt", type=click.Choice(["json"]), default="json", show_default=True)
+@_profile_option()
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default="-",
+              help="Write here instead of stdout.")
+def spec_export(fmt: str, profile: str | None, output: str) -> None:
+    """Export resolved profiles ($limit substituted, overlays applied) as JSON."""
+    names = [profile] if profile else profile_names()
+    doc = {"profiles": {}}
+    for name in names:
+        prof = _load(name)
+        doc["profiles"][name] = {"protocol": prof.protocol, "doc": prof.doc,
+                                 "overlays": list(prof.overlays), "spec": _plain(prof.tree)}
+        if prof.protocol == "bunqueue":
+            doc["profiles"][name]["schemas"] = {
+                c.name: {"request": _plain(c.request), "response": _plain(c.response)}
+                for c in prof.model.commands.values()}
+    text = json.dumps(doc, indent=2, sort_keys=False)
+    with click.open_file(output, "w") as fh:
+        fh.write(text + "\n")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# -- decode -----------------------------------------------------------------------------------
+def _display(value: Any) -> Any:
+    """A decoded value as JSON for display: undefined, binary and timestamps made explicit."""
+    from .codecs.validation import jsonable
+
+    return jsonable(value)
+
+
+def _read_input(path: str, hex_input: bool) -> bytes:
+    try:
+        with click.open_file(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read {path}: {exc.strerror}") from None
+    if hex_input:
+        text = data.decode("ascii", "replace")
+        cleaned = "".join(text.split())
+        try:
+            return bytes.fromhex(cleaned)
+        except ValueError as exc:
+            raise click.UsageError(f"--hex input is not hexadecimal: {exc}") from None
+    return data
+
+
+@main.command()
+@click.option("--protocol", type=click.Choice(PROTOCOLS), required=True)
+@_profile_option()
+@click.option("--hex", "hex_input", is_flag=True, help="Input is hex text (whitespace ignored).")
+@click.option("--chunk", type=int, default=65536, show_default=True,
+              help="Feed the decoder this many bytes at a time.")
+@click.option("--command", "reply_to", metavar="CMD",
+              help="bunqueue: validate replies as replies to CMD.")
+@click.argument("file", default="-")
+def decode(protocol: str, profile: str | None, hex_input: bool, chunk: int, reply_to: str | None,
+           file: str) -> None:
+    """Decode one direction of a connection from FILE (or - for stdin).
+
+    Prints one JSON line per frame: offset, length, the decoded message and the verdicts
+    (each a requirement id, level, JSON path and message). A framing error (the stream cannot
+    be trusted past it) prints an error line and exits 1; a bad payload inside an intact
+    frame is reported and decoding goes on.
+    """
+    prof = _load(profile or default_profile(protocol))
+    if prof.protocol != protocol:
+        raise click.UsageError(f"profile {prof.name} is a {prof.protocol} profile, not {protocol}")
+    data = _read_input(file, hex_input)
+    if chunk < 1:
+        raise click.UsageError("--chunk must be at least 1")
+    if protocol == "bunqueue":
+        code = _decode_bunqueue(prof, data, chunk, reply_to)
+    else:
+        code = _decode_quicx(prof, data, chunk)
+    sys.exit(code)
+
+
+def _emit(record: dict) -> None:
+    click.echo(json.dumps(record, ensure_ascii=False))
+
+
+def _decode_bunqueue(prof: Any, data: bytes, chunk: int, reply_to: str | None) -> int:
+    from .codecs.bunqueue import FrameDecoder
+    from .codecs.errors import ProtocolError
+    from .codecs.validation import BunqueueValidator
+
+    decoder = FrameDecoder(prof)
+    validator = BunqueueValidator(prof)
+    index = 0
+
+    def report(frames: list) -> None:
+        nonlocal index
+        for frame in frames:
+            msg = frame.value
+            if "cmd" in msg or reply_to is None and "ok" not in msg:
+                kind, violations = "request", validator.request_violations(msg)
+                extra = validator.extra_fields(str(msg.get("cmd")), msg)
+            else:
+                kind = "reply"
+                violations = validator.reply_violations(reply_to or "", msg) if reply_to else \
+                    validator.reply_violations("", msg) if msg.get("ok") is not True else ()
+                extra = validator.extra_fields(reply_to, msg, reply=True) if reply_to else []
+            _emit({"frame": index, "offset": frame.offset, "length": frame.length, "kind": kind,
+                   "message": _display(msg), "verdicts": [v.as_dict() for v in violations],
+                   "extra_fields": extra})
+            index += 1
+
+    pos = 0
+    pending = data[pos:pos + chunk]
+    while True:
+        try:
+            report(decoder.feed_frames(pending))
+        except ProtocolError as exc:
+            report(exc.frames)
+            _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
+            index += 1
+            if exc.reaction == "close":
+                return 1
+            pending = b""
+            continue
+        pos += chunk
+        if pos >= len(data):
+            break
+        pending = data[pos:pos + chunk]
+    try:
+        decoder.eof()
+    except ProtocolError as exc:
+        _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
+        return 1
+    return 0
+
+
+def _decode_quicx(prof: Any, data: bytes, chunk: int) -> int:
+    from .codecs.errors import ProtocolError
+    from .codecs.quicx import QuicxDecoder
+
+    decoder = QuicxDecoder(prof)
+    index = 0
+
+    def report(messages: list) -> None:
+        nonlocal index
+        for m in messages:
+            _emit({"frame": index, "offset": m.offset, "type": m.name, "code": m.code,
+                   "fields": _display(dict(m.fields)), "verdicts": []})
+            index += 1
+
+    pos = 0
+    pending = data[:chunk]
+    while True:
+        try:
+            report(decoder.feed(pending))
+        except ProtocolError as exc:
+            report(exc.frames)
+            _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
+            index += 1
+            if exc.reaction == "close":
+                return 1
+            pending = b""
+            continue
+        pos += chunk
+        if pos >= len(data):
+            break
+        pending = data[pos:pos + chunk]
+    try:
+        decoder.eof()
+    except ProtocolError as exc:
+        _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
+        return 1
+    return 0
+
+
+# -- vectors ----------------------------------------------------------------------------------
+@main.group()
+def vectors() -> None:
+    """Generate and check the language-neutral test vectors in vectors/."""
+
+
+@vectors.command("generate")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="Output directory (default: vectors/ beside spec/).")
+def vectors_generate(directory: str | None) -> None:
+    """Regenerate every vector file from the spec (deterministic)."""
+    from .vectors import generate_all
+
+    for path, count in generate_all(directory):
+        console.print(f"wrote {count:5d} vectors to {path}")
+
+
+@vectors.command("check")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
+def vectors_check(directory: str | None) -> None:
+    """Run every vector through the codecs; exit 1 on any mismatch or stale file."""
+    from .vectors import check_all
+
+    failures, total = check_all(directory)
+    for failure in failures:
+        err_console.print(f"[red]✗[/red] {failure}")
+    if failures:
+        err_console.print(f"vectors: {len(failures)} of {total} failed")
+        sys.exit(1)
+    console.print(f"vectors: {total} checked, all pass")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

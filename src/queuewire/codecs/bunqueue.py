@@ -1,0 +1,348 @@
+"""bunqueue framing and MessagePack, sans-IO: bytes in, messages out, no sockets.
+
+A frame is a u32 big-endian payload length and one MessagePack map. ``FrameDecoder.feed``
+takes bytes as they arrive and returns every complete message, identically whether the stream
+comes whole, byte by byte or in random chunks. The design rules:
+
+* The declared length is checked against ``max_frame_bytes`` as soon as its four bytes are
+  in, before any payload is buffered, so a 4 GiB claim costs nothing (BQ-FRAME-2).
+* An incomplete frame is buffered as a list of chunks and joined once, when it is complete,
+  so a 64 MiB frame in 64 KiB reads costs O(n), not O(n^2).
+* Payloads are decoded by msgspec, which is strict (trailing bytes, truncated containers,
+  invalid UTF-8 are errors with byte offsets) and never allocates for a declared container
+  size beyond the bytes present. Nesting beyond ``max_nesting_depth`` is refused; a cheap
+  byte filter keeps the exact depth walk off the common path.
+* An error is a typed ``ProtocolError`` naming its requirement and reaction. A ``reply`` error
+  consumes only its frame: what came before is in ``error.frames`` and ``feed(b"")``
+  continues after it. A ``close`` error kills the decoder.
+
+JavaScript ``undefined`` (msgpackr's ext 0) decodes to the ``UNDEFINED`` singleton and the
+encoder writes it back; integers beyond 32 bits are written as float64, as msgpackr does,
+because the reference implementation reads 64-bit integers as BigInt (BQ-MSGPACK-7).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..spec import Profile, load_profile
+from .errors import EncodeError, FramingError, PayloadError, ProtocolError
+
+PREFIX = struct.Struct(">I")  # the spec's len_payload: u4be (BQ-FRAME-1)
+PREFIX_SIZE = PREFIX.size
+
+# MessagePack container markers: fixmap 0x80-0x8f, fixarray 0x90-0x9f, array16/32, map16/32.
+# A payload with at most `depth` of these bytes cannot nest deeper than `depth`;
+# translate(None, _NOT_CONTAINER) deletes every other byte, leaving just the candidates.
+_NOT_CONTAINER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+class _Undefined:
+    """JavaScript ``undefined``: msgpackr's fixext 1 type 0. Reads as an absent value."""
+
+    __slots__ = ()
+    _instance: _Undefined | None = None
+
+    def __new__(cls) -> _Undefined:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "UNDEFINED"
+
+
+UNDEFINED = _Undefined()
+
+
+class _UnknownExtension(Exception):
+    def __init__(self, code: int, size: int):
+        self.code, self.size = code, size
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A decoded frame with where it sat in the stream (for transcripts, the tap, the CLI)."""
+
+    offset: int      # absolute stream offset of the length prefix
+    length: int      # payload length
+    payload: bytes   # raw MessagePack payload
+    value: Any       # decoded object
+
+
+def _profile(profile: Profile | str | None) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    return load_profile(profile or "bunqueue/v2")
+
+
+def depth_exceeds(obj: Any, limit: int) -> bool:
+    """Whether containers in ``obj`` nest deeper than ``limit`` (the top-level map is level 1).
+
+    Iterative, so it is safe on any input the decoder produced.
+    """
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            if type(child) is dict or type(child) is list:
+                stack.append((child, depth + 1))
+    return False
+
+
+class FrameDecoder:
+    """Incremental decoder for one direction of a bunqueue connection."""
+
+    def __init__(self, profile: Profile | str | None = None, *, max_frame_bytes: int | None = None):
+        self.profile = _profile(profile)
+        spec = self.profile.model
+        self._errors = spec.protocol_errors
+        self.max_frame_bytes = spec.max_frame_bytes if max_frame_bytes is None else max_frame_bytes
+        self.max_depth = spec.max_nesting_depth
+        undef_code, undef_data = spec.undefined_ext
+
+        def ext_hook(code: int, data: memoryview) -> Any:
+            if code == undef_code and data == undef_data:
+                return UNDEFINED
+            raise _UnknownExtension(code, len(data))
+
+        self._decode = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
+        self._chunks: list[bytes] = []
+        self._have = 0          # bytes buffered in _chunks
+        self._need = PREFIX_SIZE  # bytes needed before the next frame can be read
+        self._base = 0          # stream offset of the first buffered byte
+        self._dead: ProtocolError | None = None
+
+    # -- public API ---------------------------------------------------------------------------
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return self._have
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next frame: bytes consumed so far."""
+        return self._base
+
+    def feed(self, data: bytes | bytearray | memoryview = b"") -> list[Any]:
+        """Add bytes; return the decoded messages of every frame now complete."""
+        return self._run(data, False)
+
+    def feed_frames(self, data: bytes | bytearray | memoryview = b"") -> list[Frame]:
+        """Like ``feed`` but returns ``Frame`` records with offsets and raw payloads."""
+        return self._run(data, True)
+
+    def eof(self) -> None:
+        """The peer closed its side: buffered bytes mean a truncated frame (BQ-FRAME-1)."""
+        if self._dead is not None:
+            raise self._dead
+        if self._have:
+            self._fail(FramingError, "truncated_frame",
+                       f"stream ended with {self._have} bytes of an incomplete frame "
+                       f"({self._need} needed)", self._base, [])
+
+    # -- core ---------------------------------------------------------------------------------
+    def _fail(self, cls: type[ProtocolError], kind: str, msg: str, offset: int, out: list,
+              **kw: Any) -> None:
+        err = cls(self._errors[kind], msg, offset=offset, frames=out, **kw)
+        if err.reaction == "close":
+            self._dead = err
+            self._chunks, self._have = [], 0
+        raise err
+
+    def _run(self, data: Any, raw: bool) -> list[Any]:
+        if self._dead is not None:
+            raise self._dead
+        if data:
+            self._chunks.append(data)
+            self._have += len(data)
+        if self._have < self._need:
+            return []
+        chunks = self._chunks
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        n = len(buf)
+        out: list[Any] = []
+        append = out.append
+        unpack_from = PREFIX.unpack_from
+        decode = self._decode
+        max_len = self.max_frame_bytes
+        max_depth = self.max_depth
+        pos = 0
+        view = memoryview(buf)
+        try:
+            while n - pos >= PREFIX_SIZE:
+                (length,) = unpack_from(buf, pos)
+                if length > max_len:
+                    self._fail(FramingError, "frame_too_large",
+                               f"frame declares {length} bytes, more than max_frame_bytes "
+                               f"{max_len}", self._base + pos, out)
+                start = pos + PREFIX_SIZE
+                end = start + length
+                if end > n:
+                    break
+                payload = view[start:end]
+                try:
+                    value = decode(payload)
+                except Exception as exc:  # classified below; never escapes untyped
+                    at = self._base + start
+                    pos = end  # the frame boundary is intact: consume it
+                    self._payload_error(exc, payload, at, out, buf, pos)
+                if type(value) is not dict:
+                    at = self._base + start
+                    pos = end
+                    self._keep(buf, pos)
+                    self._fail(PayloadError, "not_a_map",
+                               f"payload is a {type(value).__name__}, not a map", at, out)
+                if length > max_depth and (
+                    len(bytes(payload).translate(None, _NOT_CONTAINER)) > max_depth
+                ) and depth_exceeds(value, max_depth):
+                    at = self._base + start
+                    pos = end
+                    self._keep(buf, pos)
+                    self._fail(PayloadError, "too_deep",
+                               f"containers nest deeper than max_nesting_depth {max_depth}",
+                               at, out)
+                if raw:
+                    append(Frame(self._base + pos, length, bytes(payload), value))
+                else:
+                    append(value)
+                pos = end
+        finally:
+            view.release()
+        self._keep(buf, pos)
+        return out
+
+    def _keep(self, buf: Any, pos: int) -> None:
+        """Drop the consumed ``pos`` bytes of ``buf``; set what the next frame needs."""
+        if self._dead is not None:
+            return
+        tail = bytes(buf[pos:]) if pos < len(buf) else b""
+        self._base += pos
+        self._chunks = [tail] if tail else []
+        self._have = len(tail)
+        if len(tail) >= PREFIX_SIZE:
+            self._need = PREFIX_SIZE + PREFIX.unpack_from(tail)[0]
+        else:
+            self._need = PREFIX_SIZE
+
+    def _payload_error(self, exc: Exception, payload: memoryview, start: int, out: list,
+                       buf: Any, pos: int) -> None:
+        self._keep(buf, pos)
+        length = len(payload)
+        if length == 0:
+            self._fail(PayloadError, "empty_frame", "frame has an empty payload", start, out)
+        if isinstance(exc, _UnknownExtension):
+            self._fail(PayloadError, "unknown_extension",
+                       f"extension type {exc.code} ({exc.size} bytes) is not allowed",
+                       start, out)
+        if isinstance(exc, RecursionError):
+            self._fail(PayloadError, "too_deep",
+                       f"containers nest deeper than max_nesting_depth {self.max_depth}",
+                       start, out)
+        if isinstance(exc, UnicodeDecodeError):
+            self._fail(PayloadError, "invalid_utf8", f"str is not valid UTF-8 ({exc.reason})",
+                       start, out)
+        text = str(exc)
+        m = _BYTE_AT.search(text)
+        at = start + int(m.group(1)) if m else start
+        if "truncated" in text:
+            self._fail(PayloadError, "container_too_large",
+                       f"a declared size runs past the end of the {length}-byte payload",
+                       start, out)
+        if "trailing characters" in text:
+            self._fail(PayloadError, "trailing_bytes",
+                       f"bytes follow the MessagePack object ({text})", at, out)
+        if "hashable" in text:
+            self._fail(PayloadError, "invalid_map_key", f"a map is used as a map key ({text})",
+                       start, out)
+        self._fail(PayloadError, "invalid_msgpack", f"malformed MessagePack ({text})", start, out)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+_INT32_MIN, _UINT32_MAX = -(2**31), 2**32 - 1
+_SAFE_INT = 2**53 - 1
+
+
+class FrameEncoder:
+    """Writes messages as frames the reference implementation (msgpackr) reads correctly."""
+
+    def __init__(self, profile: Profile | str | None = None):
+        self.profile = _profile(profile)
+        spec = self.profile.model
+        self._errors = spec.protocol_errors
+        self.max_frame_bytes = spec.max_frame_bytes
+        undef_code, undef_data = spec.undefined_ext
+        undefined = msgspec.msgpack.Ext(undef_code, undef_data)
+
+        def enc_hook(obj: Any) -> Any:
+            if obj is UNDEFINED:
+                return undefined
+            raise TypeError(f"cannot encode {type(obj).__name__}")
+
+        self._encode = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode
+
+    def payload(self, obj: Any) -> bytes:
+        """The MessagePack payload of ``obj`` (no length prefix)."""
+        try:
+            data = self._encode(obj)
+        except (TypeError, OverflowError, ValueError) as exc:
+            raise EncodeError(self._errors["encode_error"], str(exc)) from None
+        # 0xcf / 0xd3 are the 64-bit integer markers; their absence proves there is nothing
+        # to rewrite, so the walk below runs only for messages that may hold one.
+        if b"\xcf" in data or b"\xd3" in data:
+            data = self._encode(self._floatify(obj))
+        return data
+
+    def encode(self, obj: Any) -> bytes:
+        """One frame: the u32 big-endian length and the payload."""
+        data = self.payload(obj)
+        if len(data) > self.max_frame_bytes:
+            raise EncodeError(self._errors["encode_error"],
+                              f"payload of {len(data)} bytes exceeds max_frame_bytes "
+                              f"{self.max_frame_bytes}")
+        return PREFIX.pack(len(data)) + data
+
+    def _floatify(self, obj: Any) -> Any:
+        if type(obj) is int:
+            if _INT32_MIN <= obj <= _UINT32_MAX:
+                return obj
+            if -_SAFE_INT <= obj <= _SAFE_INT:
+                return float(obj)
+            raise EncodeError(self._errors["encode_error"],
+                              f"integer {obj} is beyond float64's exact range (BQ-MSGPACK-7)")
+        if type(obj) is dict:
+            return {k: self._floatify(v) for k, v in obj.items()}
+        if type(obj) in (list, tuple):
+            return [self._floatify(v) for v in obj]
+        return obj
+
+
+def encode_frame(obj: Any, profile: Profile | str | None = None) -> bytes:
+    """Convenience: one frame with the default encoder of ``profile``."""
+    return _default_encoder(profile).encode(obj)
+
+
+_ENCODERS: dict[str, FrameEncoder] = {}
+
+
+def _default_encoder(profile: Profile | str | None) -> FrameEncoder:
+    name = profile.name if isinstance(profile, Profile) else (profile or "bunqueue/v2")
+    enc = _ENCODERS.get(name)
+    if enc is None:
+        enc = _ENCODERS[name] = FrameEncoder(profile)
+    return enc

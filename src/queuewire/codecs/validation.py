@@ -1,0 +1,310 @@
+"""Validation of decoded bunqueue messages against the spec's schemas, with cited verdicts.
+
+Each command's request and reply schema is compiled once by jsonschema-rs (a compiled
+validator; the interpreted ``jsonschema`` package is only used by ``spec lint``). The per-
+message path is one dict lookup and one ``is_valid`` call. Only a message that fails it, or
+that holds values JSON Schema cannot see (JavaScript ``undefined``, timestamps, binary, non-
+string map keys), takes the slow path: the message is mapped to its JSON model the way the
+reference implementation would read it (``undefined`` members dropped, keys as their
+JavaScript strings) and every error is turned into a ``Violation`` that names the nearest
+``x-requirement`` on its schema path, or the command's own requirement. ``x-maxJsonBytes``
+(job data size) is checked here too, since JSON Schema cannot express it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Iterable
+from typing import Any, Mapping
+
+import jsonschema_rs
+import msgspec
+
+from ..spec import Profile
+from ..spec._load import walk
+from .bunqueue import UNDEFINED, _profile
+from .errors import MessageError, Violation
+
+_json_encode = msgspec.json.Encoder(enc_hook=lambda obj: None).encode
+
+
+def js_key(key: Any) -> str:
+    """A map key as JavaScript's ``String(key)`` gives it (msgpackr's mapsAsObjects)."""
+    if type(key) is str:
+        return key
+    if key is None:
+        return "null"
+    if key is True or key is False:
+        return "true" if key else "false"
+    if isinstance(key, float):
+        if key.is_integer() and abs(key) < 1e21:
+            return str(int(key))
+        return repr(key) if math.isfinite(key) else ("NaN" if key != key else
+                                                      ("Infinity" if key > 0 else "-Infinity"))
+    if isinstance(key, tuple):
+        return ",".join("" if k is None or k is UNDEFINED else js_key(k) for k in key)
+    if isinstance(key, bytes):
+        return ",".join(str(b) for b in key)
+    return str(key)
+
+
+def to_json_model(obj: Any) -> Any:
+    """The JSON value a JavaScript peer would see: ``undefined`` members dropped (in arrays,
+    ``null``), keys as strings, timestamps and binary tagged.
+
+    One Python frame per nesting level (no comprehensions), so any value the decoder accepts
+    (at most ``max_nesting_depth`` levels) converts without reaching the recursion limit.
+    """
+    kind = type(obj)
+    if kind is dict:
+        out = {}
+        for k, v in obj.items():
+            if v is not UNDEFINED:
+                out[js_key(k)] = to_json_model(v)
+        return out
+    if kind is list or kind is tuple:
+        items = []
+        for v in obj:
+            items.append(None if v is UNDEFINED else to_json_model(v))
+        return items
+    if obj is UNDEFINED:
+        return None
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"$binary": bytes(obj).hex()}
+    if isinstance(obj, _dt.datetime):
+        return {"$timestamp": obj.isoformat()}
+    if kind is float and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def jsonable(obj: Any) -> Any:
+    """A decoded value for display and vectors: like ``to_json_model`` but ``undefined`` kept
+    visible as ``{"$undefined": true}``. One frame per nesting level."""
+    kind = type(obj)
+    if kind is dict:
+        out = {}
+        for k, v in obj.items():
+            out[js_key(k)] = jsonable(v)
+        return out
+    if kind is list or kind is tuple:
+        items = []
+        for v in obj:
+            items.append(jsonable(v))
+        return items
+    if obj is UNDEFINED:
+        return {"$undefined": True}
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"$binary": bytes(obj).hex()}
+    if isinstance(obj, _dt.datetime):
+        return {"$timestamp": obj.isoformat()}
+    return obj
+
+
+def _pointer(parts: Iterable[Any]) -> str:
+    return "/" + "/".join(str(p) for p in parts) if parts else ""
+
+
+class _Compiled:
+    """One schema compiled, with the paths where ``x-maxJsonBytes`` applies."""
+
+    __slots__ = ("schema", "is_valid", "validator", "size_checks", "default_requirement",
+                 "fields")
+
+    def __init__(self, schema: Mapping, default_requirement: str):
+        self.schema = schema
+        self.validator = jsonschema_rs.validator_for(dict(schema))
+        self.is_valid = self.validator.is_valid
+        self.default_requirement = default_requirement
+        self.fields = frozenset((schema.get("properties") or {}).keys())
+        self.size_checks = tuple(self._size_paths(schema))
+
+    @staticmethod
+    def _size_paths(schema: Mapping) -> Iterable[tuple[tuple, int, str]]:
+        """(instance path with '*' for array items, max bytes, requirement) per x-maxJsonBytes."""
+        defs = schema.get("$defs") or {}
+
+        def visit(node: Any, path: tuple, depth: int) -> Iterable[tuple[tuple, int, str]]:
+            if not isinstance(node, Mapping) or depth > 8:
+                return
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                yield from visit(defs.get(ref[8:]), path, depth + 1)
+            if "x-maxJsonBytes" in node:
+                yield path, int(node["x-maxJsonBytes"]), node.get("x-requirement", "")
+            for name, sub in (node.get("properties") or {}).items():
+                yield from visit(sub, path + (name,), depth + 1)
+            if isinstance(node.get("items"), Mapping):
+                yield from visit(node["items"], path + ("*",), depth + 1)
+
+        yield from visit(schema, (), 0)
+
+
+def _values_at(obj: Any, path: tuple, where: tuple = ()) -> Iterable[tuple[tuple, Any]]:
+    if not path:
+        yield where, obj
+        return
+    head, rest = path[0], path[1:]
+    if head == "*":
+        if type(obj) is list:
+            for i, item in enumerate(obj):
+                yield from _values_at(item, rest, where + (i,))
+    elif type(obj) is dict and head in obj and obj[head] is not UNDEFINED:
+        yield from _values_at(obj[head], rest, where + (head,))
+
+
+class BunqueueValidator:
+    """Validates requests and replies of one profile; compiled once, reused per message."""
+
+    def __init__(self, profile: Profile | str | None = None):
+        self.profile = _profile(profile)
+        spec = self.profile.model
+        self.spec = spec
+        self._errors = spec.protocol_errors
+        self._requests = {n: _Compiled(c.request, c.requirement) for n, c in spec.commands.items()}
+        self._replies = {n: _Compiled(c.response, c.requirement) for n, c in spec.commands.items()}
+        env_req = spec.error_reply.get("x-requirement", "")
+        self._error_reply = _Compiled(spec.error_reply, env_req)
+
+    # -- fast path ----------------------------------------------------------------------------
+    def request_is_valid(self, msg: Any) -> bool:
+        """True when ``msg`` is a valid request. The hot path: no allocation when valid."""
+        compiled = self._requests.get(msg.get("cmd")) if type(msg) is dict else None
+        if compiled is None:
+            return False
+        try:
+            ok = compiled.is_valid(msg)
+        except ValueError:  # values JSON Schema cannot see: take the slow path
+            return not self._violations(compiled, msg)
+        if ok and compiled.size_checks:
+            return not self._size_violations(compiled, msg)
+        return ok
+
+    # -- verdicts -----------------------------------------------------------------------------
+    def request_violations(self, msg: Any) -> tuple[Violation, ...]:
+        """Every rule the request breaks (empty when valid), each citing a requirement."""
+        if type(msg) is not dict:
+            return (self._kind_violation("not_a_map", "", "request is not a map"),)
+        cmd = msg.get("cmd")
+        if type(cmd) is not str:
+            return (self._kind_violation("missing_cmd", "/cmd", "request has no string cmd"),)
+        compiled = self._requests.get(cmd)
+        if compiled is None:
+            return (self._kind_violation("unknown_command", "/cmd",
+                                         f"unknown command {cmd!r}"),)
+        return self._violations(compiled, msg)
+
+    def reply_violations(self, cmd: str, msg: Any) -> tuple[Violation, ...]:
+        """Every rule a reply to ``cmd`` breaks: the success schema when ok is true, the
+        shared error-reply schema otherwise."""
+        if type(msg) is not dict:
+            return (self._kind_violation("not_a_map", "", "reply is not a map"),)
+        if msg.get("ok") is True:
+            compiled = self._replies.get(cmd)
+            if compiled is None:
+                return (self._kind_violation("unknown_command", "", f"unknown command {cmd!r}"),)
+        else:
+            compiled = self._error_reply
+        return self._violations(compiled, msg)
+
+    def validate_request(self, msg: Any) -> None:
+        """Raise ``MessageError`` citing the first broken rule, if any."""
+        violations = self.request_violations(msg)
+        if violations:
+            first = violations[0]
+            kind = self._kind_for(first)
+            raise MessageError(kind, first.message, path=first.path, violations=violations)
+
+    def extra_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
+        """Top-level fields the documents do not define for this message (reported, not errors)."""
+        table = self._replies if reply else self._requests
+        compiled = table.get(cmd)
+        if compiled is None:
+            return []
+        known = compiled.fields | (self._error_reply.fields if reply else frozenset())
+        return [k for k, v in msg.items() if v is not UNDEFINED and js_key(k) not in known]
+
+    def missing_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
+        """Required fields absent from ``msg`` (undefined counts as absent)."""
+        table = self._replies if reply else self._requests
+        compiled = table.get(cmd)
+        if compiled is None:
+            return []
+        required = compiled.schema.get("required") or ()
+        return [k for k in required if msg.get(k, UNDEFINED) is UNDEFINED]
+
+    # -- internals ----------------------------------------------------------------------------
+    def _kind_violation(self, kind: str, path: str, message: str) -> Violation:
+        k = self._errors[kind]
+        return Violation(k.requirement, self._level(k.requirement), path, message)
+
+    def _kind_for(self, violation: Violation) -> Any:
+        for kind in self._errors.values():
+            if kind.requirement == violation.requirement and kind.name != "schema_violation":
+                if kind.name in ("missing_cmd", "unknown_command", "not_a_map"):
+                    return kind
+        return self._errors["schema_violation"]
+
+    def _level(self, rid: str) -> str:
+        req = self.profile.requirements.get(rid)
+        return req.level if req is not None else "MUST"
+
+    def _violations(self, compiled: _Compiled, msg: Any) -> tuple[Violation, ...]:
+        model = to_json_model(msg)
+        out = []
+        for err in compiled.validator.iter_errors(model):
+            rid = self._requirement_for(compiled, list(err.schema_path), list(err.instance_path))
+            out.append(Violation(rid, self._level(rid), _pointer(err.instance_path), err.message))
+        out.extend(self._size_violations(compiled, model))
+        return tuple(out)
+
+    def _size_violations(self, compiled: _Compiled, msg: Any) -> list[Violation]:
+        out = []
+        for path, limit, rid in compiled.size_checks:
+            for where, value in _values_at(msg, path):
+                size = len(_json_encode(value))
+                if size > limit:
+                    rid = rid or compiled.default_requirement
+                    out.append(Violation(rid, self._level(rid), _pointer(where),
+                                         f"value is {size} bytes as JSON, more than {limit}"))
+        return out
+
+    def _requirement_for(self, compiled: _Compiled, schema_path: list, instance_path: list) -> str:
+        """The nearest x-requirement along the error's schema path, else along the instance
+        path's properties, else the command's own requirement."""
+        found = None
+        node: Any = compiled.schema
+        for part in schema_path:
+            if isinstance(node, Mapping):
+                by_keyword = node.get("x-keywordRequirements")
+                if isinstance(by_keyword, Mapping) and part in by_keyword:
+                    return by_keyword[part]
+                node = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                break
+            if isinstance(node, Mapping) and node.get("x-requirement"):
+                found = node["x-requirement"]
+        if found:
+            return found
+        node = compiled.schema
+        for part in instance_path:
+            props = node.get("properties") if isinstance(node, Mapping) else None
+            if not props or part not in props:
+                break
+            node = props[part]
+            if isinstance(node, Mapping) and node.get("x-requirement"):
+                found = node["x-requirement"]
+        return found or compiled.default_requirement
+
+
+def iter_x_requirements(tree: Any) -> Iterable[str]:
+    """Every requirement id a spec subtree cites (used by lint)."""
+    for _, node in walk(tree):
+        if isinstance(node, dict):
+            for key in ("x-requirement", "requirement"):
+                value = node.get(key)
+                if isinstance(value, str):
+                    yield value

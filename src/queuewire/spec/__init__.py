@@ -1,0 +1,146 @@
+"""``queuewire.spec``: the spec in ``spec/`` as a typed, immutable model.
+
+``load_profile("bunqueue/v2")`` reads the protocol's base tree, applies the profile's overlays
+(JSON Merge Patch), substitutes ``$limit`` references and builds frozen dataclasses: the
+requirements, limits and sources common to both protocols (``model.py``) and the
+protocol-specific model (``bunqueue.py``, ``quicx.py``) in ``Profile.model``. Profiles are
+cached; they are values. Nothing in Python restates what ``spec/`` says.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from ._load import SpecError, load_protocol_tree, merge_patch, read_yaml, spec_dir, substitute_limits
+from .model import (
+    LEVELS,
+    Limit,
+    Profile,
+    ProtocolErrorKind,
+    Requirement,
+    Source,
+    StateMachine,
+    Transition,
+    frozen_map,
+)
+
+__all__ = [
+    "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
+    "StateMachine", "Transition", "default_profile", "load_profile", "profile_names", "sources",
+    "spec_dir",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _profiles_file() -> dict:
+    return read_yaml(spec_dir() / "profiles.yaml")
+
+
+def profile_names(protocol: str | None = None) -> list[str]:
+    """Names of the profiles, optionally of one protocol, in file order."""
+    profiles = _profiles_file()["profiles"]
+    return [n for n, p in profiles.items() if protocol is None or p["protocol"] == protocol]
+
+
+def default_profile(protocol: str) -> str:
+    try:
+        return _profiles_file()["defaults"][protocol]
+    except KeyError:
+        raise SpecError(f"unknown protocol {protocol!r}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def sources() -> Mapping[str, Source]:
+    raw = read_yaml(spec_dir() / "sources.yaml")["sources"]
+    return frozen_map({
+        sid: Source(id=sid, title=s["title"], file=s.get("file"), sections=tuple(s.get("sections", ())))
+        for sid, s in raw.items()
+    })
+
+
+def _requirements(raw: Mapping[str, Any]) -> Mapping[str, Requirement]:
+    out = {}
+    for rid, r in (raw or {}).items():
+        src = r.get("source") or {}
+        out[rid] = Requirement(
+            id=rid, level=r.get("level"), subject=r.get("subject", "peer"), text=r.get("text", ""),
+            source=str(src.get("doc", "")), section=str(src.get("section", "")),
+            quote=r.get("quote"), rationale=r.get("rationale"),
+        )
+    return frozen_map(out)
+
+
+def _limits(raw: Mapping[str, Any], uses: list) -> Mapping[str, Limit]:
+    where: dict[str, list] = {}
+    for name, key, path in uses:
+        where.setdefault(name, []).append((key, path))
+    return frozen_map({
+        name: Limit(
+            name=name, doc=lim.get("doc", ""), requirement=lim.get("requirement"),
+            unit=lim.get("unit", ""), min=lim.get("min"), max=lim.get("max"),
+            value=lim.get("value"), pattern=lim.get("pattern"), uses=tuple(where.get(name, ())),
+        )
+        for name, lim in (raw or {}).items()
+    })
+
+
+def raw_tree(name: str) -> dict:
+    """A profile's merged tree before ``$limit`` substitution (what ``spec export`` starts from)."""
+    profiles = _profiles_file()["profiles"]
+    if name not in profiles:
+        known = ", ".join(profiles)
+        raise SpecError(f"unknown profile {name!r} (known: {known})")
+    entry = profiles[name]
+    root = spec_dir()
+    tree = load_protocol_tree(root, entry["protocol"])
+    for overlay in entry.get("overlays") or ():
+        tree = merge_patch(tree, read_yaml(root / overlay) or {})
+    return tree
+
+
+@functools.lru_cache(maxsize=None)
+def load_profile(name: str) -> Profile:
+    """Load a profile by name (``bunqueue/v2``, ``quicx/v1``, ``quicx/1.0.3``); cached."""
+    entry = _profiles_file()["profiles"].get(name)
+    tree = raw_tree(name)  # raises SpecError for an unknown name
+    raw_limits = tree.get("limits") or {}
+    uses: list = []
+    resolved = substitute_limits({k: v for k, v in tree.items() if k != "limits"}, raw_limits, uses)
+    resolved["limits"] = raw_limits
+    limits = _limits(raw_limits, uses)
+    requirements = _requirements(resolved.get("requirements"))
+    protocol = entry["protocol"]
+    if protocol == "bunqueue":
+        from . import bunqueue as builder
+    elif protocol == "quicx":
+        from . import quicx as builder  # type: ignore[no-redef]
+    else:  # pragma: no cover - profiles.yaml is validated by lint
+        raise SpecError(f"profile {name}: unknown protocol {protocol!r}")
+    profile = Profile(
+        name=name, protocol=protocol, doc=entry.get("doc", ""),
+        overlays=tuple(entry.get("overlays") or ()), tree=resolved,
+        requirements=requirements, limits=limits, sources=sources(),
+    )
+    object.__setattr__(profile, "model", builder.build(profile))
+    return profile
+
+
+def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
+    return StateMachine(
+        name=name, doc=raw.get("doc", ""), initial=tuple(raw.get("initial", ())),
+        transitions=tuple(
+            Transition(source=t["from"], event=str(t["event"]), target=t["to"],
+                       requirement=t.get("requirement"))
+            for t in raw.get("transitions", ())
+        ),
+    )
+
+
+def error_kinds(raw: Mapping[str, Any]) -> Mapping[str, ProtocolErrorKind]:
+    return frozen_map({
+        k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
+                             reaction=v.get("reaction", "close"))
+        for k, v in (raw or {}).items()
+    })

@@ -1,0 +1,202 @@
+"""``queuewire spec lint``: the rules every profile of the spec must satisfy.
+
+Lint loads each profile and reports, as ``LintIssue`` rows, what would make the spec an
+unreliable source of truth: a field, message, limit, error or definition without a doc line;
+a requirement without level, text or a resolvable source, or citing a seed document without a
+verbatim ``quote`` (an uncited requirement); a quote not found in its document (checked when
+the documents are reachable); a requirement id cited but not defined; a JSON Schema invalid
+under draft 2020-12; a value that is not plain JSON data; two messages sharing an opcode or two
+error codes sharing a value. The interpreted ``jsonschema`` package is used here, where
+thoroughness matters more than speed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import jsonschema
+
+from . import LEVELS, SpecError, load_profile, profile_names, sources, spec_dir
+from ._load import walk
+
+DOC_KEYS = ("doc", "description")
+# Maps whose every entry is a named spec element that needs a doc line.
+DOCUMENTED_MAPS = {"limits", "errors", "protocol_errors", "definitions", "messages",
+                   "error_codes", "semantics", "commands", "job_states", "extensions", "rules"}
+# Lists whose every item is a field that needs a doc line.
+DOCUMENTED_LISTS = {"layout", "fields"}
+SEED_SOURCES = {"000", "001", "002", "003", "004", "N1"}
+JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class LintIssue:
+    profile: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.profile}: {self.path}: {self.message}"
+
+
+def sources_dir() -> Path | None:
+    """Where the seed documents are: $QUEUEWIRE_SOURCES_DIR or ../shared beside the repo."""
+    env = os.environ.get("QUEUEWIRE_SOURCES_DIR")
+    if env:
+        return Path(env)
+    candidate = spec_dir().resolve().parent.parent / "shared"
+    return candidate if (candidate / "seeds").is_dir() else None
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+_SOURCE_TEXT: dict[str, str | None] = {}
+
+
+def source_text(source_id: str) -> str | None:
+    """The whitespace-free text of a source document, or None when it is not reachable."""
+    if source_id not in _SOURCE_TEXT:
+        src = sources().get(source_id)
+        root = sources_dir()
+        text = None
+        if src is not None and src.file and root is not None and (root / src.file).is_file():
+            text = _squash((root / src.file).read_text(encoding="utf-8"))
+        _SOURCE_TEXT[source_id] = text
+    return _SOURCE_TEXT[source_id]
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in path) or "<root>"
+
+
+def _check_plain_json(name: str, tree: Any) -> Iterable[LintIssue]:
+    for path, node in walk(tree):
+        if isinstance(node, dict):
+            for key in node:
+                if not isinstance(key, str):
+                    yield LintIssue(name, _dotted(path), f"key {key!r} is not a string")
+        elif not isinstance(node, (list,) + JSON_SCALARS) or isinstance(node, _dt.date):
+            yield LintIssue(name, _dotted(path), f"{type(node).__name__} is not JSON data")
+
+
+def _check_docs(name: str, tree: Any) -> Iterable[LintIssue]:
+    for path, node in walk(tree):
+        last = path[-1] if path else None
+        if isinstance(node, dict) and last in DOCUMENTED_MAPS:
+            for key, item in node.items():
+                if isinstance(item, dict) and not any(item.get(k) for k in DOC_KEYS):
+                    yield LintIssue(name, _dotted(path + (key,)), "no doc line")
+        if isinstance(node, dict) and last == "properties" and isinstance(node, dict):
+            for key, item in node.items():
+                if isinstance(item, dict) and not item.get("description"):
+                    yield LintIssue(name, _dotted(path + (key,)), "field without description")
+        if isinstance(node, list) and last in DOCUMENTED_LISTS:
+            for i, item in enumerate(node):
+                if isinstance(item, dict) and not item.get("doc"):
+                    yield LintIssue(name, _dotted(path + (i,)), "field without doc")
+
+
+def _cited_ids(tree: Any) -> Iterable[tuple[tuple, str]]:
+    for path, node in walk(tree):
+        if not isinstance(node, dict) or (path and path[0] == "requirements"):
+            continue
+        for key in ("requirement", "x-requirement"):
+            if isinstance(node.get(key), str):
+                yield path + (key,), node[key]
+        by_kw = node.get("x-keywordRequirements")
+        if isinstance(by_kw, dict):
+            for kw, rid in by_kw.items():
+                yield path + ("x-keywordRequirements", kw), rid
+
+
+def _check_requirements(profile: Any) -> Iterable[LintIssue]:
+    name = profile.name
+    srcs = profile.sources
+    for rid, req in profile.requirements.items():
+        where = f"requirements.{rid}"
+        if req.level not in LEVELS:
+            yield LintIssue(name, where, f"level {req.level!r} is not one of {LEVELS}")
+        if not req.text:
+            yield LintIssue(name, where, "no text")
+        src = srcs.get(req.source)
+        if src is None:
+            yield LintIssue(name, where, f"uncited: source {req.source!r} is not in sources.yaml")
+            continue
+        if req.section not in src.sections:
+            yield LintIssue(name, where, f"uncited: section {req.section!r} is not a section of "
+                                         f"source {req.source}")
+        if req.source in SEED_SOURCES:
+            if not req.quote:
+                yield LintIssue(name, where, f"uncited: no quote from source {req.source}")
+            else:
+                text = source_text(req.source)
+                if text is not None and _squash(req.quote) not in text:
+                    yield LintIssue(name, where, f"quote not found in source {req.source}: "
+                                                 f"{req.quote[:60]!r}")
+        elif req.source == "QW" and not req.rationale:
+            yield LintIssue(name, where, "a queuewire decision needs a rationale")
+    for path, rid in _cited_ids(profile.tree):
+        if rid not in profile.requirements:
+            yield LintIssue(name, _dotted(path), f"cites undefined requirement {rid}")
+
+
+def _check_schemas(profile: Any) -> Iterable[LintIssue]:
+    model = profile.model
+    commands = getattr(model, "commands", None) or {}
+    validator = jsonschema.Draft202012Validator
+    for cname, cmd in commands.items():
+        for part in ("request", "response"):
+            try:
+                validator.check_schema(dict(getattr(cmd, part)))
+            except jsonschema.SchemaError as exc:
+                yield LintIssue(profile.name, f"commands.{cname}.{part}",
+                                f"invalid JSON Schema: {exc.message}")
+    error_reply = getattr(model, "error_reply", None)
+    if error_reply is not None:
+        try:
+            validator.check_schema(dict(error_reply))
+        except jsonschema.SchemaError as exc:
+            yield LintIssue(profile.name, "envelope.error_reply", f"invalid: {exc.message}")
+
+
+def _check_codes(profile: Any) -> Iterable[LintIssue]:
+    tree = profile.tree
+    for section, key in (("messages", "code"), ("error_codes", "code")):
+        seen: dict[Any, str] = {}
+        for item_name, item in (tree.get(section) or {}).items():
+            if not isinstance(item, dict) or key not in item:
+                continue
+            code = item[key]
+            if code in seen:
+                yield LintIssue(profile.name, f"{section}.{item_name}",
+                                f"{key} {code!r} collides with {seen[code]}")
+            else:
+                seen[code] = item_name
+
+
+def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
+    """Every issue in the named profiles (all profiles by default)."""
+    issues: list[LintIssue] = []
+    for name in names or profile_names():
+        try:
+            profile = load_profile(name)
+        except SpecError as exc:
+            issues.append(LintIssue(name, exc.path or exc.file or "<load>", exc.message))
+            continue
+        except (KeyError, TypeError, ValueError) as exc:
+            issues.append(LintIssue(name, "<load>", f"spec cannot be built: {exc!r}"))
+            continue
+        tree = profile.tree
+        issues.extend(_check_plain_json(name, tree))
+        issues.extend(_check_docs(name, tree))
+        issues.extend(_check_requirements(profile))
+        issues.extend(_check_schemas(profile))
+        issues.extend(_check_codes(profile))
+    return issues

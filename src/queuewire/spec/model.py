@@ -1,0 +1,132 @@
+"""The typed model of the spec shared by both protocols: sources, requirements, limits, state
+machines and profiles.
+
+Everything is a frozen dataclass and every mapping a read-only ``MappingProxyType``: a loaded
+profile is a value, safe to share between connections, threads and Spark executors. Values come
+only from ``spec/``; the classes here name the shape, never a field, limit or opcode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
+
+Level = Literal["MUST", "SHOULD", "MAY"]
+LEVELS: tuple[Level, ...] = ("MUST", "SHOULD", "MAY")
+
+
+def frozen_map(items: Mapping | None = None) -> Mapping:
+    return MappingProxyType(dict(items or {}))
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    file: str | None
+    sections: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One normative statement: ``id`` is stable, ``level`` is an RFC 2119 keyword."""
+
+    id: str
+    level: Level
+    subject: str
+    text: str
+    source: str
+    section: str
+    quote: str | None = None
+    rationale: str | None = None
+
+    @property
+    def cite(self) -> str:
+        return f"{self.source}#{self.section}"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A named bound. ``uses`` are the spec paths that substituted it (how vectors probe it)."""
+
+    name: str
+    doc: str
+    requirement: str | None
+    unit: str = ""
+    min: int | float | None = None
+    max: int | float | None = None
+    value: Any = None
+    pattern: str | None = None
+    uses: tuple[tuple[str, tuple], ...] = ()
+
+
+@dataclass(frozen=True)
+class Transition:
+    source: str
+    event: str
+    target: str
+    requirement: str | None
+
+
+@dataclass(frozen=True)
+class StateMachine:
+    """A state machine as a table, like h11's ``_state.py``: rows of (from, event, to)."""
+
+    name: str
+    doc: str
+    initial: tuple[str, ...]
+    transitions: tuple[Transition, ...]
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        seen: dict[str, None] = dict.fromkeys(self.initial)
+        for t in self.transitions:
+            seen.setdefault(t.source)
+            seen.setdefault(t.target)
+        return tuple(seen)
+
+    def next_states(self, state: str) -> dict[str, str]:
+        return {t.event: t.target for t in self.transitions if t.source == state}
+
+    def mermaid(self) -> str:
+        """The table as a Mermaid state diagram, for the docs."""
+        lines = ["stateDiagram-v2"]
+        lines += [f"    [*] --> {s}" for s in self.initial]
+        lines += [f"    {t.source} --> {t.target}: {t.event}" for t in self.transitions]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ProtocolErrorKind:
+    """A class of protocol error a decoder reports and the reaction the protocol demands."""
+
+    name: str
+    doc: str
+    requirement: str
+    reaction: str  # close | reply | raise
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    protocol: str
+    doc: str
+    overlays: tuple[str, ...]
+    tree: Mapping = field(repr=False)
+    requirements: Mapping[str, Requirement] = field(repr=False)
+    limits: Mapping[str, Limit] = field(repr=False)
+    sources: Mapping[str, Source] = field(repr=False)
+    model: Any = field(repr=False, default=None)  # BunqueueSpec or QuicxSpec
+
+    def requirement(self, rid: str) -> Requirement:
+        try:
+            return self.requirements[rid]
+        except KeyError:
+            raise KeyError(f"{self.name}: no requirement {rid!r}") from None
+
+    def limit(self, name: str) -> Limit:
+        try:
+            return self.limits[name]
+        except KeyError:
+            raise KeyError(f"{self.name}: no limit {name!r}") from None
