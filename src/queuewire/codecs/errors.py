@@ -44,9 +44,9 @@ class ProtocolError(Exception):
 
     def __init__(self, kind: ProtocolErrorKind, message: str, *, offset: int | None = None,
                  path: str | None = None, frames: list[Any] | None = None,
-                 violations: tuple[Violation, ...] = ()):
+                 violations: tuple[Violation, ...] = (), requirement: str | None = None):
         self.kind = kind.name
-        self.requirement = kind.requirement
+        self.requirement = requirement or kind.requirement
         self.reaction = kind.reaction
         self.detail = message
         self.offset = offset

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from decimal import Decimal
 from collections.abc import Iterable
 from typing import Any, Mapping
 
@@ -26,7 +27,41 @@ from ..spec._load import walk
 from .bunqueue import UNDEFINED, _profile
 from .errors import MessageError, Violation
 
-_json_encode = msgspec.json.Encoder(enc_hook=lambda obj: None).encode
+def _refuse(obj: Any) -> Any:
+    raise TypeError(f"not JSON: {type(obj).__name__}")
+
+
+_json_encode = msgspec.json.Encoder(enc_hook=_refuse).encode
+MESSAGE_CHARS = 240  # violation messages quote the offending value; keep them readable
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
+
+
+def js_number(x: float) -> str:
+    """ECMA-262 Number::toString(x): what ``String(x)`` gives in JavaScript."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"
+    if x < 0:
+        return "-" + js_number(-x)
+    sign, digits, exp = Decimal(repr(x)).normalize().as_tuple()  # shortest round-trip digits
+    s = "".join(map(str, digits))
+    k = len(s)
+    n = exp + k  # x = 0.s * 10^n
+    if k <= n <= 21:
+        return s + "0" * (n - k)
+    if 0 < n <= 21:
+        return s[:n] + "." + s[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + s
+    e = n - 1
+    mantissa = s[0] + ("." + s[1:] if k > 1 else "")
+    return f"{mantissa}e{'+' if e > 0 else '-'}{abs(e)}"
 
 
 def js_key(key: Any) -> str:
@@ -38,10 +73,7 @@ def js_key(key: Any) -> str:
     if key is True or key is False:
         return "true" if key else "false"
     if isinstance(key, float):
-        if key.is_integer() and abs(key) < 1e21:
-            return str(int(key))
-        return repr(key) if math.isfinite(key) else ("NaN" if key != key else
-                                                      ("Infinity" if key > 0 else "-Infinity"))
+        return js_number(key)
     if isinstance(key, tuple):
         return ",".join("" if k is None or k is UNDEFINED else js_key(k) for k in key)
     if isinstance(key, bytes):
@@ -79,6 +111,35 @@ def to_json_model(obj: Any) -> Any:
     return obj
 
 
+def _size_model(obj: Any) -> Any:
+    """What JSON.stringify would serialize, for measuring: ``undefined`` members dropped (null
+    in arrays), keys as strings; binary and timestamps left to the JSON encoder."""
+    kind = type(obj)
+    if kind is dict:
+        out = {}
+        for k, v in obj.items():
+            if v is not UNDEFINED:
+                out[js_key(k)] = _size_model(v)
+        return out
+    if kind is list or kind is tuple:
+        items = []
+        for v in obj:
+            items.append(None if v is UNDEFINED else _size_model(v))
+        return items
+    if obj is UNDEFINED or (kind is float and not math.isfinite(obj)):
+        return None
+    return obj
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as UTF-8 JSON (x-maxJsonBytes). The same answer whichever path asks:
+    the raw value is encoded directly when it is plain JSON, else its size model is."""
+    try:
+        return len(_json_encode(value))
+    except (TypeError, ValueError, OverflowError):
+        return len(_json_encode(_size_model(value)))
+
+
 def jsonable(obj: Any) -> Any:
     """A decoded value for display and vectors: like ``to_json_model`` but ``undefined`` kept
     visible as ``{"$undefined": true}``. One frame per nesting level."""
@@ -110,7 +171,7 @@ class _Compiled:
     """One schema compiled, with the paths where ``x-maxJsonBytes`` applies."""
 
     __slots__ = ("schema", "is_valid", "validator", "size_checks", "default_requirement",
-                 "fields")
+                 "fields", "required")
 
     def __init__(self, schema: Mapping, default_requirement: str):
         self.schema = schema
@@ -118,6 +179,7 @@ class _Compiled:
         self.is_valid = self.validator.is_valid
         self.default_requirement = default_requirement
         self.fields = frozenset((schema.get("properties") or {}).keys())
+        self.required = tuple(schema.get("required") or ())
         self.size_checks = tuple(self._size_paths(schema))
 
     @staticmethod
@@ -150,7 +212,7 @@ def _values_at(obj: Any, path: tuple, where: tuple = ()) -> Iterable[tuple[tuple
         if type(obj) is list:
             for i, item in enumerate(obj):
                 yield from _values_at(item, rest, where + (i,))
-    elif type(obj) is dict and head in obj and obj[head] is not UNDEFINED:
+    elif type(obj) is dict and head in obj:
         yield from _values_at(obj[head], rest, where + (head,))
 
 
@@ -169,17 +231,35 @@ class BunqueueValidator:
 
     # -- fast path ----------------------------------------------------------------------------
     def request_is_valid(self, msg: Any) -> bool:
-        """True when ``msg`` is a valid request. The hot path: no allocation when valid."""
-        compiled = self._requests.get(msg.get("cmd")) if type(msg) is dict else None
+        """True when ``msg`` is a valid request: the hot path, one compiled check.
+
+        It agrees with ``request_violations`` on every input: a message holding values JSON
+        Schema cannot see (``undefined``, binary, timestamps, non-string keys) falls back to
+        the full check, and so does one whose measured fields are not plain JSON.
+        """
+        if type(msg) is not dict:
+            return False
+        cmd = msg.get("cmd")
+        compiled = self._requests.get(cmd) if type(cmd) is str else None
         if compiled is None:
             return False
         try:
-            ok = compiled.is_valid(msg)
-        except ValueError:  # values JSON Schema cannot see: take the slow path
+            if not compiled.is_valid(msg):
+                return False
+        except ValueError:  # a value jsonschema-rs cannot represent: take the full check
             return not self._violations(compiled, msg)
-        if ok and compiled.size_checks:
-            return not self._size_violations(compiled, msg)
-        return ok
+        for key in compiled.required:  # an undefined required field is a missing one
+            if msg[key] is UNDEFINED:
+                return False
+        for path, limit, _rid in compiled.size_checks:
+            for _where, value in _values_at(msg, path):
+                try:
+                    size = len(_json_encode(value))
+                except (TypeError, ValueError, OverflowError):
+                    return not self._violations(compiled, msg)
+                if size > limit:
+                    return False
+        return True
 
     # -- verdicts -----------------------------------------------------------------------------
     def request_violations(self, msg: Any) -> tuple[Violation, ...]:
@@ -209,12 +289,26 @@ class BunqueueValidator:
         return self._violations(compiled, msg)
 
     def validate_request(self, msg: Any) -> None:
-        """Raise ``MessageError`` citing the first broken rule, if any."""
+        """Raise ``MessageError`` citing the first broken rule, if any.
+
+        The error's kind says what went wrong (``not_a_map``, ``missing_cmd``,
+        ``unknown_command`` or ``schema_violation``); its requirement is the first
+        violation's, e.g. BQ-LIMIT-4 for a priority out of range.
+        """
         violations = self.request_violations(msg)
-        if violations:
-            first = violations[0]
-            kind = self._kind_for(first)
-            raise MessageError(kind, first.message, path=first.path, violations=violations)
+        if not violations:
+            return
+        if type(msg) is not dict:
+            kind = "not_a_map"
+        elif type(msg.get("cmd")) is not str:
+            kind = "missing_cmd"
+        elif msg["cmd"] not in self._requests:
+            kind = "unknown_command"
+        else:
+            kind = "schema_violation"
+        first = violations[0]
+        raise MessageError(self._errors[kind], first.message, path=first.path,
+                           violations=violations, requirement=first.requirement)
 
     def extra_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
         """Top-level fields the documents do not define for this message (reported, not errors)."""
@@ -239,13 +333,6 @@ class BunqueueValidator:
         k = self._errors[kind]
         return Violation(k.requirement, self._level(k.requirement), path, message)
 
-    def _kind_for(self, violation: Violation) -> Any:
-        for kind in self._errors.values():
-            if kind.requirement == violation.requirement and kind.name != "schema_violation":
-                if kind.name in ("missing_cmd", "unknown_command", "not_a_map"):
-                    return kind
-        return self._errors["schema_violation"]
-
     def _level(self, rid: str) -> str:
         req = self.profile.requirements.get(rid)
         return req.level if req is not None else "MUST"
@@ -255,15 +342,18 @@ class BunqueueValidator:
         out = []
         for err in compiled.validator.iter_errors(model):
             rid = self._requirement_for(compiled, list(err.schema_path), list(err.instance_path))
-            out.append(Violation(rid, self._level(rid), _pointer(err.instance_path), err.message))
-        out.extend(self._size_violations(compiled, model))
+            out.append(Violation(rid, self._level(rid), _pointer(err.instance_path),
+                                 _short(err.message)))
+        out.extend(self._size_violations(compiled, msg))
         return tuple(out)
 
     def _size_violations(self, compiled: _Compiled, msg: Any) -> list[Violation]:
         out = []
         for path, limit, rid in compiled.size_checks:
             for where, value in _values_at(msg, path):
-                size = len(_json_encode(value))
+                if value is UNDEFINED:  # absent; a required one is reported by the schema
+                    continue
+                size = json_size(value)
                 if size > limit:
                     rid = rid or compiled.default_requirement
                     out.append(Violation(rid, self._level(rid), _pointer(where),

@@ -1,0 +1,14 @@
+"""Sphinx configuration. The protocol pages are generated from spec/ at build time."""
+
+from pathlib import Path
+
+from queuewire.docs import render
+
+project = "queuewire"
+extensions = ["myst_parser"]
+myst_fence_as_directive = []
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+
+render(Path(__file__).parent / "protocols")

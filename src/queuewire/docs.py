@@ -1,0 +1,95 @@
+"""Render the spec into Markdown pages for the Sphinx docs.
+
+The docs are generated, like the codecs: a page per profile with every command or message
+(its doc line and fields, each with its one-line description), every requirement (id, level,
+text, source and quote) and every state machine drawn from its transition table as a
+Mermaid diagram. ``docs/conf.py`` calls ``render`` at build time, so the published pages can
+never drift from ``spec/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from .spec import load_profile, profile_names
+
+
+def _esc(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _fields(schema: Any, prefix: str = "") -> Iterable[tuple[str, str, str]]:
+    for name, prop in (schema.get("properties") or {}).items():
+        kind = prop.get("type") or (prop.get("$ref", "").rsplit("/", 1)[-1]) or "any"
+        yield prefix + name, _esc(kind), _esc(prop.get("description", ""))
+
+
+def _requirements(profile: Any) -> list[str]:
+    lines = ["## Requirements", "", "| id | level | subject | text | source |",
+             "|---|---|---|---|---|"]
+    for req in profile.requirements.values():
+        lines.append(f"| {req.id} | {req.level} | {req.subject} | {_esc(req.text)} | "
+                     f"{req.source} § {_esc(req.section)} |")
+    return lines + [""]
+
+
+def _bunqueue(profile: Any) -> list[str]:
+    model = profile.model
+    lines = [f"# {profile.name}", "", profile.doc, ""]
+    for machine in (model.job_lifecycle, model.connection_lifecycle):
+        lines += [f"## {machine.name.replace('_', ' ').capitalize()}", "", machine.doc, "",
+                  "```mermaid", machine.mermaid(), "```", ""]
+    lines += ["## Limits", "", "| limit | min | max | value | unit | requirement | doc |",
+              "|---|---|---|---|---|---|---|"]
+    for lim in profile.limits.values():
+        lines.append(f"| {lim.name} | {_esc(lim.min if lim.min is not None else '')} | "
+                     f"{_esc(lim.max if lim.max is not None else '')} | "
+                     f"{_esc(lim.value if lim.value is not None else lim.pattern or '')} | "
+                     f"{lim.unit} | {lim.requirement or ''} | {_esc(lim.doc)} |")
+    lines += ["", "## Commands", ""]
+    for cmd in model.commands.values():
+        lines += [f"### {cmd.name}", "", f"{_esc(cmd.doc)} ({cmd.requirement})", "",
+                  "| request field | type | about |", "|---|---|---|"]
+        lines += [f"| {n} | {t} | {d} |" for n, t, d in _fields(cmd.request)]
+        lines += ["", "| reply field | type | about |", "|---|---|---|"]
+        lines += [f"| {n} | {t} | {d} |" for n, t, d in _fields(cmd.response)]
+        lines.append("")
+    return lines + _requirements(profile)
+
+
+def _quicx(profile: Any) -> list[str]:
+    tree = profile.tree
+    lines = [f"# {profile.name}", "", profile.doc, "", "## Messages", ""]
+    messages = sorted((tree.get("messages") or {}).items(), key=lambda kv: kv[1].get("code", 0))
+    for name, msg in messages:
+        code = msg.get("code")
+        lines += [f"### 0x{code:02X} {name}" if isinstance(code, int) else f"### {name}", "",
+                  f"{_esc(msg.get('doc', ''))} ({msg.get('from', '?')} → {msg.get('to', '?')})",
+                  ""]
+        layout = msg.get("layout") or []
+        if layout:
+            lines += ["| field | type | size | about |", "|---|---|---|---|"]
+            for f in layout:
+                size = f.get("size", "rest" if f.get("size-eos") else "")
+                lines.append(f"| {f.get('id')} | {f.get('type')} | {_esc(size)} | "
+                             f"{_esc(f.get('doc', ''))} |")
+            lines.append("")
+    lines += ["## Error codes", "", "| code | name | about |", "|---|---|---|"]
+    for name, err in (tree.get("error_codes") or {}).items():
+        lines.append(f"| 0x{err.get('code', 0):02X} | {name} | {_esc(err.get('doc', ''))} |")
+    return lines + [""] + _requirements(profile)
+
+
+def render(out_dir: str | Path) -> list[Path]:
+    """Write one Markdown page per profile into ``out_dir``; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in profile_names():
+        profile = load_profile(name)
+        lines = _bunqueue(profile) if profile.protocol == "bunqueue" else _quicx(profile)
+        path = out / (name.replace("/", "_").replace(".", "_") + ".md")
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,931 @@
+"""bunqueue framing and MessagePack: segmentation invariance, round trips of every command,
+msgpackr interop vectors, hostile input and error recovery.
+
+Limits, requirement ids, reactions and extension codes are read from the loaded profile; the
+only constants written here are MessagePack's own format markers (the MessagePack
+specification, not the bunqueue spec) and hand-written interop bytes from msgpackr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+import resource
+import signal
+import struct
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from queuewire.codecs.bunqueue import (
+    UNDEFINED,
+    Frame,
+    FrameDecoder,
+    FrameEncoder,
+    depth_exceeds,
+    encode_frame,
+)
+from queuewire.codecs.errors import (
+    EncodeError,
+    FramingError,
+    PayloadError,
+    ProtocolError,
+)
+from queuewire.codecs.validation import BunqueueValidator, to_json_model
+from queuewire.spec import load_profile
+
+PROFILE = load_profile("bunqueue/v2")
+MODEL = PROFILE.model
+ERRORS = MODEL.protocol_errors
+MAX_FRAME = PROFILE.limits["max_frame_bytes"].value
+MAX_DEPTH = PROFILE.limits["max_nesting_depth"].value
+VALIDATOR = BunqueueValidator(PROFILE)
+COMMANDS = sorted(MODEL.commands)
+
+# -- the length prefix, as the spec declares it (framing.fields.len_payload: u4be) -----------
+_LEN_FIELD = next(f for f in PROFILE.tree["framing"]["fields"] if f["id"] == "len_payload")
+_m = re.fullmatch(r"u(\d+)(be|le)", _LEN_FIELD["type"])
+assert _m, _LEN_FIELD
+PREFIX_BYTES = int(_m.group(1))
+PREFIX_ORDER = {"be": "big", "le": "little"}[_m.group(2)]
+
+
+def prefix(length: int) -> bytes:
+    return length.to_bytes(PREFIX_BYTES, PREFIX_ORDER)
+
+
+def frame(payload: bytes) -> bytes:
+    return prefix(len(payload)) + payload
+
+
+def ext_byte(code: int) -> bytes:
+    return struct.pack("b", code)
+
+
+UNDEF_CODE, UNDEF_DATA = MODEL.undefined_ext
+# fixext 1 (0xd4) is MessagePack's marker for a one-byte extension payload.
+UNDEFINED_BYTES = b"\xd4" + ext_byte(UNDEF_CODE) + UNDEF_DATA
+TIMESTAMP = ext_byte(MODEL.timestamp_ext)
+
+
+def expect(kind: str, err: ProtocolError, cls: type[ProtocolError]) -> None:
+    """``err`` is the typed error of protocol error ``kind`` with the spec's requirement."""
+    spec = ERRORS[kind]
+    assert isinstance(err, cls), (type(err), err)
+    assert err.kind == kind, str(err)
+    assert err.requirement == spec.requirement
+    assert err.reaction == spec.reaction
+    assert spec.requirement in str(err)
+    assert spec.requirement in PROFILE.requirements
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Fail instead of hanging: a decoder must answer hostile bytes promptly."""
+
+    def fire(signum, frame):
+        raise TimeoutError(f"took more than {seconds}s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def maxrss_kib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def feed_all(decoder: FrameDecoder, chunks) -> list:
+    out = []
+    for chunk in chunks:
+        out += decoder.feed(chunk)
+    return out
+
+
+# =============================================================================================
+# Segmentation invariance
+# =============================================================================================
+SAFE_INT = st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | SAFE_INT
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
+    | st.just(UNDEFINED)
+    | st.datetimes(timezones=st.just(dt.UTC))
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=4),
+    max_leaves=12,
+)
+MESSAGES = st.lists(st.dictionaries(st.text(max_size=8), VALUES, max_size=6),
+                    min_size=1, max_size=6)
+
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(msgs=MESSAGES, data=st.data())
+def test_segmentation_invariance(msgs, data):
+    stream = b"".join(encode_frame(m) for m in msgs)
+    whole = FrameDecoder(PROFILE)
+    assert whole.feed(stream) == msgs
+    assert whole.buffered == 0 and whole.offset == len(stream)
+
+    bytewise = FrameDecoder(PROFILE)
+    assert feed_all(bytewise, (stream[i:i + 1] for i in range(len(stream)))) == msgs
+    assert bytewise.buffered == 0 and bytewise.offset == len(stream)
+
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=12), label="cuts")
+    bounds = [0, *sorted(cuts), len(stream)]
+    pieces = [stream[a:b] for a, b in pairwise(bounds)]
+    assert b"".join(pieces) == stream
+    chunked = FrameDecoder(PROFILE)
+    assert feed_all(chunked, pieces) == msgs
+    chunked.eof()  # nothing left over: no truncation error
+
+
+@settings(max_examples=100, deadline=None)
+@given(msgs=MESSAGES, data=st.data())
+def test_feed_frames_offsets_are_absolute(msgs, data):
+    encoded = [encode_frame(m) for m in msgs]
+    stream = b"".join(encoded)
+    starts = [sum(map(len, encoded[:i])) for i in range(len(encoded))]
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10), label="cuts")
+    bounds = [0, *sorted(cuts), len(stream)]
+    decoder = FrameDecoder(PROFILE)
+    frames: list[Frame] = []
+    for a, b in pairwise(bounds):
+        frames += decoder.feed_frames(stream[a:b])
+    assert [f.offset for f in frames] == starts
+    for f, raw, msg in zip(frames, encoded, msgs):
+        assert isinstance(f, Frame)
+        assert f.length == len(raw) - PREFIX_BYTES
+        assert f.payload == raw[PREFIX_BYTES:]
+        assert stream[f.offset:f.offset + PREFIX_BYTES] == prefix(f.length)
+        assert stream[f.offset + PREFIX_BYTES:f.offset + PREFIX_BYTES + f.length] == f.payload
+        assert f.value == msg
+    assert len(frames) == len(msgs)
+
+
+def test_mixed_feed_and_feed_frames_share_offsets():
+    msgs = [{"cmd": "Ping", "reqId": str(i)} for i in range(4)]
+    encoded = [encode_frame(m) for m in msgs]
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed(encoded[0] + encoded[1]) == msgs[:2]
+    frames = decoder.feed_frames(encoded[2] + encoded[3][:3])
+    assert [f.offset for f in frames] == [len(encoded[0]) + len(encoded[1])]
+    frames = decoder.feed_frames(encoded[3][3:])
+    assert [f.offset for f in frames] == [sum(map(len, encoded[:3]))]
+    assert decoder.offset == sum(map(len, encoded))
+
+
+def test_accepts_bytearray_and_memoryview_chunks():
+    msgs = [{"cmd": "Ping", "reqId": "a"}, {"cmd": "Ping", "reqId": "b"}]
+    stream = b"".join(encode_frame(m) for m in msgs)
+    decoder = FrameDecoder(PROFILE)
+    out = decoder.feed(bytearray(stream[:5]))
+    out += decoder.feed(memoryview(stream)[5:11])
+    out += decoder.feed(stream[11:])
+    assert out == msgs
+
+
+# =============================================================================================
+# Round trip of every command, request and reply
+# =============================================================================================
+def _resolve(node: Mapping, defs: Mapping) -> Mapping:
+    while isinstance(node.get("$ref"), str):
+        node = defs[node["$ref"].removeprefix("#/$defs/")]
+    return node
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | SAFE_INT | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+def schema_strategy(node: Mapping, defs: Mapping) -> st.SearchStrategy:
+    """Values valid under ``node``, for the subset of JSON Schema the spec uses. (Written here
+    because hypothesis-jsonschema 0.23 does not run on this hypothesis version.)"""
+    node = _resolve(node, defs)
+    if "const" in node:
+        return st.just(node["const"])
+    if "enum" in node:
+        return st.sampled_from(list(node["enum"]))
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            return st.one_of([schema_strategy(sub, defs) for sub in node[key]])
+    typ = node.get("type")
+    if isinstance(typ, list):
+        return st.one_of([schema_strategy({**node, "type": t}, defs) for t in typ])
+    if typ == "object":
+        props = node.get("properties") or {}
+        required = list(node.get("required") or ())
+        fixed = st.fixed_dictionaries(
+            {k: schema_strategy(props.get(k, {}), defs) for k in required},
+            optional={k: schema_strategy(v, defs) for k, v in props.items() if k not in required},
+        )
+        extra_schema = node.get("additionalProperties")
+        if isinstance(extra_schema, Mapping):
+            names = node.get("propertyNames") or {}
+            keys = (st.from_regex(names["pattern"], fullmatch=True) if "pattern" in names
+                    else st.text(max_size=6))
+            extra = st.dictionaries(keys.filter(lambda k: k not in props),
+                                    schema_strategy(extra_schema, defs), max_size=3)
+            return st.tuples(fixed, extra).map(lambda t: {**t[1], **t[0]})
+        return fixed
+    if typ == "array":
+        return st.lists(schema_strategy(node.get("items") or {}, defs),
+                        min_size=node.get("minItems", 0), max_size=3)
+    if typ == "string":
+        lo, hi = node.get("minLength", 0), node.get("maxLength")
+        if "pattern" in node:
+            return st.from_regex(node["pattern"], fullmatch=True).filter(
+                lambda s: lo <= len(s) <= (hi if hi is not None else len(s)))
+        return st.text(min_size=lo, max_size=max(lo, min(hi or 16, 16)))
+    lo = node.get("minimum", -(2**53 - 1))
+    hi = node.get("maximum", 2**53 - 1)
+    if typ == "integer":
+        return st.integers(lo, hi)
+    if typ == "number":
+        return st.integers(lo, hi) | st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+    if typ == "boolean":
+        return st.booleans()
+    if typ == "null":
+        return st.none()
+    return JSON_VALUES
+
+
+_STRATEGIES: dict[tuple[str, bool], st.SearchStrategy] = {}
+
+
+def message_strategy(cmd: str, reply: bool) -> st.SearchStrategy:
+    key = (cmd, reply)
+    if key not in _STRATEGIES:
+        command = MODEL.commands[cmd]
+        schema = command.response if reply else command.request
+        _STRATEGIES[key] = schema_strategy(schema, schema.get("$defs") or {})
+    return _STRATEGIES[key]
+
+
+def test_profile_has_62_commands_to_round_trip():
+    assert len(COMMANDS) == 62
+
+
+def _round_trip(msg: dict) -> dict:
+    raw = encode_frame(msg, PROFILE)
+    decoder = FrameDecoder(PROFILE)
+    (decoded,) = decoder.feed(raw)
+    assert decoded == msg
+    assert decoder.buffered == 0
+    # what came off the wire encodes to the very same bytes
+    assert encode_frame(decoded, PROFILE) == raw
+    return decoded
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_minimal_request_round_trips_and_validates(cmd, bq_minimal):
+    msg = bq_minimal(cmd)
+    assert msg["cmd"] == cmd
+    for variant in (msg, {**msg, "reqId": "42"}):
+        decoded = _round_trip(variant)
+        assert VALIDATOR.request_violations(decoded) == ()
+        assert VALIDATOR.request_is_valid(decoded)
+        assert VALIDATOR.missing_fields(cmd, decoded) == []
+        assert VALIDATOR.extra_fields(cmd, decoded) == []
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_minimal_reply_round_trips_and_validates(cmd, bq_minimal):
+    msg = bq_minimal(cmd, reply=True)
+    assert msg["ok"] is True
+    for variant in (msg, {**msg, "reqId": "42"}):
+        decoded = _round_trip(variant)
+        assert VALIDATOR.reply_violations(cmd, decoded) == ()
+        assert VALIDATOR.missing_fields(cmd, decoded, reply=True) == []
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_requests_round_trip_and_validate(cmd, data):
+    msg = data.draw(message_strategy(cmd, False), label="request")
+    decoded = _round_trip(msg)
+    assert VALIDATOR.request_violations(decoded) == ()
+    assert VALIDATOR.request_is_valid(decoded)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_replies_round_trip_and_validate(cmd, data):
+    msg = data.draw(message_strategy(cmd, True), label="reply")
+    decoded = _round_trip(msg)
+    assert VALIDATOR.reply_violations(cmd, decoded) == ()
+
+
+# =============================================================================================
+# msgpackr interop vectors (bytes as the real server writes them; see the research notes)
+# =============================================================================================
+def decode_one(payload: bytes) -> Any:
+    decoder = FrameDecoder(PROFILE)
+    out = decoder.feed(frame(payload))
+    assert len(out) == 1 and decoder.buffered == 0
+    return out[0]
+
+
+def test_map16_maps_decode():
+    assert decode_one(bytes.fromhex("de0001a16101")) == {"a": 1}
+    assert decode_one(bytes.fromhex("de0000")) == {}
+    # map32 with an honest count is fine too
+    assert decode_one(bytes.fromhex("df00000001a16101")) == {"a": 1}
+
+
+def test_real_ping_reply_decodes_and_validates():
+    # msgpackr's Ping reply without reqId: map16, float64 time, reqId undefined (ext 0).
+    payload = bytes.fromhex(
+        "de0003a26f6bc3a464617461de0002a4706f6e67c3a474696d65cb427a1fdceedd3000"
+        "a57265714964") + UNDEFINED_BYTES
+    msg = decode_one(payload)
+    assert msg["ok"] is True
+    assert msg["data"]["pong"] is True
+    assert isinstance(msg["data"]["time"], float)
+    assert msg["data"]["time"] == struct.unpack(">d", bytes.fromhex("427a1fdceedd3000"))[0]
+    assert msg["reqId"] is UNDEFINED
+    assert VALIDATOR.reply_violations("Ping", msg) == ()
+    assert "reqId" not in to_json_model(msg)
+
+
+def test_real_frame_too_large_reply_is_an_error_reply_for_any_command():
+    text = f"Frame too large: {MAX_FRAME + 1} bytes exceeds maximum {MAX_FRAME}"
+    payload = (bytes.fromhex("de0003a26f6bc2a56572726f72") + b"\xd9" + bytes([len(text)])
+               + text.encode() + bytes.fromhex("a57265714964") + UNDEFINED_BYTES)
+    msg = decode_one(payload)
+    assert msg == {"ok": False, "error": text, "reqId": UNDEFINED}
+    for cmd in COMMANDS:
+        assert VALIDATOR.reply_violations(cmd, msg) == ()
+
+
+def test_undefined_ext_decodes_to_singleton_and_encodes_back():
+    msg = decode_one(b"\x81\xa1a" + UNDEFINED_BYTES)
+    assert msg == {"a": UNDEFINED}
+    assert msg["a"] is UNDEFINED
+    assert not UNDEFINED
+    payload = FrameEncoder(PROFILE).payload({"a": UNDEFINED})
+    assert payload == b"\x81\xa1a" + UNDEFINED_BYTES
+
+
+def test_undefined_required_field_is_missing():
+    # {cmd: "PUSH", queue: "emails", data: undefined}, as msgpackr writes it
+    payload = (b"\xde\x00\x03" + b"\xa3cmd\xa4PUSH" + b"\xa5queue\xa6emails"
+               + b"\xa4data" + UNDEFINED_BYTES)
+    msg = decode_one(payload)
+    assert msg["data"] is UNDEFINED
+    required = MODEL.commands["PUSH"].required_fields
+    assert "data" in required
+    assert VALIDATOR.missing_fields("PUSH", msg) == ["data"]
+    violations = VALIDATOR.request_violations(msg)
+    assert violations, "a required field set to undefined must count as missing"
+    assert any("data" in v.message for v in violations)
+    assert all(v.requirement in PROFILE.requirements for v in violations)
+    # the fast path must agree with the full verdict
+    assert VALIDATOR.request_is_valid(msg) is False
+
+
+def test_undefined_optional_field_is_absent():
+    payload = (b"\xde\x00\x05" + b"\xa3cmd\xa4PUSH" + b"\xa5queue\xa6emails"
+               + b"\xa4data\x80" + b"\xa8priority" + UNDEFINED_BYTES
+               + b"\xa5reqId" + UNDEFINED_BYTES)
+    msg = decode_one(payload)
+    assert msg["priority"] is UNDEFINED
+    assert VALIDATOR.request_violations(msg) == ()
+    assert VALIDATOR.request_is_valid(msg)
+    assert VALIDATOR.extra_fields("PUSH", {**msg, "notInSpec": UNDEFINED}) == []
+    assert to_json_model(msg) == {"cmd": "PUSH", "queue": "emails", "data": {}}
+
+
+def test_float64_timestamps_decode_as_float_and_validate_as_integers():
+    stamp = bytes.fromhex("cb4279b76daa800000")  # 1767225600000 ms, as msgpackr writes it
+    msg = decode_one(b"\x83\xa3cmd\xa5Clean\xa5queue\xa1q\xa5grace" + stamp)
+    assert type(msg["grace"]) is float and msg["grace"] == 1767225600000
+    assert MODEL.commands["Clean"].request["properties"]["grace"]["type"] == "integer"
+    assert VALIDATOR.request_violations(msg) == ()
+    assert VALIDATOR.request_is_valid(msg)
+    # a limit beyond 32 bits: the maximum as float64 is valid, one more is not
+    ttl = PROFILE.limits["ttl"]
+    for value, ok in ((ttl.max, True), (ttl.max + 1, False)):
+        raw = b"\x84\xa3cmd\xa4PUSH\xa5queue\xa1q\xa4data\xc0\xa3ttl" + b"\xcb" + struct.pack(
+            ">d", value)
+        msg = decode_one(raw)
+        assert type(msg["ttl"]) is float
+        violations = VALIDATOR.request_violations(msg)
+        assert (violations == ()) is ok, violations
+        if not ok:
+            assert [v.requirement for v in violations] == [ttl.requirement]
+    # a non-integral float in an integer field is not an integer
+    bad = decode_one(b"\x83\xa3cmd\xa5Clean\xa5queue\xa1q\xa5grace\xcb" + struct.pack(">d", 1.5))
+    assert VALIDATOR.request_violations(bad)
+    assert not VALIDATOR.request_is_valid(bad)
+
+
+def test_float32_decodes():
+    msg = decode_one(b"\x81\xa1f\xca" + struct.pack(">f", 1.5))
+    assert msg == {"f": 1.5}
+
+
+@pytest.mark.parametrize("value, tail", [
+    (5, b"\x05"),
+    (127, b"\x7f"),
+    (-32, b"\xe0"),
+    (2**32 - 1, b"\xce\xff\xff\xff\xff"),
+    (-(2**31), b"\xd2\x80\x00\x00\x00"),
+    (2**32, b"\xcb" + struct.pack(">d", 2**32)),
+    (2**40, b"\xcb" + struct.pack(">d", 2**40)),
+    (-(2**31) - 1, b"\xcb" + struct.pack(">d", -(2**31) - 1)),
+    (2**53 - 1, b"\xcb" + struct.pack(">d", 2**53 - 1)),
+    (1767225600000, bytes.fromhex("cb4279b76daa800000")),
+])
+def test_encoder_writes_integers_as_msgpackr_does(value, tail):
+    enc = FrameEncoder(PROFILE)
+    payload = enc.payload({"v": value})
+    assert payload == b"\x81\xa1v" + tail
+    # never a 64-bit integer marker
+    assert b"\xcf" not in payload and b"\xd3" not in payload
+    # nested too
+    nested = enc.payload({"v": [{"w": value}]})
+    assert nested == b"\x81\xa1v\x91\x81\xa1w" + tail
+    assert decode_one(payload) == {"v": value}
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 2**63, 2**53, 2**64 - 1])
+def test_encoder_refuses_integers_float64_cannot_carry(value):
+    with pytest.raises(EncodeError) as info:
+        encode_frame({"v": value}, PROFILE)
+    expect("encode_error", info.value, EncodeError)
+    numbers = PROFILE.tree["msgpack"]["numbers"]["requirement"]
+    assert info.value.requirement == numbers
+    assert numbers in str(info.value)
+    with pytest.raises(EncodeError):
+        encode_frame({"v": [1, {"w": value}]}, PROFILE)
+
+
+def test_encoder_refuses_unencodable_objects():
+    with pytest.raises(EncodeError) as info:
+        encode_frame({"v": object()}, PROFILE)
+    expect("encode_error", info.value, EncodeError)
+
+
+def test_timestamp_extension_decodes_to_datetime():
+    # fixext 4 (32-bit seconds), as msgpackr writes a whole-second Date
+    msg = decode_one(b"\x81\xa1t\xd6" + TIMESTAMP + bytes.fromhex("6955b900"))
+    assert msg == {"t": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}
+    # fixext 8 (30-bit nanoseconds, 34-bit seconds), a Date with milliseconds
+    secs, nanos = 1767225600, 500_000_000
+    msg = decode_one(b"\x81\xa1t\xd7" + TIMESTAMP + ((nanos << 34) | secs).to_bytes(8, "big"))
+    assert msg["t"] == dt.datetime(2026, 1, 1, 0, 0, 0, 500000, tzinfo=dt.UTC)
+    # and a datetime goes back out as the timestamp extension
+    payload = FrameEncoder(PROFILE).payload({"t": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)})
+    assert payload == b"\x81\xa1t\xd6" + TIMESTAMP + bytes.fromhex("6955b900")
+
+
+def test_non_string_keys_decode_and_read_js_style():
+    msg = decode_one(b"\x82\x01\x02\x92\x01\x02\x03")  # {1: 2, [1, 2]: 3}
+    assert msg == {1: 2, (1, 2): 3}
+    assert to_json_model(msg) == {"1": 2, "1,2": 3}
+
+
+def test_binary_decodes_to_bytes():
+    assert decode_one(b"\x81\xa1b\xc4\x03abc") == {"b": b"abc"}
+
+
+# =============================================================================================
+# Hostile input
+# =============================================================================================
+def hostile(payload_or_stream: bytes, *, framed: bool = True) -> ProtocolError:
+    """Feed hostile bytes (whole, then byte by byte); return the typed error."""
+    stream = frame(payload_or_stream) if framed else payload_or_stream
+    errors = []
+    for chunks in ([stream], [stream[i:i + 1] for i in range(len(stream))]):
+        decoder = FrameDecoder(PROFILE)
+        with deadline(10), pytest.raises(ProtocolError) as info:
+            for chunk in chunks:
+                decoder.feed(chunk)
+        errors.append(info.value)
+    assert errors[0].kind == errors[1].kind and errors[0].offset == errors[1].offset
+    return errors[0]
+
+
+def test_length_prefix_all_ones_is_refused_before_buffering():
+    before = maxrss_kib()
+    decoder = FrameDecoder(PROFILE)
+    claim = 2 ** (8 * PREFIX_BYTES) - 1
+    with deadline(5), pytest.raises(FramingError) as info:
+        decoder.feed(prefix(claim))
+    err = info.value
+    expect("frame_too_large", err, FramingError)
+    assert err.reaction == "close"
+    assert err.offset == 0
+    assert str(claim) in str(err)
+    assert decoder.buffered == 0
+    # the decoder is dead: everything afterwards raises the same error
+    with pytest.raises(FramingError) as again:
+        decoder.feed(encode_frame({"cmd": "Ping"}))
+    assert again.value is err
+    with pytest.raises(FramingError):
+        decoder.feed(b"")
+    with pytest.raises(FramingError):
+        decoder.eof()
+    assert maxrss_kib() - before < 8 * 1024
+
+
+def test_length_prefix_split_over_feeds_is_checked_when_complete():
+    decoder = FrameDecoder(PROFILE)
+    bad = prefix(MAX_FRAME + 1)
+    assert decoder.feed(bad[:1]) == []
+    assert decoder.feed(bad[1:-1]) == []
+    with pytest.raises(FramingError) as info:
+        decoder.feed(bad[-1:] + b"x" * 100)
+    expect("frame_too_large", info.value, FramingError)
+    assert decoder.buffered == 0
+
+
+def test_length_exactly_max_frame_bytes_is_a_valid_header():
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed(prefix(MAX_FRAME)) == []
+    assert decoder.buffered == PREFIX_BYTES
+    assert decoder.feed(b"\x80") == []  # still waiting for the rest
+    assert decoder.buffered == PREFIX_BYTES + 1
+    with pytest.raises(FramingError) as info:
+        decoder.eof()
+    expect("truncated_frame", info.value, FramingError)
+
+
+def test_length_max_plus_one_is_refused_with_offset_after_good_frames():
+    good = [encode_frame({"cmd": "Ping", "reqId": str(i)}) for i in range(2)]
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(FramingError) as info:
+        decoder.feed(b"".join(good) + prefix(MAX_FRAME + 1))
+    err = info.value
+    expect("frame_too_large", err, FramingError)
+    assert err.offset == sum(map(len, good))
+    assert err.frames == [{"cmd": "Ping", "reqId": "0"}, {"cmd": "Ping", "reqId": "1"}]
+    assert str(MAX_FRAME) in str(err)
+
+
+def test_custom_max_frame_bytes():
+    decoder = FrameDecoder(PROFILE, max_frame_bytes=8)
+    assert decoder.feed(frame(b"\x81\xa1a\x01")) == [{"a": 1}]
+    with pytest.raises(FramingError) as info:
+        decoder.feed(prefix(9))
+    expect("frame_too_large", info.value, FramingError)
+    assert info.value.offset == PREFIX_BYTES + 4
+
+
+# MessagePack headers (MessagePack spec): array32 dd, map32 df, str32 db, bin32 c6, ext32 c9,
+# each claiming 2**32-1 elements or bytes inside a frame of a few bytes.
+HUGE = b"\xff\xff\xff\xff"
+HUGE_CLAIMS = {
+    "array32": b"\xdd" + HUGE,
+    "map32": b"\xdf" + HUGE,
+    "str32": b"\xdb" + HUGE,
+    "bin32": b"\xc6" + HUGE,
+    "ext32": b"\xc9" + HUGE + b"\x05",
+    "array32 in map": b"\x81\xa1a\xdd" + HUGE + b"\x01",
+    "map32 in map": b"\x81\xa1a\xdf" + HUGE + b"\xa1b\x01",
+    "str32 in map": b"\x81\xa1a\xdb" + HUGE + b"abc",
+    "bin32 in map": b"\x81\xa1a\xc6" + HUGE + b"abc",
+    "map32 top": b"\xdf" + HUGE + b"\xa1a\x01",
+}
+
+
+@pytest.mark.parametrize("name", list(HUGE_CLAIMS))
+def test_huge_container_claims_are_refused_without_allocating(name):
+    payload = HUGE_CLAIMS[name]
+    before = maxrss_kib()
+    err = hostile(payload)
+    expect("container_too_large", err, PayloadError)
+    assert PREFIX_BYTES <= err.offset <= PREFIX_BYTES + len(payload)
+    assert maxrss_kib() - before < 8 * 1024  # a 4 GiB claim costs no memory
+
+
+def nested(depth: int) -> bytes:
+    """{"a": [[...[]...]]} with ``depth`` container levels, the top-level map being level 1."""
+    assert depth >= 2
+    return b"\x81\xa1a" + b"\x91" * (depth - 2) + b"\x90"
+
+
+def nested_value(depth: int) -> dict:
+    inner: list = []
+    for _ in range(depth - 2):
+        inner = [inner]
+    return {"a": inner}
+
+
+def test_depth_definition_top_level_map_is_level_one():
+    assert depth_exceeds({}, 1) is False
+    assert depth_exceeds({}, 0) is True
+    assert depth_exceeds({"a": []}, 2) is False
+    assert depth_exceeds({"a": []}, 1) is True
+    assert depth_exceeds({"a": [[]]}, 3) is False
+    assert depth_exceeds({"a": [[]]}, 2) is True
+    assert depth_exceeds({"a": [{"b": {}}]}, 4) is False
+    assert depth_exceeds({"a": [{"b": {}}]}, 3) is True
+    assert depth_exceeds(nested_value(MAX_DEPTH), MAX_DEPTH) is False
+    assert depth_exceeds(nested_value(MAX_DEPTH + 1), MAX_DEPTH) is True
+    assert depth_exceeds(nested_value(100_000), MAX_DEPTH) is True  # iterative, no recursion
+
+
+def test_nesting_exactly_max_depth_is_accepted():
+    assert decode_one(nested(MAX_DEPTH)) == nested_value(MAX_DEPTH)
+
+
+def test_nesting_one_over_max_depth_is_refused():
+    err = hostile(nested(MAX_DEPTH + 1))
+    expect("too_deep", err, PayloadError)
+    assert err.offset == PREFIX_BYTES
+
+
+def test_nesting_600_deep_is_refused():
+    # deeper than the limit, shallower than Python's recursion limit
+    err = hostile(nested(600))
+    expect("too_deep", err, PayloadError)
+
+
+def test_nesting_of_maps_over_max_depth_is_refused():
+    payload = b"\x81\xa1a" * MAX_DEPTH + b"\x80"  # MAX_DEPTH + 1 maps
+    err = hostile(payload)
+    expect("too_deep", err, PayloadError)
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90",
+    b"\x81\xa1a" + b"\x91" * 10_000,  # and truncated as well
+    b"\x81\xa1a" + b"\xdc\x00\x01" * 10_000 + b"\x90",  # array16 headers
+])
+def test_ten_thousand_deep_nesting_is_refused_without_recursion_error(payload):
+    err = hostile(payload)
+    assert isinstance(err, PayloadError)
+    assert err.kind in ("too_deep", "container_too_large")
+    expect(err.kind, err, PayloadError)
+
+
+def test_ten_thousand_deep_nesting_is_too_deep():
+    err = hostile(b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90")
+    expect("too_deep", err, PayloadError)
+
+
+def test_many_container_like_bytes_in_strings_are_not_nesting():
+    # bytes 0x80-0x9f inside a bin/str look like container markers to a byte filter
+    value = {"a": b"\x91" * 5000, "b": "\u0091" * 3000, "c": [[[]]]}
+    assert decode_one(FrameEncoder(PROFILE).payload(value)) == value
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x81\xa1a\xa2\xc3\x28",          # invalid continuation byte in a value
+    b"\x81\xa2\xc3\x28\x01",           # ... in a map key
+    b"\x81\xa1a\xa3\xed\xa0\x80",      # an encoded surrogate
+    b"\x81\xa1a\xa1\xff",              # a byte that is never UTF-8
+    b"\x81\xa1a\x91\xa2\xe2\x82",      # truncated sequence in an array
+])
+def test_invalid_utf8_is_refused(payload):
+    err = hostile(payload)
+    expect("invalid_utf8", err, PayloadError)
+
+
+def test_trailing_bytes_are_refused_at_their_offset():
+    obj = b"\x81\xa1a\x01"
+    err = hostile(obj + b"\x00\x01")
+    expect("trailing_bytes", err, PayloadError)
+    assert err.offset == PREFIX_BYTES + len(obj)
+
+
+def test_empty_payload_is_refused():
+    err = hostile(b"")
+    expect("empty_frame", err, PayloadError)
+    assert err.offset == PREFIX_BYTES
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x05", b"\xc0", b"\xc2", b"\xc3", b"\xa3abc", b"\x92\x01\x02", b"\xcb" + bytes(8),
+    b"\xc4\x01x", UNDEFINED_BYTES,
+])
+def test_top_level_that_is_not_a_map_is_refused(payload):
+    err = hostile(payload)
+    expect("not_a_map", err, PayloadError)
+    assert err.offset == PREFIX_BYTES
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x81\xa1a\xd4\x05\x01",                         # fixext 1, type 5
+    b"\x81\xa1a\xd4" + ext_byte(UNDEF_CODE) + b"\x01",  # the undefined type, other data
+    b"\x81\xa1a\xd5" + ext_byte(UNDEF_CODE) + b"\x00\x00",  # the undefined type, 2 bytes
+    b"\x81\xa1a\xc7\x03\x42abc",                      # ext 8, msgpackr's BigInt (0x42)
+    b"\x81\xa1a\xd6\x73\x00\x00\x00\x00",             # fixext 4, type 0x73 (Set)
+])
+def test_unknown_extensions_are_refused(payload):
+    err = hostile(payload)
+    expect("unknown_extension", err, PayloadError)
+
+
+def test_map_used_as_map_key_is_refused():
+    payload = b"\x81\x81\xa1k\x01\x02"
+    err = hostile(payload)
+    expect("invalid_map_key", err, PayloadError)
+    assert PREFIX_BYTES <= err.offset <= PREFIX_BYTES + len(payload)
+
+
+def test_never_used_byte_is_invalid_msgpack():
+    err = hostile(b"\x81\xa1a\xc1")
+    expect("invalid_msgpack", err, PayloadError)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4, 5, 9])
+def test_truncated_frame_at_eof(cut):
+    good = encode_frame({"cmd": "Ping", "reqId": "x"})
+    partial = encode_frame({"cmd": "Ping", "reqId": "y"})[:cut]
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed(good + partial) == [{"cmd": "Ping", "reqId": "x"}]
+    assert decoder.buffered == cut
+    with pytest.raises(FramingError) as info:
+        decoder.eof()
+    err = info.value
+    expect("truncated_frame", err, FramingError)
+    assert err.offset == len(good)
+    with pytest.raises(FramingError):
+        decoder.feed(good)
+
+
+def test_eof_after_complete_frames_is_clean():
+    decoder = FrameDecoder(PROFILE)
+    decoder.feed(encode_frame({"cmd": "Ping"}))
+    decoder.eof()
+    decoder.eof()
+    FrameDecoder(PROFILE).eof()
+
+
+def test_hostile_inputs_never_escape_untyped():
+    """A sweep of short garbage payloads: each is a dict or a typed ProtocolError."""
+    import random
+
+    rng = random.Random(1234)
+    interesting = bytes([0x80, 0x81, 0x8F, 0x90, 0x91, 0x9F, 0xA1, 0xC0, 0xC1, 0xC4, 0xC6, 0xC7,
+                         0xC9, 0xCA, 0xCB, 0xCF, 0xD3, 0xD4, 0xD6, 0xD7, 0xD8, 0xD9, 0xDB, 0xDC,
+                         0xDD, 0xDE, 0xDF, 0xFF, 0x00, 0x61])
+    for _ in range(2000):
+        payload = bytes(rng.choice(interesting) for _ in range(rng.randint(0, 12)))
+        decoder = FrameDecoder(PROFILE)
+        try:
+            out = decoder.feed(frame(payload))
+        except ProtocolError as err:
+            assert err.kind in ERRORS
+            assert err.requirement == ERRORS[err.kind].requirement
+        else:
+            assert len(out) == 1 and type(out[0]) is dict
+
+
+# =============================================================================================
+# Error recovery
+# =============================================================================================
+GOOD = [{"cmd": "Ping", "reqId": str(i)} for i in range(3)]
+BAD_PAYLOADS = {
+    "trailing_bytes": b"\x80\x00",
+    "not_a_map": b"\x05",
+    "empty_frame": b"",
+    "invalid_utf8": b"\x81\xa1a\xa1\xff",
+    "unknown_extension": b"\x81\xa1a\xd4\x05\x01",
+    "container_too_large": b"\x81\xa1a\xdd" + HUGE,
+    "too_deep": nested(MAX_DEPTH + 1),
+    "invalid_map_key": b"\x81\x80\x01",
+}
+
+
+# where each error applies, relative to the bad frame's payload
+BAD_OFFSETS = {"trailing_bytes": 1, "not_a_map": 0, "empty_frame": 0, "invalid_utf8": 0,
+               "unknown_extension": 0, "container_too_large": 0, "too_deep": 0}
+
+
+@pytest.mark.parametrize("kind", list(BAD_PAYLOADS))
+@pytest.mark.parametrize("chunk", [None, 1, 3, 7])
+def test_reply_error_consumes_only_its_frame(kind, chunk):
+    assert ERRORS[kind].reaction == "reply"
+    before = [encode_frame(m) for m in GOOD[:2]]
+    bad = frame(BAD_PAYLOADS[kind])
+    after = encode_frame(GOOD[2])
+    stream = b"".join(before) + bad + after
+    bad_at = sum(map(len, before))
+    chunks = [stream] if chunk is None else [stream[i:i + chunk]
+                                             for i in range(0, len(stream), chunk)]
+    decoder = FrameDecoder(PROFILE)
+    got, errors = [], []
+    for piece in chunks:
+        try:
+            got += decoder.feed(piece)
+        except ProtocolError as err:
+            errors.append(err)
+            got += err.frames
+            got += decoder.feed(b"")
+    assert len(errors) == 1, errors
+    err = errors[0]
+    expect(kind, err, PayloadError)
+    if kind in BAD_OFFSETS:
+        assert err.offset == bad_at + PREFIX_BYTES + BAD_OFFSETS[kind]
+    else:  # the decoder's byte position inside the payload
+        assert bad_at + PREFIX_BYTES <= err.offset <= bad_at + len(bad)
+    assert got == GOOD
+    assert decoder.offset == len(stream) and decoder.buffered == 0
+    decoder.eof()
+
+
+def test_reply_error_frames_and_resume_in_one_feed():
+    stream = (encode_frame(GOOD[0]) + encode_frame(GOOD[1]) + frame(b"\x05")
+              + encode_frame(GOOD[2]) + encode_frame(GOOD[0])[:3])
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(PayloadError) as info:
+        decoder.feed(stream)
+    assert info.value.frames == GOOD[:2]
+    assert info.value.offset == len(encode_frame(GOOD[0])) * 2 + PREFIX_BYTES
+    assert decoder.feed(b"") == [GOOD[2]]
+    assert decoder.buffered == 3
+    assert decoder.feed(encode_frame(GOOD[0])[3:]) == [GOOD[0]]
+
+
+def test_reply_error_frames_in_feed_frames_are_frame_records():
+    first = encode_frame(GOOD[0])
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(PayloadError) as info:
+        decoder.feed_frames(first + frame(b"\xc0") + encode_frame(GOOD[1]))
+    (rec,) = info.value.frames
+    assert isinstance(rec, Frame) and rec.offset == 0 and rec.value == GOOD[0]
+    (nxt,) = decoder.feed_frames()
+    assert nxt.offset == len(first) + PREFIX_BYTES + 1
+    assert nxt.value == GOOD[1]
+
+
+def test_two_bad_frames_in_a_row():
+    stream = frame(b"\x05") + frame(b"") + encode_frame(GOOD[0])
+    decoder = FrameDecoder(PROFILE)
+    kinds = []
+    got: list = []
+    data = stream
+    for _ in range(3):
+        try:
+            got += decoder.feed(data)
+            break
+        except ProtocolError as err:
+            kinds.append(err.kind)
+            got += err.frames
+            data = b""
+    assert kinds == ["not_a_map", "empty_frame"]
+    assert got == [GOOD[0]]
+
+
+def test_close_error_keeps_earlier_frames_in_error():
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(FramingError) as info:
+        decoder.feed(encode_frame(GOOD[0]) + prefix(MAX_FRAME + 1) + encode_frame(GOOD[1]))
+    assert info.value.frames == [GOOD[0]]
+    assert info.value.reaction == "close"
+    with pytest.raises(FramingError):
+        decoder.feed(b"")
+
+
+# =============================================================================================
+# A maximum-size frame in 64 KiB reads
+# =============================================================================================
+def test_max_size_frame_in_64k_chunks():
+    enc = FrameEncoder(PROFILE)
+    overhead = len(enc.payload({"b": b""})) - 1 + 4  # bin8 header becomes bin32
+    body = bytes(MAX_FRAME - overhead)
+    raw = enc.encode({"b": body})
+    assert len(raw) == PREFIX_BYTES + MAX_FRAME
+    with pytest.raises(EncodeError) as info:
+        enc.encode({"b": body + b"\x00"})
+    expect("encode_error", info.value, EncodeError)
+
+    decoder = FrameDecoder(PROFILE)
+    view = memoryview(raw)
+    step = 64 * 1024
+    out = []
+    with deadline(60):
+        for i in range(0, len(raw), step):
+            out += decoder.feed(view[i:i + step])
+    assert len(out) == 1
+    assert len(out[0]["b"]) == len(body) and out[0]["b"] == body
+    assert decoder.buffered == 0 and decoder.offset == len(raw)

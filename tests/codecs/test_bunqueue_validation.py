@@ -1,0 +1,743 @@
+"""BunqueueValidator: every limit at its bounds citing its requirement, envelope errors, reply
+checks, extra and missing fields, MessageError, and JavaScript-style map keys.
+
+Limit values, requirement ids and the places each limit is used come from the loaded profile
+(``profile.limits[name].uses``); nothing here restates a bound.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, encode_frame
+from queuewire.codecs.errors import MessageError, ProtocolError, Violation
+from queuewire.codecs.validation import BunqueueValidator, js_key, to_json_model
+from queuewire.spec import load_profile
+
+PROFILE = load_profile("bunqueue/v2")
+MODEL = PROFILE.model
+ERRORS = MODEL.protocol_errors
+LIMITS = PROFILE.limits
+VALIDATOR = BunqueueValidator(PROFILE)
+COMMANDS = sorted(MODEL.commands)
+ENVELOPE = PROFILE.tree["envelope"]
+
+
+def _resolve(node: Mapping, defs: Mapping) -> Mapping:
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+        node = defs[node["$ref"].removeprefix("#/$defs/")]
+    return node
+
+
+def _minimal(schema: Mapping, defs: Mapping) -> Any:
+    """The same rules as conftest's ``minimal_instance``, usable on sub-schemas."""
+    if "examples" in schema:
+        return copy.deepcopy(schema["examples"][0])
+    if "const" in schema:
+        return schema["const"]
+    if "$ref" in schema:
+        return _minimal(_resolve(schema, defs), defs)
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return _minimal(schema[key][0], defs)
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        typ = next((t for t in typ if t != "null"), "null")
+    if typ == "object":
+        props = schema.get("properties") or {}
+        return {k: _minimal(props.get(k, {}), defs) for k in schema.get("required") or ()}
+    if typ == "array":
+        return [_minimal(schema.get("items") or {}, defs)
+                for _ in range(schema.get("minItems", 0))]
+    if typ == "string":
+        return "a"
+    if typ in ("integer", "number"):
+        lo = schema.get("minimum")
+        return lo if lo is not None and lo > 0 else 0
+    if typ == "boolean":
+        return False
+    if typ == "null":
+        return None
+    return {}
+
+
+_LEN_FIELD = next(f for f in PROFILE.tree["framing"]["fields"] if f["id"] == "len_payload")
+assert _LEN_FIELD["type"] == "u4be", _LEN_FIELD
+
+
+def frame(payload: bytes) -> bytes:
+    """A frame around a hand-written payload (the spec's len_payload is u4be)."""
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def wire(msg: Any) -> Any:
+    """``msg`` as a peer receives it: encoded and decoded (large integers become float64)."""
+    (out,) = FrameDecoder(PROFILE).feed(encode_frame(msg, PROFILE))
+    return out
+
+
+def pointer(path: tuple) -> str:
+    return "/" + "/".join(str(p) for p in path)
+
+
+# =============================================================================================
+# Where each limit is used: (command, instance path) pairs found from limits[...].uses
+# =============================================================================================
+def _ref_locations(def_name: str) -> list[tuple[str, tuple]]:
+    """Every (command, instance path) where a request property references ``def_name``."""
+    target = f"#/$defs/{def_name}"
+    found: list[tuple[str, tuple]] = []
+
+    def visit(cmd: str, defs: Mapping, node: Mapping, path: tuple, depth: int) -> None:
+        if depth > 6 or not isinstance(node, Mapping):
+            return
+        if node.get("$ref") == target:
+            found.append((cmd, path))
+            return
+        node = _resolve(node, defs)
+        for name, sub in (node.get("properties") or {}).items():
+            visit(cmd, defs, sub, path + (name,), depth + 1)
+        if isinstance(node.get("items"), Mapping):
+            visit(cmd, defs, node["items"], path + (0,), depth + 1)
+
+    for cmd in COMMANDS:
+        schema = MODEL.commands[cmd].request
+        visit(cmd, schema.get("$defs") or {}, schema, (), 0)
+    return found
+
+
+def _command_location(path: tuple) -> tuple[str, tuple]:
+    """('commands', CMD, 'request', 'properties', f, ..., keyword) -> (CMD, instance path)."""
+    assert path[0] == "commands" and path[2] == "request", path
+    inst: list = []
+    parts = list(path[3:-1])
+    while parts:
+        head = parts.pop(0)
+        if head == "properties":
+            inst.append(parts.pop(0))
+        elif head == "items":
+            inst.append(0)
+        else:
+            raise AssertionError(f"unexpected schema path {path}")
+    return path[1], tuple(inst)
+
+
+def limit_locations(name: str, key: str) -> list[tuple[str, tuple]]:
+    out = []
+    for use_key, path in LIMITS[name].uses:
+        if use_key != key:
+            continue
+        if path[0] == "definitions":
+            out += _ref_locations(path[1])
+        else:
+            out.append(_command_location(path))
+    return out
+
+
+def with_value(cmd: str, path: tuple, value: Any) -> dict:
+    """A minimal valid request of ``cmd`` with ``value`` at ``path`` (containers created)."""
+    schema = MODEL.commands[cmd].request
+    defs = schema.get("$defs") or {}
+    msg = _minimal(schema, defs)
+    node: Any = msg
+    sub = schema
+    for i, part in enumerate(path):
+        sub = _resolve(sub, defs)
+        sub = sub["items"] if isinstance(part, int) else sub["properties"][part]
+        last = i == len(path) - 1
+        if last:
+            node[part] = value
+            break
+        if isinstance(part, int):
+            while len(node) <= part:
+                node.append(_minimal(sub, defs))
+        elif part not in node:
+            node[part] = _minimal(sub, defs)
+        node = node[part]
+    return msg
+
+
+NUMERIC_LIMITS = [
+    name for name, lim in LIMITS.items()
+    if (lim.min is not None or lim.max is not None)
+    and any(k in ("min", "max") for k, p in lim.uses if p[-1] in ("minimum", "maximum"))
+]
+NUMERIC_CASES = []
+for _name in NUMERIC_LIMITS:
+    _lim = LIMITS[_name]
+    for _key, _bound in (("min", _lim.min), ("max", _lim.max)):
+        if _bound is None:
+            continue
+        step = -1 if _key == "min" else 1
+        for _cmd, _path in limit_locations(_name, _key):
+            for _value, _ok in ((_bound, True), (_bound + step, False)):
+                NUMERIC_CASES.append(pytest.param(
+                    _name, _cmd, _path, _value, _ok,
+                    id=f"{_name}-{_cmd}{pointer(_path)}={_value}"))
+
+
+def test_every_bounded_limit_is_probed():
+    expected = {"priority", "delay", "timeout", "max_attempts", "backoff", "ttl",
+                "pull_timeout", "pullb_count", "progress"}
+    assert expected <= set(NUMERIC_LIMITS)
+    probed = {case.values[0] for case in NUMERIC_CASES}
+    assert probed == set(NUMERIC_LIMITS)
+    # each limit is probed at both bounds in at least one command
+    for name in NUMERIC_LIMITS:
+        values = {case.values[3] for case in NUMERIC_CASES if case.values[0] == name}
+        lim = LIMITS[name]
+        assert {lim.min - 1, lim.min, lim.max, lim.max + 1} <= values, name
+
+
+def test_limit_locations_follow_uses():
+    # PULLB count is used directly by the command; priority through a definition in PUSH,
+    # PUSHB's jobs and more.
+    assert ("PULLB", ("count",)) in limit_locations("pullb_count", "max")
+    assert ("Progress", ("progress",)) in limit_locations("progress", "min")
+    prio = limit_locations("priority", "max")
+    assert ("PUSH", ("priority",)) in prio and ("PUSHB", ("jobs", 0, "priority")) in prio
+    assert ("PULL", ("timeout",)) in limit_locations("pull_timeout", "max")
+    assert ("PUSH", ("timeout",)) in limit_locations("timeout", "max")
+
+
+@pytest.mark.parametrize("via_wire", [False, True], ids=["python", "wire"])
+@pytest.mark.parametrize("name, cmd, path, value, ok", NUMERIC_CASES)
+def test_numeric_limit_bounds(name, cmd, path, value, ok, via_wire):
+    lim = LIMITS[name]
+    msg = with_value(cmd, path, value)
+    if via_wire:
+        msg = wire(msg)
+    violations = VALIDATOR.request_violations(msg)
+    if ok:
+        assert violations == ()
+        assert VALIDATOR.request_is_valid(msg)
+    else:
+        assert violations, f"{cmd}{pointer(path)}={value} must break {lim.requirement}"
+        assert {v.requirement for v in violations} == {lim.requirement}
+        assert {v.path for v in violations} == {pointer(path)}
+        assert all(v.level == PROFILE.requirements[lim.requirement].level for v in violations)
+        assert not VALIDATOR.request_is_valid(msg)
+
+
+QUEUE_NAME = LIMITS["queue_name_length"]
+QUEUE_NAME_LOCATIONS = limit_locations("queue_name_length", "max")
+
+
+def test_queue_name_is_used_by_many_commands():
+    cmds = {cmd for cmd, _ in QUEUE_NAME_LOCATIONS}
+    assert {"PUSH", "PUSHB", "PULL", "PULLB", "RegisterWorker"} <= cmds
+    assert ("RegisterWorker", ("queues", 0)) in QUEUE_NAME_LOCATIONS
+    assert set(QUEUE_NAME_LOCATIONS) == set(limit_locations("queue_name_length", "min"))
+
+
+@pytest.mark.parametrize("cmd, path", QUEUE_NAME_LOCATIONS,
+                         ids=[f"{c}{pointer(p)}" for c, p in QUEUE_NAME_LOCATIONS])
+def test_queue_name_length_bounds(cmd, path):
+    rid = QUEUE_NAME.requirement
+    for length in (QUEUE_NAME.min, QUEUE_NAME.max):
+        msg = with_value(cmd, path, "q" * length)
+        assert VALIDATOR.request_violations(msg) == (), length
+        assert VALIDATOR.request_is_valid(msg)
+    too_long = with_value(cmd, path, "q" * (QUEUE_NAME.max + 1))
+    violations = VALIDATOR.request_violations(too_long)
+    assert [(v.requirement, v.path) for v in violations] == [(rid, pointer(path))]
+    assert not VALIDATOR.request_is_valid(too_long)
+    empty = with_value(cmd, path, "q" * (QUEUE_NAME.min - 1))
+    violations = VALIDATOR.request_violations(empty)
+    assert rid in {v.requirement for v in violations}
+    assert {v.path for v in violations} == {pointer(path)}
+    assert not VALIDATOR.request_is_valid(empty)
+
+
+QUEUE_PATTERN = LIMITS["queue_name_pattern"]
+
+
+@pytest.mark.parametrize("name", ["a b", "a/b", "caf\u00e9", "a\n", "\na", "a*", "q\x00", "a\u0661"])
+@pytest.mark.parametrize("cmd", ["PUSH", "PULLB", "GetJobCounts"])
+def test_queue_name_pattern_is_cited(cmd, name):
+    assert cmd in {c for c, _ in limit_locations("queue_name_pattern", "pattern")}
+    msg = with_value(cmd, ("queue",), name)
+    violations = VALIDATOR.request_violations(msg)
+    assert [(v.requirement, v.path) for v in violations] == [
+        (QUEUE_PATTERN.requirement, "/queue")], violations
+    assert not VALIDATOR.request_is_valid(msg)
+
+
+def test_queue_name_pattern_accepts_every_allowed_character_class():
+    msg = with_value("PUSH", ("queue",), "Az09_-.:x")
+    assert VALIDATOR.request_violations(msg) == ()
+
+
+def test_queue_name_of_wrong_type():
+    for value in (5, None, ["q"], b"q"):
+        msg = with_value("PUSH", ("queue",), value)
+        violations = VALIDATOR.request_violations(msg)
+        assert violations and {v.path for v in violations} == {"/queue"}
+        assert not VALIDATOR.request_is_valid(msg)
+
+
+JOB_DATA = LIMITS["job_data_bytes"]
+JOB_DATA_LOCATIONS = limit_locations("job_data_bytes", "max")
+
+
+def test_job_data_locations():
+    assert {("PUSH", ("data",)), ("PUSHB", ("jobs", 0, "data"))} <= set(JOB_DATA_LOCATIONS)
+
+
+@pytest.mark.parametrize("cmd, path", JOB_DATA_LOCATIONS,
+                         ids=[f"{c}{pointer(p)}" for c, p in JOB_DATA_LOCATIONS])
+def test_job_data_size_limit(cmd, path):
+    # a JSON string of n ASCII characters is n + 2 bytes
+    exact = with_value(cmd, path, "a" * (JOB_DATA.max - 2))
+    assert VALIDATOR.request_violations(exact) == ()
+    assert VALIDATOR.request_is_valid(exact)
+    over = with_value(cmd, path, "a" * (JOB_DATA.max - 1))
+    violations = VALIDATOR.request_violations(over)
+    assert [(v.requirement, v.path) for v in violations] == [
+        (JOB_DATA.requirement, pointer(path))], violations
+    assert str(JOB_DATA.max) in violations[0].message
+    assert not VALIDATOR.request_is_valid(over)
+
+
+def test_job_data_size_limit_counts_structured_values_and_utf8_bytes():
+    # a list of n zeros is 2n + 1 bytes as JSON ("[0,0,...,0]")
+    n = (JOB_DATA.max - 1) // 2
+    exact_or_under = with_value("PUSH", ("data",), [0] * n)
+    assert VALIDATOR.request_violations(exact_or_under) == ()
+    over = with_value("PUSH", ("data",), [0] * (n + 1))
+    assert [v.requirement for v in VALIDATOR.request_violations(over)] == [JOB_DATA.requirement]
+    # UTF-8 bytes, not characters: "é" is two bytes
+    half = (JOB_DATA.max - 2) // 2
+    ok = with_value("PUSH", ("data",), "\u00e9" * half)
+    assert VALIDATOR.request_violations(ok) == ()
+    bad = with_value("PUSH", ("data",), "\u00e9" * (half + 1))
+    assert [v.requirement for v in VALIDATOR.request_violations(bad)] == [JOB_DATA.requirement]
+    assert not VALIDATOR.request_is_valid(bad)
+
+
+def test_job_data_size_limit_after_the_wire():
+    over = wire(with_value("PUSH", ("data",), {"k": "a" * JOB_DATA.max}))
+    assert [v.requirement for v in VALIDATOR.request_violations(over)] == [JOB_DATA.requirement]
+    assert not VALIDATOR.request_is_valid(over)
+
+
+# =============================================================================================
+# Envelope
+# =============================================================================================
+def test_unknown_command():
+    rid = ERRORS["unknown_command"].requirement
+    for msg in ({"cmd": "NOPE"}, {"cmd": "push", "queue": "q", "data": 1}, {"cmd": ""}):
+        violations = VALIDATOR.request_violations(msg)
+        assert [(v.requirement, v.path) for v in violations] == [(rid, "/cmd")]
+        assert not VALIDATOR.request_is_valid(msg)
+        with pytest.raises(MessageError) as info:
+            VALIDATOR.validate_request(msg)
+        err = info.value
+        assert isinstance(err, ProtocolError)
+        assert err.kind == "unknown_command"
+        assert err.requirement == rid and rid in str(err)
+        assert err.reaction == ERRORS["unknown_command"].reaction
+        assert err.violations == violations
+
+
+@pytest.mark.parametrize("msg", [{}, {"queue": "q"}, {"cmd": 5}, {"cmd": None},
+                                 {"cmd": b"PUSH"}, {"cmd": ["PUSH"]}, {"cmd": UNDEFINED}])
+def test_missing_or_non_string_cmd(msg):
+    rid = ERRORS["missing_cmd"].requirement
+    assert rid == ENVELOPE["request"]["cmd"]["x-requirement"]
+    violations = VALIDATOR.request_violations(msg)
+    assert [(v.requirement, v.path) for v in violations] == [(rid, "/cmd")]
+    with pytest.raises(MessageError) as info:
+        VALIDATOR.validate_request(msg)
+    assert rid in str(info.value)
+    assert info.value.violations == violations
+
+
+@pytest.mark.parametrize("msg", [{}, {"queue": "q"}, {"cmd": 5}, {"cmd": None},
+                                 {"cmd": b"PUSH"}, {"cmd": UNDEFINED}])
+def test_validate_request_names_the_missing_cmd_kind(msg):
+    # a map without a string cmd is "missing_cmd", not "not_a_map" (both cite one requirement)
+    with pytest.raises(MessageError) as info:
+        VALIDATOR.validate_request(msg)
+    assert info.value.kind == "missing_cmd"
+    assert info.value.reaction == ERRORS["missing_cmd"].reaction
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x81\xa3cmd\x91\xa4Ping",          # {cmd: ["Ping"]}
+    b"\x81\xa3cmd\x81\xa1a\x01",          # {cmd: {a: 1}}
+])
+def test_request_is_valid_on_unhashable_cmd_from_the_wire(payload):
+    (msg,) = FrameDecoder(PROFILE).feed(frame(payload))
+    rid = ERRORS["missing_cmd"].requirement
+    assert [v.requirement for v in VALIDATOR.request_violations(msg)] == [rid]
+    assert VALIDATOR.request_is_valid(msg) is False
+
+
+@pytest.mark.parametrize("msg", [[1], "PUSH", None, 5, [("cmd", "PUSH")]])
+def test_request_that_is_not_a_map(msg):
+    rid = ERRORS["not_a_map"].requirement
+    violations = VALIDATOR.request_violations(msg)
+    assert [v.requirement for v in violations] == [rid]
+    assert not VALIDATOR.request_is_valid(msg)
+    assert [v.requirement for v in VALIDATOR.reply_violations("Ping", msg)] == [rid]
+    with pytest.raises(MessageError) as info:
+        VALIDATOR.validate_request(msg)
+    assert info.value.kind == "not_a_map"
+
+
+def test_reqid_must_be_a_string_when_present(bq_minimal):
+    rid = ENVELOPE["request"]["reqId"]["x-requirement"]
+    msg = {**bq_minimal("Ping"), "reqId": 7}
+    assert [(v.requirement, v.path) for v in VALIDATOR.request_violations(msg)] == [
+        (rid, "/reqId")]
+    assert not VALIDATOR.request_is_valid(msg)
+    assert VALIDATOR.request_violations({**msg, "reqId": UNDEFINED}) == ()
+    assert VALIDATOR.request_is_valid({**msg, "reqId": UNDEFINED})
+
+
+def test_missing_required_request_field_cites_the_command(bq_minimal):
+    for cmd in COMMANDS:
+        command = MODEL.commands[cmd]
+        full = bq_minimal(cmd)
+        for field in command.required_fields:
+            if field == "cmd":
+                continue
+            msg = {k: v for k, v in full.items() if k != field}
+            violations = VALIDATOR.request_violations(msg)
+            assert violations, (cmd, field)
+            assert any(field in v.message for v in violations)
+            assert all(v.requirement in PROFILE.requirements for v in violations)
+            assert command.requirement in {v.requirement for v in violations}
+            assert VALIDATOR.missing_fields(cmd, msg) == [field]
+            assert not VALIDATOR.request_is_valid(msg)
+            undefined = {**full, field: UNDEFINED}
+            assert VALIDATOR.missing_fields(cmd, undefined) == [field]
+            assert VALIDATOR.request_violations(undefined), (cmd, field)
+
+
+def test_validate_request_accepts_valid_and_raises_message_error(bq_minimal):
+    assert VALIDATOR.validate_request(bq_minimal("PUSH")) is None
+    prio = LIMITS["priority"]
+    msg = {**bq_minimal("PUSH"), "priority": prio.max + 1}
+    with pytest.raises(MessageError) as info:
+        VALIDATOR.validate_request(msg)
+    err = info.value
+    assert err.kind == "schema_violation"
+    # the error cites the rule actually broken, not the generic schema rule
+    assert err.requirement == prio.requirement != ERRORS["schema_violation"].requirement
+    assert err.requirement in str(err)
+    assert err.path == "/priority"
+    assert err.violations == VALIDATOR.request_violations(msg)
+    assert err.violations[0].requirement == prio.requirement
+    assert err.as_dict()["violations"][0]["requirement"] == prio.requirement
+
+
+@pytest.mark.parametrize("limit, field", [("priority", "priority"), ("delay", "delay"),
+                                          ("max_attempts", "maxAttempts")])
+def test_message_error_text_cites_the_broken_requirement(bq_minimal, limit, field):
+    """The error's text names the rule actually broken (the limit's requirement), not only
+    the generic schema-violation kind."""
+    lim = LIMITS[limit]
+    msg = {**bq_minimal("PUSH"), field: lim.max + 1}
+    with pytest.raises(MessageError) as info:
+        VALIDATOR.validate_request(msg)
+    assert lim.requirement in str(info.value), str(info.value)
+
+
+# =============================================================================================
+# Replies
+# =============================================================================================
+def _required_paths(schema: Mapping, defs: Mapping, path: tuple = ()) -> list[tuple]:
+    node = _resolve(schema, defs)
+    out = []
+    props = node.get("properties") or {}
+    for name in node.get("required") or ():
+        if not path and name == "ok":
+            continue
+        out.append(path + (name,))
+        if name in props:
+            out += _required_paths(props[name], defs, path + (name,))
+    return out
+
+
+REPLY_REQUIRED = [
+    (cmd, p) for cmd in COMMANDS
+    for p in _required_paths(MODEL.commands[cmd].response,
+                             MODEL.commands[cmd].response.get("$defs") or {})
+]
+
+
+def test_replies_with_required_fields_exist():
+    assert len({c for c, _ in REPLY_REQUIRED}) > 40
+
+
+@pytest.mark.parametrize("cmd, path", REPLY_REQUIRED,
+                         ids=[f"{c}{pointer(p)}" for c, p in REPLY_REQUIRED])
+def test_ok_reply_missing_a_required_field_is_a_violation(cmd, path, bq_minimal):
+    reply = bq_minimal(cmd, reply=True)
+    assert VALIDATOR.reply_violations(cmd, reply) == ()
+    parent = reply
+    for part in path[:-1]:
+        parent = parent[part]
+    for replacement in ("delete", UNDEFINED):
+        broken = copy.deepcopy(reply)
+        target = broken
+        for part in path[:-1]:
+            target = target[part]
+        if replacement == "delete":
+            del target[path[-1]]
+        else:
+            target[path[-1]] = UNDEFINED
+        violations = VALIDATOR.reply_violations(cmd, broken)
+        assert violations, (cmd, path, replacement)
+        assert any(path[-1] in v.message for v in violations)
+        assert {v.path for v in violations} == {pointer(path[:-1]) if path[:-1] else ""}
+        assert all(v.requirement in PROFILE.requirements for v in violations)
+        if len(path) == 1:
+            assert VALIDATOR.missing_fields(cmd, broken, reply=True) == [path[0]]
+
+
+def test_ok_reply_of_unknown_command():
+    rid = ERRORS["unknown_command"].requirement
+    assert [v.requirement for v in VALIDATOR.reply_violations("NOPE", {"ok": True})] == [rid]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS + ["NOPE"])
+def test_error_reply_is_valid_for_any_command(cmd):
+    assert VALIDATOR.reply_violations(cmd, {"ok": False, "error": "x"}) == ()
+    assert VALIDATOR.reply_violations(cmd, {"ok": False, "error": "x", "reqId": "1"}) == ()
+    assert VALIDATOR.reply_violations(cmd, {"ok": False, "error": "x", "reqId": UNDEFINED}) == ()
+
+
+@pytest.mark.parametrize("reply", [
+    {"ok": False},
+    {"ok": False, "error": 5},
+    {"ok": False, "error": UNDEFINED},
+    {"error": "x"},
+    {"ok": "true", "error": "x"},
+    {"ok": 1, "error": "x"},
+    {"ok": False, "error": "x", "reqId": 7},
+])
+def test_broken_error_reply(reply):
+    rid = MODEL.error_reply["x-requirement"]
+    for cmd in ("PUSH", "Ping"):
+        violations = VALIDATOR.reply_violations(cmd, reply)
+        assert violations, reply
+        assert rid in {v.requirement for v in violations} or any(
+            v.requirement in PROFILE.requirements for v in violations)
+        assert all(v.requirement in PROFILE.requirements for v in violations)
+
+
+def test_missing_error_cites_the_error_reply_requirement():
+    rid = MODEL.error_reply["x-requirement"]
+    assert [v.requirement for v in VALIDATOR.reply_violations("PUSH", {"ok": False})] == [rid]
+
+
+def test_ok_reply_with_wrong_field_type():
+    violations = VALIDATOR.reply_violations("PUSH", {"ok": True, "id": 5})
+    assert [v.path for v in violations] == ["/id"]
+    violations = VALIDATOR.reply_violations("GetState", {"ok": True, "id": "j", "state": "x"})
+    assert [v.path for v in violations] == ["/state"]
+    state_rid = MODEL.definitions["JobState"]["x-requirement"]
+    assert violations[0].requirement == state_rid
+
+
+# =============================================================================================
+# extra_fields / missing_fields
+# =============================================================================================
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_extra_fields_reports_undocumented_fields_only(cmd, bq_minimal):
+    msg = {**bq_minimal(cmd), "reqId": "1"}
+    assert set(ENVELOPE["request"]) <= set(msg) | {"reqId"}
+    assert VALIDATOR.extra_fields(cmd, msg) == []
+    documented = {**msg, **{k: UNDEFINED for k in MODEL.commands[cmd].request_fields
+                            if k not in msg}}
+    assert VALIDATOR.extra_fields(cmd, documented) == []
+    extra = {**msg, "zzNotInSpec": 1, "another": None, "gone": UNDEFINED, 7: "x"}
+    assert VALIDATOR.extra_fields(cmd, extra) == ["zzNotInSpec", "another", 7]
+    # extra fields are reported, not violations
+    assert VALIDATOR.request_violations(extra) == ()
+
+    reply = {**bq_minimal(cmd, reply=True), "reqId": "1"}
+    assert VALIDATOR.extra_fields(cmd, reply, reply=True) == []
+    envelope_reply = {**reply, **{k: "e" for k in ENVELOPE["error_reply"]["properties"]
+                                  if k not in reply}}
+    assert VALIDATOR.extra_fields(cmd, envelope_reply, reply=True) == []
+    assert VALIDATOR.extra_fields(cmd, {**reply, "zz": 1}, reply=True) == ["zz"]
+
+
+def test_extra_fields_of_unknown_command():
+    assert VALIDATOR.extra_fields("NOPE", {"cmd": "NOPE", "x": 1}) == []
+    assert VALIDATOR.missing_fields("NOPE", {"cmd": "NOPE"}) == []
+
+
+def test_missing_fields(bq_minimal):
+    required = [f for f in MODEL.commands["PUSH"].required_fields]
+    assert VALIDATOR.missing_fields("PUSH", {}) == required
+    assert VALIDATOR.missing_fields("PUSH", dict.fromkeys(required, UNDEFINED)) == required
+    assert VALIDATOR.missing_fields("PUSH", bq_minimal("PUSH")) == []
+    # None is a value, not an absence
+    assert VALIDATOR.missing_fields("PUSH", dict.fromkeys(required, None)) == []
+
+
+# =============================================================================================
+# Fast path and full verdict agree
+# =============================================================================================
+AGREEMENT_CASES = {
+    "undefined required data": {"cmd": "PUSH", "queue": "q", "data": UNDEFINED},
+    "undefined required queue": {"cmd": "PUSH", "queue": UNDEFINED, "data": 1},
+    "undefined required in batch": {"cmd": "PUSHB", "queue": "q", "jobs": [{"data": UNDEFINED}]},
+    "undefined optional": {"cmd": "PUSH", "queue": "q", "data": 1, "ttl": UNDEFINED},
+    "binary data": {"cmd": "PUSH", "queue": "q", "data": b"\x00" * 16},
+    "binary data near the limit": {"cmd": "PUSH", "queue": "q",
+                                   "data": bytes(int(JOB_DATA.max * 0.6))},
+    "timestamp data": {"cmd": "PUSH", "queue": "q",
+                       "data": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
+    "int keys in data": {"cmd": "PUSH", "queue": "q", "data": {1: 2, (1, 2): 3}},
+    "int key at top": {"cmd": "PUSH", "queue": "q", "data": 1, 9: 9},
+    "float priority": {"cmd": "PUSH", "queue": "q", "data": 1, "priority": 5.0},
+    "fractional priority": {"cmd": "PUSH", "queue": "q", "data": 1, "priority": 5.5},
+    "nan progress": {"cmd": "Progress", "id": "j", "progress": float("nan")},
+}
+
+
+@pytest.mark.parametrize("name", list(AGREEMENT_CASES))
+def test_request_is_valid_agrees_with_request_violations(name):
+    msg = AGREEMENT_CASES[name]
+    violations = VALIDATOR.request_violations(msg)
+    assert VALIDATOR.request_is_valid(msg) == (violations == ()), violations
+
+
+@pytest.mark.parametrize("data_payload", [
+    b"\x81\xc0\x01",            # {nil: 1}
+    b"\x81\x92\x01\x02\x03",    # {[1, 2]: 3}
+    b"\x81\xc3\x01",            # {true: 1}
+])
+def test_request_is_valid_on_job_data_with_non_string_keys_from_the_wire(data_payload):
+    """MessagePack maps keyed by nil, arrays or booleans decode fine; the validator reads the
+    keys JS-style ("null", "1,2", "true") and must answer, not crash."""
+    payload = b"\x83\xa3cmd\xa4PUSH\xa5queue\xa1q\xa4data" + data_payload
+    (msg,) = FrameDecoder(PROFILE).feed(frame(payload))
+    assert VALIDATOR.request_violations(msg) == ()
+    assert VALIDATOR.request_is_valid(msg) is True
+
+
+MUTATION_VALUES = st.one_of(
+    st.just(UNDEFINED), st.none(), st.booleans(), st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False), st.text(max_size=5), st.binary(max_size=5),
+    st.lists(st.integers(0, 3), max_size=2), st.dictionaries(st.text(max_size=3),
+                                                             st.integers(), max_size=2),
+)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_fast_path_agrees_with_verdict_property(cmd, data, bq_minimal):
+    msg = bq_minimal(cmd)
+    fields = [f for f in MODEL.commands[cmd].request_fields if f != "cmd"] or ["x"]
+    changes = data.draw(st.dictionaries(st.sampled_from(fields), MUTATION_VALUES, max_size=3))
+    msg.update(changes)
+    violations = VALIDATOR.request_violations(msg)
+    assert VALIDATOR.request_is_valid(msg) == (violations == ()), (msg, violations)
+
+
+def test_messages_nested_to_the_decoder_limit_validate_without_recursion_error():
+    depth = LIMITS["max_nesting_depth"].value
+    inner: Any = []
+    for _ in range(depth - 2):  # the request map is level 1, data's outer list level 2
+        inner = [inner]
+    msg = wire({"cmd": "PUSH", "queue": "q", "data": inner})
+    assert VALIDATOR.request_violations(msg) == ()
+    assert VALIDATOR.request_is_valid(msg)
+    bad = {**msg, "priority": "high"}
+    assert [v.path for v in VALIDATOR.request_violations(bad)] == ["/priority"]
+    nested: Any = {}
+    for _ in range(depth - 3):  # reply map, job map, then maps down to the limit
+        nested = {"k": nested}
+    reply = wire({"ok": True, "job": {"id": "j", "queue": "q", "data": nested}})
+    assert VALIDATOR.reply_violations("GetJob", reply) == ()
+
+
+# =============================================================================================
+# JavaScript-style keys and the JSON model
+# =============================================================================================
+@pytest.mark.parametrize("key, text", [
+    ("k", "k"),
+    (1, "1"),
+    (-5, "-5"),
+    (None, "null"),
+    (True, "true"),
+    (False, "false"),
+    ((1, 2), "1,2"),
+    ((1, (2, 3)), "1,2,3"),
+    ((None, 1, UNDEFINED), ",1,"),
+    (("a", "b"), "a,b"),
+    ((), ""),
+    (b"\x01\x02", "1,2"),
+    (1.0, "1"),
+    (-0.0, "0"),
+    (1.5, "1.5"),
+    (0.1, "0.1"),
+    (1e20, "100000000000000000000"),
+    (1e21, "1e+21"),
+    (float("nan"), "NaN"),
+    (float("inf"), "Infinity"),
+    (float("-inf"), "-Infinity"),
+    (2**53, "9007199254740992"),
+])
+def test_js_key(key, text):
+    assert js_key(key) == text
+
+
+@pytest.mark.parametrize("key, text", [
+    (1e-05, "0.00001"),
+    (1.5e-05, "0.000015"),
+    (1e-06, "0.000001"),
+    (1e-07, "1e-7"),
+    (1.5e300, "1.5e+300"),
+])
+def test_js_key_small_and_large_floats_follow_number_to_string(key, text):
+    # ECMAScript Number::toString: fixed notation down to 1e-6, exponent without zero padding
+    assert js_key(key) == text
+
+
+def test_to_json_model():
+    when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    msg = {"a": UNDEFINED, "b": [1, UNDEFINED], 1: b"\x01\xff", (1, 2): when,
+           "n": float("nan"), "d": {None: 1}}
+    assert to_json_model(msg) == {
+        "b": [1, None], "1": {"$binary": "01ff"}, "1,2": {"$timestamp": when.isoformat()},
+        "n": None, "d": {"null": 1},
+    }
+
+
+def test_non_string_keys_are_read_as_js_strings_by_the_validator():
+    # GetCountsPerPriority: counts keyed by priority (propertyNames is a decimal pattern)
+    good = {"ok": True, "queue": "q", "counts": {5: 1, -3: 2, 0: 7, 10.0: 1}}
+    assert VALIDATOR.reply_violations("GetCountsPerPriority", good) == ()
+    assert VALIDATOR.reply_violations("GetCountsPerPriority", wire(good)) == ()
+    bad = {"ok": True, "queue": "q", "counts": {1.5: 1}}
+    violations = VALIDATOR.reply_violations("GetCountsPerPriority", bad)
+    assert violations and {v.path for v in violations} == {"/counts"}
+    # a documented field whose key arrives as a non-string is still that field
+    assert VALIDATOR.reply_violations("Count", {"ok": True, "count": 3}) == ()
+    assert VALIDATOR.missing_fields("Count", {"ok": True, "count": 3}, reply=True) == []
+
+
+def test_violation_rendering():
+    (v,) = VALIDATOR.request_violations({"cmd": "NOPE"})
+    assert isinstance(v, Violation)
+    assert v.requirement in str(v) and v.level in str(v) and v.path in str(v)
+    assert v.as_dict() == {"requirement": v.requirement, "level": v.level, "path": v.path,
+                           "message": v.message}
