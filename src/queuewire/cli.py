@@ -20,7 +20,8 @@ from rich.table import Table
 
 from .spec import SpecError, default_profile, load_profile, profile_names
 
-console = Console()
+# Tables are for reading; when stdout is not a terminal, do not squeeze them into 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 PROTOCOLS = ("bunqueue", "quicx")
 
@@ -68,30 +69,42 @@ def spec_list(profile: str | None) -> None:
             _list_quicx(prof)
 
 
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+    """A table whose last column (the doc line) is cut with an ellipsis; the others keep
+    their natural width, so codes and names stay readable in any terminal."""
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns[:-1]):
+        width = max([len(col)] + [len(r[i]) for r in rows])
+        table.add_column(col, no_wrap=True, min_width=width)
+    table.add_column(columns[-1], overflow="ellipsis", no_wrap=True, max_width=72)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _list_bunqueue(prof: Any) -> None:
     commands = prof.model.commands
-    table = Table(title=f"{prof.name}: {len(commands)} commands", title_justify="left")
-    for col in ("command", "category", "required fields", "requirement", "doc"):
-        table.add_column(col)
-    for cmd in commands.values():
-        required = ", ".join(f for f in cmd.required_fields if f != "cmd")
-        table.add_row(cmd.name, cmd.category, required, cmd.requirement, cmd.doc)
-    console.print(table)
+    rows = [(c.name, c.category, ", ".join(f for f in c.required_fields if f != "cmd"),
+             c.requirement, c.doc) for c in commands.values()]
+    console.print(_table(f"{prof.name}: {len(commands)} commands",
+                         ("command", "category", "required fields", "requirement", "doc"), rows))
 
 
 def _list_quicx(prof: Any) -> None:
     messages = prof.tree.get("messages") or {}
-    table = Table(title=f"{prof.name}: {len(messages)} message types", title_justify="left")
-    for col in ("code", "message", "from", "to", "payload", "doc"):
-        table.add_column(col)
-    rows = sorted(messages.items(), key=lambda kv: kv[1].get("code", 0))
-    for name, msg in rows:
+    rows = []
+    for name, msg in sorted(messages.items(), key=lambda kv: kv[1].get("code", 0)):
         code = msg.get("code")
         note = " (reserved)" if msg.get("reserved") else ""
-        table.add_row(f"0x{code:02X}" if isinstance(code, int) else str(code), name + note,
-                      str(msg.get("from", "")), str(msg.get("to", "")),
-                      str(msg.get("payload", "")), str(msg.get("doc", "")))
-    console.print(table)
+        rows.append((f"0x{code:02X}" if isinstance(code, int) else str(code), name + note,
+                     _roles(msg.get("from")), _roles(msg.get("to")), str(msg.get("payload", "")),
+                     str(msg.get("doc", ""))))
+    console.print(_table(f"{prof.name}: {len(messages)} message types",
+                         ("code", "message", "from", "to", "payload", "doc"), rows))
+
+
+def _roles(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value or "")
 
 
 @spec.command("show")
@@ -219,9 +232,13 @@ def _read_input(path: str, hex_input: bool) -> bytes:
               help="Feed the decoder this many bytes at a time.")
 @click.option("--command", "reply_to", metavar="CMD",
               help="bunqueue: validate replies as replies to CMD.")
+@click.option("--role", type=click.Choice(["daemon", "producer", "worker", "monitor"]),
+              default="daemon", show_default=True,
+              help="quicx: the side receiving the bytes (daemon for client-to-daemon traffic, "
+                   "a client role for daemon-to-client traffic).")
 @click.argument("file", default="-")
 def decode(protocol: str, profile: str | None, hex_input: bool, chunk: int, reply_to: str | None,
-           file: str) -> None:
+           role: str, file: str) -> None:
     """Decode one direction of a connection from FILE (or - for stdin).
 
     Prints one JSON line per frame: offset, length, the decoded message and the verdicts
@@ -238,7 +255,7 @@ def decode(protocol: str, profile: str | None, hex_input: bool, chunk: int, repl
     if protocol == "bunqueue":
         code = _decode_bunqueue(prof, data, chunk, reply_to)
     else:
-        code = _decode_quicx(prof, data, chunk)
+        code = _decode_quicx(prof, data, chunk, role)
     sys.exit(code)
 
 
@@ -297,18 +314,17 @@ def _decode_bunqueue(prof: Any, data: bytes, chunk: int, reply_to: str | None) -
     return 0
 
 
-def _decode_quicx(prof: Any, data: bytes, chunk: int) -> int:
+def _decode_quicx(prof: Any, data: bytes, chunk: int, role: str) -> int:
     from .codecs.errors import ProtocolError
     from .codecs.quicx import QuicxDecoder
 
-    decoder = QuicxDecoder(prof)
+    decoder = QuicxDecoder(prof, role)
     index = 0
 
     def report(messages: list) -> None:
         nonlocal index
         for m in messages:
-            _emit({"frame": index, "offset": m.offset, "type": m.name, "code": m.code,
-                   "fields": _display(dict(m.fields)), "verdicts": []})
+            _emit({"frame": index, "offset": m.offset, "length": len(m.raw), **m.as_dict()})
             index += 1
 
     pos = 0

@@ -19,6 +19,10 @@ def _esc(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _roles(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value or "?")
+
+
 def _fields(schema: Any, prefix: str = "") -> Iterable[tuple[str, str, str]]:
     for name, prop in (schema.get("properties") or {}).items():
         kind = prop.get("type") or (prop.get("$ref", "").rsplit("/", 1)[-1]) or "any"
@@ -65,7 +69,7 @@ def _quicx(profile: Any) -> list[str]:
     for name, msg in messages:
         code = msg.get("code")
         lines += [f"### 0x{code:02X} {name}" if isinstance(code, int) else f"### {name}", "",
-                  f"{_esc(msg.get('doc', ''))} ({msg.get('from', '?')} → {msg.get('to', '?')})",
+                  f"{_esc(msg.get('doc', ''))} ({_roles(msg.get('from'))} → {_roles(msg.get('to'))})",
                   ""]
         layout = msg.get("layout") or []
         if layout:

@@ -39,8 +39,11 @@ class ProtocolError(Exception):
     """A peer's bytes break a rule of the protocol.
 
     ``frames`` holds what the decoder produced before the error in the same ``feed`` call,
-    so that raising never loses good frames.
+    so that raising never loses good frames. ``error_code`` is the numeric code a protocol
+    with error codes (quicx's MSG_ERROR) answers a ``reply`` error with; None otherwise.
     """
+
+    error_code: int | None = None
 
     def __init__(self, kind: ProtocolErrorKind, message: str, *, offset: int | None = None,
                  path: str | None = None, frames: list[Any] | None = None,
@@ -66,7 +69,7 @@ class ProtocolError(Exception):
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "requirement": self.requirement, "reaction": self.reaction,
-                "message": self.detail, "offset": self.offset, "path": self.path,
+                "error_code": self.error_code, "message": self.detail, "offset": self.offset, "path": self.path,
                 "violations": [v.as_dict() for v in self.violations]}
 
 

@@ -141,6 +141,6 @@ def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
 def error_kinds(raw: Mapping[str, Any]) -> Mapping[str, ProtocolErrorKind]:
     return frozen_map({
         k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
-                             reaction=v.get("reaction", "close"))
+                             reaction=v.get("reaction", "close"), error_code=v.get("error_code"))
         for k, v in (raw or {}).items()
     })

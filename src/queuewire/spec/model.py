@@ -105,6 +105,7 @@ class ProtocolErrorKind:
     doc: str
     requirement: str
     reaction: str  # close | reply | raise
+    error_code: str | None = None  # quicx: the error_codes entry a `reply` answers with
 
 
 @dataclass(frozen=True)
