@@ -20,8 +20,10 @@ quicx
     beside a plain-Python ``struct`` header splitter (header unpack and payload slice, no
     checks) on the same bytes.
 
-Throughput is frames per second over the best of ``--runs`` runs; ratios are ours over the
-baseline (higher is better, 1.0 is parity). ``--frames`` shrinks the streams for a quick run,
+Throughput is frames per second over the best of ``--runs`` runs (interleaved, timed on the
+process's CPU time unless ``--clock wall``); ratios are ours over the baseline (higher is
+better, 1.0 is parity). Streams are built, checked and frozen out of the garbage collector's
+reach before timing (see ``settle``). ``--frames`` shrinks the streams for a quick run,
 ``--json FILE`` writes the figures machine-readably. See benchmarks/README.md.
 """
 
@@ -509,11 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quicx-runs", type=int, default=None,
                     help="runs per quicx variant (default: min(--runs, 2); the quicx decoder "
                          "takes ~25 s per million frames)")
-    ap.add_argument("--seed", type=int, default=20261121)
+    ap.add_argument("--seed", type=int, default=20261121, help="stream generator seed")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                     help="time to rank runs by: process CPU time (default; discounts time spent "
                          "descheduled on a shared machine) or wall-clock time")
-    ap.add_argument("--skip-quicx", action="store_true")
+    ap.add_argument("--skip-quicx", action="store_true", help="bunqueue only")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args(argv)
     qx_runs = args.quicx_runs or min(args.runs, 2)

@@ -9,7 +9,6 @@ as data, with their requirement ids, and a framing error makes ``decode`` exit 1
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 from typing import Any
@@ -276,7 +275,7 @@ def _decode_bunqueue(prof: Any, data: bytes, chunk: int, reply_to: str | None) -
         nonlocal index
         for frame in frames:
             msg = frame.value
-            if "cmd" in msg or reply_to is None and "ok" not in msg:
+            if "cmd" in msg or (reply_to is None and "ok" not in msg):
                 kind, violations = "request", validator.request_violations(msg)
                 extra = validator.extra_fields(str(msg.get("cmd")), msg)
             else:

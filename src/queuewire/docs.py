@@ -9,8 +9,9 @@ never drift from ``spec/``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .spec import load_profile, profile_names
 

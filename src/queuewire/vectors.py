@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from .codecs.errors import ProtocolError
-from .codecs.validation import BunqueueValidator, jsonable as to_json
+from .codecs.validation import BunqueueValidator
+from .codecs.validation import jsonable as to_json
 from .spec import load_profile, profile_names, spec_dir
 from .spec.instances import minimal, resolve
 
@@ -275,7 +277,7 @@ def _stream_vectors(profile: Any, enc: FrameEncoder) -> list[dict]:
                 [{"createdAt": 1767225600000.0}]),
         _stream("bq.msgpackr.timestamp", "msgpackr writes Date as the timestamp extension.",
                 _frame(b"\xde\x00\x01\xa2at\xd6\xff\x69\x55\xb9\x00"),
-                [{"at": _dt.datetime.fromtimestamp(0x6955B900, _dt.timezone.utc)}]),
+                [{"at": _dt.datetime.fromtimestamp(0x6955B900, _dt.UTC)}]),
     ]
     return v
 

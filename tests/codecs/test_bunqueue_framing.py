@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
 
 from queuewire.codecs.bunqueue import (
     UNDEFINED,
@@ -206,82 +207,59 @@ def test_accepts_bytearray_and_memoryview_chunks():
 # =============================================================================================
 # Round trip of every command, request and reply
 # =============================================================================================
-def _resolve(node: Mapping, defs: Mapping) -> Mapping:
-    while isinstance(node.get("$ref"), str):
-        node = defs[node["$ref"].removeprefix("#/$defs/")]
-    return node
+SAFE = 2**53 - 1  # bunqueue numbers are JavaScript numbers (BQ-MSGPACK-7)
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | SAFE_INT | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=3),
-    max_leaves=6,
-)
+_JS_SCALAR = {"type": ["string", "boolean", "null"]}
+# "Any JSON value a JavaScript peer can hold", shallow enough to keep generation fast.
+JS_ANY = {"anyOf": [
+    {"type": "integer", "minimum": -SAFE, "maximum": SAFE},
+    {"type": "number", "minimum": -SAFE, "maximum": SAFE},
+    _JS_SCALAR,
+    {"type": "array", "items": _JS_SCALAR, "maxItems": 3},
+    {"type": "object", "additionalProperties": _JS_SCALAR, "maxProperties": 3},
+]}
+_TYPED = ("type", "const", "enum", "$ref", "anyOf", "oneOf", "allOf", "not")
 
 
-def schema_strategy(node: Mapping, defs: Mapping) -> st.SearchStrategy:
-    """Values valid under ``node``, for the subset of JSON Schema the spec uses. (Written here
-    because hypothesis-jsonschema 0.23 does not run on this hypothesis version.)"""
-    node = _resolve(node, defs)
-    if "const" in node:
-        return st.just(node["const"])
-    if "enum" in node:
-        return st.sampled_from(list(node["enum"]))
-    for key in ("anyOf", "oneOf"):
-        if key in node:
-            return st.one_of([schema_strategy(sub, defs) for sub in node[key]])
-    typ = node.get("type")
-    if isinstance(typ, list):
-        return st.one_of([schema_strategy({**node, "type": t}, defs) for t in typ])
-    if typ == "object":
-        props = node.get("properties") or {}
-        required = list(node.get("required") or ())
-        fixed = st.fixed_dictionaries(
-            {k: schema_strategy(props.get(k, {}), defs) for k in required},
-            optional={k: schema_strategy(v, defs) for k, v in props.items() if k not in required},
-        )
-        extra_schema = node.get("additionalProperties")
-        if isinstance(extra_schema, Mapping):
-            names = node.get("propertyNames") or {}
-            keys = (st.from_regex(names["pattern"], fullmatch=True) if "pattern" in names
-                    else st.text(max_size=6))
-            extra = st.dictionaries(keys.filter(lambda k: k not in props),
-                                    schema_strategy(extra_schema, defs), max_size=3)
-            return st.tuples(fixed, extra).map(lambda t: {**t[1], **t[0]})
-        return fixed
-    if typ == "array":
-        return st.lists(schema_strategy(node.get("items") or {}, defs),
-                        min_size=node.get("minItems", 0), max_size=3)
-    if typ == "string":
-        lo, hi = node.get("minLength", 0), node.get("maxLength")
-        if "pattern" in node:
-            return st.from_regex(node["pattern"], fullmatch=True).filter(
-                lambda s: lo <= len(s) <= (hi if hi is not None else len(s)))
-        return st.text(min_size=lo, max_size=max(lo, min(hi or 16, 16)))
-    lo = node.get("minimum", -(2**53 - 1))
-    hi = node.get("maximum", 2**53 - 1)
-    if typ == "integer":
-        return st.integers(lo, hi)
-    if typ == "number":
-        return st.integers(lo, hi) | st.floats(lo, hi, allow_nan=False, allow_infinity=False)
-    if typ == "boolean":
-        return st.booleans()
-    if typ == "null":
-        return st.none()
-    return JSON_VALUES
+def _js_numbers(node: Any, top: bool = True) -> Any:
+    """The schema as a strategy should see it: every number bounded to JavaScript's safe
+    integer range, every "any" value (untyped fields, open additionalProperties) drawn from
+    JS_ANY. Numbers beyond that range cannot cross the wire exactly (BQ-MSGPACK-7)."""
+    if isinstance(node, list):
+        return [_js_numbers(v, False) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in ("properties", "$defs"):
+            out[k] = {name: _js_numbers(sub, False) for name, sub in v.items()}
+        elif k in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            out[k] = _js_numbers(v, False)
+        else:
+            out[k] = v
+    types = out.get("type")
+    kinds = types if isinstance(types, list) else [types]
+    if "integer" in kinds or "number" in kinds:
+        out.setdefault("minimum", -SAFE)
+        out.setdefault("maximum", SAFE)
+    if "object" in kinds and "additionalProperties" not in out:
+        out["additionalProperties"] = JS_ANY
+    if not top and not any(k in out for k in _TYPED):
+        out.update(JS_ANY)
+    return out
 
 
 _STRATEGIES: dict[tuple[str, bool], st.SearchStrategy] = {}
 
 
 def message_strategy(cmd: str, reply: bool) -> st.SearchStrategy:
+    """Messages valid under the command's schema, drawn by hypothesis-jsonschema."""
     key = (cmd, reply)
     if key not in _STRATEGIES:
         command = MODEL.commands[cmd]
-        schema = command.response if reply else command.request
-        _STRATEGIES[key] = schema_strategy(schema, schema.get("$defs") or {})
+        _STRATEGIES[key] = from_schema(_js_numbers(command.response if reply
+                                                   else command.request))
     return _STRATEGIES[key]
 
 
@@ -323,7 +301,7 @@ def test_minimal_reply_round_trips_and_validates(cmd, bq_minimal):
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_requests_round_trip_and_validate(cmd, data):
     msg = data.draw(message_strategy(cmd, False), label="request")
@@ -333,7 +311,7 @@ def test_generated_requests_round_trip_and_validate(cmd, data):
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_replies_round_trip_and_validate(cmd, data):
     msg = data.draw(message_strategy(cmd, True), label="reply")

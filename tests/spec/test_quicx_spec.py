@@ -201,7 +201,8 @@ def test_profile_differences_are_the_notes_rows():
     assert v103.message("MSG_WAIT").code == v1.message("MSG_WAIT").code  # reserved, not reused
     assert v103.max_payload_bytes < v1.max_payload_bytes
     assert v1.version == v103.version and v1.accepted_versions == v103.accepted_versions
-    reason = lambda s: next(f for f in s.message("MSG_FAILED").layout if f.id == "reason")
+    def reason(s):
+        return next(f for f in s.message("MSG_FAILED").layout if f.id == "reason")
     assert reason(v1).max_bytes is None and reason(v103).max_bytes is not None
     assert v103.error_replies["reserved_type"] == v103.error_code("UNKNOWN_TASK_TYPE")
 

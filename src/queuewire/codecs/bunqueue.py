@@ -198,7 +198,7 @@ class FrameDecoder:
                 payload = view[start:end]
                 try:
                     value = decode(payload)
-                except Exception as exc:  # classified below; never escapes untyped
+                except Exception as exc:  # noqa: BLE001 - classified below; never escapes untyped
                     at = self._base + start
                     pos = end  # the frame boundary is intact: consume it
                     self._payload_error(exc, payload, at, out, buf, pos)

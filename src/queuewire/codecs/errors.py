@@ -69,8 +69,8 @@ class ProtocolError(Exception):
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "requirement": self.requirement, "reaction": self.reaction,
-                "error_code": self.error_code, "message": self.detail, "offset": self.offset, "path": self.path,
-                "violations": [v.as_dict() for v in self.violations]}
+                "error_code": self.error_code, "message": self.detail, "offset": self.offset,
+                "path": self.path, "violations": [v.as_dict() for v in self.violations]}
 
 
 class FramingError(ProtocolError):

@@ -13,7 +13,14 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ._load import SpecError, load_protocol_tree, merge_patch, read_yaml, spec_dir, substitute_limits
+from ._load import (
+    SpecError,
+    load_protocol_tree,
+    merge_patch,
+    read_yaml,
+    spec_dir,
+    substitute_limits,
+)
 from .model import (
     LEVELS,
     Limit,
@@ -33,7 +40,7 @@ __all__ = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _profiles_file() -> dict:
     return read_yaml(spec_dir() / "profiles.yaml")
 
@@ -51,7 +58,7 @@ def default_profile(protocol: str) -> str:
         raise SpecError(f"unknown protocol {protocol!r}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sources() -> Mapping[str, Source]:
     raw = read_yaml(spec_dir() / "sources.yaml")["sources"]
     return frozen_map({
@@ -100,7 +107,7 @@ def raw_tree(name: str) -> dict:
     return tree
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_profile(name: str) -> Profile:
     """Load a profile by name (``bunqueue/v2``, ``quicx/v1``, ``quicx/1.0.3``); cached."""
     entry = _profiles_file()["profiles"].get(name)

@@ -10,8 +10,9 @@ compiled once by a fast validator. The error reply is shared by all commands.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import error_kinds, state_machine
 from ._load import SpecError, walk

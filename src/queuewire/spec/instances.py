@@ -8,7 +8,8 @@ result is deterministic, so generated files are stable across runs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def resolve(schema: Mapping, node: Any) -> Any:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 
