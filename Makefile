@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Real JavaScript peers for the interop tests (msgpackr, as bunqueue uses it).
+NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
 .PHONY: all setup run test docs bench lint clean vectors
 
@@ -14,7 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,bench,lint]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd tests/interop && npm ci --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "npm not found: the interop tests will be skipped"; \
+	fi
+
+setup: $(STAMP) $(NODE_PEERS)
 
 run: $(STAMP)
 	$(BIN)/queuewire spec lint
@@ -23,7 +32,7 @@ run: $(STAMP)
 	$(BIN)/queuewire spec list --profile quicx/1.0.3
 	$(BIN)/queuewire vectors check
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_PEERS)
 	$(BIN)/queuewire spec lint
 	$(BIN)/queuewire vectors check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -42,4 +51,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache
+	rm -rf $(VENV) docs/_build .pytest_cache tests/interop/node_modules

@@ -48,8 +48,12 @@ def from_json(value: Any) -> Any:
     return value
 
 
+_ENCODER: list[FrameEncoder] = []
+
+
 def _frame(payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + payload
+    """A frame around ``payload``, with the prefix the profile's framing declares."""
+    return _ENCODER[0].prefix(len(payload)) + payload
 
 
 # -- bunqueue generation ----------------------------------------------------------------------
@@ -214,6 +218,7 @@ def _stream_vectors(profile: Any, enc: FrameEncoder) -> list[dict]:
     push = enc.payload({"cmd": "PUSH", "queue": "emails", "data": {"to": "a@b.com"}})
     undef_type, undef_data = spec.undefined_ext
     undef = bytes([0xD4, undef_type & 0xFF]) + undef_data
+    at = len(enc.prefix(0))  # offset of the first frame's payload
     v = [
         _stream("bq.stream.three-frames", "Three frames back to back.",
                 _frame(ping) + _frame(push) + _frame(ping),
@@ -221,10 +226,10 @@ def _stream_vectors(profile: Any, enc: FrameEncoder) -> list[dict]:
                  {"cmd": "PUSH", "queue": "emails", "data": {"to": "a@b.com"}},
                  {"cmd": "Ping", "reqId": "1"}]),
         _stream("bq.stream.len-at-max", "A prefix declaring exactly max_frame_bytes is legal; "
-                "the frame is incomplete, not an error.", maxf.to_bytes(4, "big"), [], None,
+                "the frame is incomplete, not an error.", enc.prefix(maxf), [], None,
                 eof=False),
         _stream("bq.stream.len-max+1", "A prefix declaring max_frame_bytes + 1 is refused "
-                "before any payload.", (maxf + 1).to_bytes(4, "big"), [],
+                "before any payload.", enc.prefix(maxf + 1), [],
                 ("frame_too_large", rid["frame_too_large"], 0)),
         _stream("bq.stream.len-4GiB", "A 4 GiB claim costs nothing.", b"\xff\xff\xff\xff", [],
                 ("frame_too_large", rid["frame_too_large"], 0)),
@@ -232,39 +237,39 @@ def _stream_vectors(profile: Any, enc: FrameEncoder) -> list[dict]:
                 b"\x00\x00", [], ("truncated_frame", rid["truncated_frame"], 0)),
         _stream("bq.stream.truncated-payload", "The stream ends inside a payload, after a "
                 "good frame.", _frame(ping) + _frame(push)[:-3], [{"cmd": "Ping", "reqId": "1"}],
-                ("truncated_frame", rid["truncated_frame"], 4 + len(ping))),
+                ("truncated_frame", rid["truncated_frame"], len(_frame(ping)))),
         _stream("bq.stream.empty-payload", "A zero-length payload.", _frame(b""), [],
-                ("empty_frame", rid["empty_frame"], 4)),
+                ("empty_frame", rid["empty_frame"], at)),
         _stream("bq.stream.trailing-bytes", "Bytes after the object inside a frame.",
                 _frame(ping + b"\x00"), [], ("trailing_bytes", rid["trailing_bytes"],
-                                             4 + len(ping))),
+                                             len(_frame(ping)))),
         _stream("bq.stream.not-a-map", "The payload is an integer.", _frame(b"\x01"), [],
-                ("not_a_map", rid["not_a_map"], 4)),
+                ("not_a_map", rid["not_a_map"], at)),
         _stream("bq.stream.array32-claim", "An array32 claiming 2^32-1 items in 5 bytes.",
                 _frame(b"\xdd\xff\xff\xff\xff"), [],
-                ("container_too_large", rid["container_too_large"], 4)),
+                ("container_too_large", rid["container_too_large"], at)),
         _stream("bq.stream.str32-claim", "A str32 claiming 4 GiB as a map value.",
                 _frame(b"\x81\xa1a\xdb\xff\xff\xff\xff"), [],
-                ("container_too_large", rid["container_too_large"], 4)),
+                ("container_too_large", rid["container_too_large"], at)),
         _stream("bq.stream.map32-claim", "A map32 claiming 2^32-1 entries.",
                 _frame(b"\xdf\xff\xff\xff\xff"), [],
-                ("container_too_large", rid["container_too_large"], 4)),
+                ("container_too_large", rid["container_too_large"], at)),
         _stream("bq.stream.invalid-utf8", "A str that is not UTF-8.",
-                _frame(b"\x81\xa3cmd\xa2\xff\xfe"), [], ("invalid_utf8", rid["invalid_utf8"], 4)),
+                _frame(b"\x81\xa3cmd\xa2\xff\xfe"), [], ("invalid_utf8", rid["invalid_utf8"], at)),
         _stream("bq.stream.depth-at-max", f"Containers nested exactly {depth} deep.",
                 _frame(_nest(depth)), [_nested_value(depth)]),
         _stream("bq.stream.depth-max+1", f"Containers nested {depth + 1} deep.",
-                _frame(_nest(depth + 1)), [], ("too_deep", rid["too_deep"], 4)),
+                _frame(_nest(depth + 1)), [], ("too_deep", rid["too_deep"], at)),
         _stream("bq.stream.depth-10000", "10,000 nested arrays: refused, no stack overflow.",
-                _frame(b"\x91" * 10000 + b"\x00"), [], ("too_deep", rid["too_deep"], 4)),
+                _frame(b"\x91" * 10000 + b"\x00"), [], ("too_deep", rid["too_deep"], at)),
         _stream("bq.stream.unknown-ext", "An extension type that is not documented.",
                 _frame(b"\x81\xa1a\xd4\x05\x00"), [],
-                ("unknown_extension", rid["unknown_extension"], 4)),
+                ("unknown_extension", rid["unknown_extension"], at)),
         _stream("bq.stream.map-key-map", "A map used as a map key.",
-                _frame(b"\x81\x81\xa1a\x01\x02"), [], ("invalid_map_key", rid["invalid_map_key"], 4)),
+                _frame(b"\x81\x81\xa1a\x01\x02"), [], ("invalid_map_key", rid["invalid_map_key"], at)),
         _stream("bq.stream.reply-error-then-continue", "A bad payload consumes only its frame; "
                 "the next frame decodes.", _frame(b"\xc1") + _frame(ping), [],
-                ("invalid_msgpack", rid["invalid_msgpack"], 4)),
+                ("invalid_msgpack", rid["invalid_msgpack"], at)),
         # msgpackr's own encodings (document 001's reference encoder), decode-only
         _stream("bq.msgpackr.map16", "msgpackr writes every object as map16.",
                 _frame(b"\xde\x00\x02\xa3cmd\xa4Ping\xa5reqId\xa11"),
@@ -292,6 +297,7 @@ def _nested_value(depth: int) -> Any:
 def bunqueue_vectors(name: str) -> dict:
     profile = load_profile(name)
     enc = FrameEncoder(profile)
+    _ENCODER[:] = [enc]
     validator = BunqueueValidator(profile)
     vectors = (_command_vectors(profile, enc) + _limit_vectors(profile, validator, enc)
                + _stream_vectors(profile, enc))

@@ -33,8 +33,6 @@ import msgspec
 from ..spec import Profile, load_profile
 from .errors import EncodeError, FramingError, PayloadError, ProtocolError
 
-PREFIX = struct.Struct(">I")  # the spec's len_payload: u4be (BQ-FRAME-1)
-PREFIX_SIZE = PREFIX.size
 
 # MessagePack container markers: fixmap 0x80-0x8f, fixarray 0x90-0x9f, array16/32, map16/32.
 # A payload with at most `depth` of these bytes cannot nest deeper than `depth`;
@@ -122,9 +120,10 @@ class FrameDecoder:
             raise _UnknownExtension(code, len(data))
 
         self._decode = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
+        self._prefix = struct.Struct(spec.len_format)  # len_payload (BQ-FRAME-1)
         self._chunks: list[bytes] = []
         self._have = 0          # bytes buffered in _chunks
-        self._need = PREFIX_SIZE  # bytes needed before the next frame can be read
+        self._need = self._prefix.size  # bytes needed before the next frame can be read
         self._base = 0          # stream offset of the first buffered byte
         self._dead: ProtocolError | None = None
 
@@ -178,20 +177,21 @@ class FrameDecoder:
         n = len(buf)
         out: list[Any] = []
         append = out.append
-        unpack_from = PREFIX.unpack_from
+        unpack_from = self._prefix.unpack_from
+        prefix_size = self._prefix.size
         decode = self._decode
         max_len = self.max_frame_bytes
         max_depth = self.max_depth
         pos = 0
         view = memoryview(buf)
         try:
-            while n - pos >= PREFIX_SIZE:
+            while n - pos >= prefix_size:
                 (length,) = unpack_from(buf, pos)
                 if length > max_len:
                     self._fail(FramingError, "frame_too_large",
                                f"frame declares {length} bytes, more than max_frame_bytes "
                                f"{max_len}", self._base + pos, out)
-                start = pos + PREFIX_SIZE
+                start = pos + prefix_size
                 end = start + length
                 if end > n:
                     break
@@ -235,10 +235,8 @@ class FrameDecoder:
         self._base += pos
         self._chunks = [tail] if tail else []
         self._have = len(tail)
-        if len(tail) >= PREFIX_SIZE:
-            self._need = PREFIX_SIZE + PREFIX.unpack_from(tail)[0]
-        else:
-            self._need = PREFIX_SIZE
+        size = self._prefix.size
+        self._need = size + self._prefix.unpack_from(tail)[0] if len(tail) >= size else size
 
     def _payload_error(self, exc: Exception, payload: memoryview, start: int, out: list,
                        buf: Any, pos: int) -> None:
@@ -274,8 +272,6 @@ class FrameDecoder:
 
 
 # -- encoding ---------------------------------------------------------------------------------
-_INT32_MIN, _UINT32_MAX = -(2**31), 2**32 - 1
-_SAFE_INT = 2**53 - 1
 
 
 class FrameEncoder:
@@ -295,6 +291,9 @@ class FrameEncoder:
             raise TypeError(f"cannot encode {type(obj).__name__}")
 
         self._encode = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode
+        self._prefix = struct.Struct(spec.len_format)
+        self._int_min, self._int_max = spec.int_range
+        self._safe = spec.safe_integer
 
     def payload(self, obj: Any) -> bytes:
         """The MessagePack payload of ``obj`` (no length prefix)."""
@@ -308,20 +307,24 @@ class FrameEncoder:
             data = self._encode(self._floatify(obj))
         return data
 
+    def prefix(self, length: int) -> bytes:
+        """The length prefix of a payload of ``length`` bytes (for hand-built frames)."""
+        return self._prefix.pack(length)
+
     def encode(self, obj: Any) -> bytes:
-        """One frame: the u32 big-endian length and the payload."""
+        """One frame: the length prefix and the payload."""
         data = self.payload(obj)
         if len(data) > self.max_frame_bytes:
             raise EncodeError(self._errors["encode_error"],
                               f"payload of {len(data)} bytes exceeds max_frame_bytes "
                               f"{self.max_frame_bytes}")
-        return PREFIX.pack(len(data)) + data
+        return self._prefix.pack(len(data)) + data
 
     def _floatify(self, obj: Any) -> Any:
         if type(obj) is int:
-            if _INT32_MIN <= obj <= _UINT32_MAX:
+            if self._int_min <= obj <= self._int_max:
                 return obj
-            if -_SAFE_INT <= obj <= _SAFE_INT:
+            if -self._safe <= obj <= self._safe:
                 return float(obj)
             raise EncodeError(self._errors["encode_error"],
                               f"integer {obj} is beyond float64's exact range (BQ-MSGPACK-7)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import error_kinds, state_machine
 from ._load import SpecError, walk
-from .model import Profile, ProtocolErrorKind, StateMachine, frozen_map
+from .model import STRUCT_FORMATS, Profile, ProtocolErrorKind, StateMachine, frozen_map
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFS_PREFIX = "#/$defs/"
@@ -55,7 +55,10 @@ class BunqueueSpec:
     job_lifecycle: StateMachine
     connection_lifecycle: StateMachine
     max_frame_bytes: int
+    len_format: str  # struct format of the length prefix (framing.fields.len_payload)
     max_nesting_depth: int
+    int_range: tuple[int, int]  # integers msgpackr writes as integers; others as float64
+    safe_integer: int  # largest integer a float64 holds exactly
     undefined_ext: tuple[int, bytes]
     timestamp_ext: int
     defaults: Mapping[str, Any]  # client_defaults and worker_defaults values by name
@@ -109,6 +112,15 @@ def complete_schema(own: Mapping | None, envelope: Mapping, required: list[str],
     return schema
 
 
+def _len_format(framing: Mapping) -> str:
+    """The struct format of the frame's length field, from its declared type."""
+    field = next((f for f in framing.get("fields", ()) if str(f.get("id", "")).startswith("len_")),
+                 None)
+    if field is None or field.get("type") not in STRUCT_FORMATS:
+        raise SpecError("framing needs a len_* field of an integer type", path="framing.fields")
+    return STRUCT_FORMATS[field["type"]]
+
+
 def build(profile: Profile) -> BunqueueSpec:
     tree = profile.tree
     env = tree["envelope"]
@@ -136,6 +148,7 @@ def build(profile: Profile) -> BunqueueSpec:
         )
     error_reply = dict(copy.deepcopy(env["error_reply"]), **{"$schema": DIALECT})
     ext = tree["msgpack"]["extensions"]
+    numbers = tree["msgpack"]["numbers"]
     defaults = {}
     for group in ("client_defaults", "worker_defaults"):
         for key, item in (tree.get(group) or {}).items():
@@ -156,7 +169,10 @@ def build(profile: Profile) -> BunqueueSpec:
         job_lifecycle=state_machine("job_lifecycle", tree.get("job_lifecycle") or {}),
         connection_lifecycle=state_machine("connection_lifecycle", tree.get("connection_lifecycle") or {}),
         max_frame_bytes=int(limits["max_frame_bytes"].value),
+        len_format=_len_format(tree["framing"]),
         max_nesting_depth=int(limits["max_nesting_depth"].value),
+        int_range=(int(numbers["int_min"]), int(numbers["uint_max"])),
+        safe_integer=int(numbers["safe_integer"]),
         undefined_ext=(int(ext["undefined"]["type"]), bytes.fromhex(ext["undefined"]["data_hex"])),
         timestamp_ext=int(ext["timestamp"]["type"]),
         defaults=frozen_map(defaults),

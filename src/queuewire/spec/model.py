@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+# Kaitai Struct integer type names, as the spec's layouts use them, to struct formats. This
+# maps a notation to Python; the spec says which type each field has.
+STRUCT_FORMATS = {"u1": "B", "u2be": ">H", "u4be": ">I", "u8be": ">Q",
+                  "s1": "b", "s2be": ">h", "s4be": ">i", "s8be": ">q"}
+
 Level = Literal["MUST", "SHOULD", "MAY"]
 LEVELS: tuple[Level, ...] = ("MUST", "SHOULD", "MAY")
 
