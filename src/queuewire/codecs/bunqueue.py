@@ -33,7 +33,6 @@ import msgspec
 from ..spec import Profile, load_profile
 from .errors import EncodeError, FramingError, PayloadError, ProtocolError
 
-
 # MessagePack container markers: fixmap 0x80-0x8f, fixarray 0x90-0x9f, array16/32, map16/32.
 # A payload with at most `depth` of these bytes cannot nest deeper than `depth`;
 # translate(None, _NOT_CONTAINER) deletes every other byte, leaving just the candidates.
