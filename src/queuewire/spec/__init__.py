@@ -35,7 +35,7 @@ from .model import (
 
 __all__ = [
     "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
-    "StateMachine", "Transition", "default_profile", "load_profile", "profile_names", "sources",
+    "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile", "profile_names", "sources",
     "spec_dir",
 ]
 
@@ -132,6 +132,13 @@ def load_profile(name: str) -> Profile:
     )
     object.__setattr__(profile, "model", builder.build(profile))
     return profile
+
+
+def clear_cache() -> None:
+    """Forget loaded profiles (after pointing $QUEUEWIRE_SPEC_DIR elsewhere, as tests do)."""
+    _profiles_file.cache_clear()
+    sources.cache_clear()
+    load_profile.cache_clear()
 
 
 def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:

@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from . import LEVELS, SpecError, load_profile, profile_names, sources, spec_dir
+from . import LEVELS, SpecError, load_profile, profile_names, raw_tree, sources, spec_dir
 from ._load import walk
 
 DOC_KEYS = ("doc", "description")
@@ -184,8 +184,17 @@ def _check_codes(profile: Any) -> Iterable[LintIssue]:
 
 def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
     """Every issue in the named profiles (all profiles by default)."""
+    _SOURCE_TEXT.clear()
     issues: list[LintIssue] = []
     for name in names or profile_names():
+        try:  # plain JSON first: a YAML date or tag would otherwise fail the build obscurely
+            plain = list(_check_plain_json(name, raw_tree(name)))
+        except SpecError as exc:
+            issues.append(LintIssue(name, exc.path or exc.file or "<load>", exc.message))
+            continue
+        if plain:
+            issues.extend(plain)
+            continue
         try:
             profile = load_profile(name)
         except SpecError as exc:
@@ -194,9 +203,7 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         except (KeyError, TypeError, ValueError) as exc:
             issues.append(LintIssue(name, "<load>", f"spec cannot be built: {exc!r}"))
             continue
-        tree = profile.tree
-        issues.extend(_check_plain_json(name, tree))
-        issues.extend(_check_docs(name, tree))
+        issues.extend(_check_docs(name, profile.tree))
         issues.extend(_check_requirements(profile))
         issues.extend(_check_schemas(profile))
         issues.extend(_check_codes(profile))

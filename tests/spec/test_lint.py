@@ -1,0 +1,132 @@
+"""``spec lint`` catches each class of defect it promises to catch.
+
+Each test copies spec/ to a temporary directory, breaks one thing, points the loader at the
+copy and checks that lint names the defect (and that the pristine copy is clean).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from queuewire.spec import clear_cache, spec_dir
+from queuewire.spec.lint import lint
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+
+
+@pytest.fixture
+def spec_copy(tmp_path, monkeypatch):
+    root = tmp_path / "spec"
+    shutil.copytree(spec_dir(), root)
+    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
+    if SHARED.is_dir():
+        monkeypatch.setenv("QUEUEWIRE_SOURCES_DIR", str(SHARED))
+    clear_cache()
+    yield root
+    monkeypatch.undo()
+    clear_cache()
+
+
+def edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, count))
+
+
+def messages(profile: str | None = None) -> list[str]:
+    return [str(i) for i in lint([profile] if profile else None)]
+
+
+def test_pristine_copy_is_clean(spec_copy):
+    assert messages() == []
+
+
+def test_field_without_description(spec_copy):
+    edit(spec_copy / "bunqueue/commands/core.yaml", "description: Job payload",
+         "title: Job payload")
+    assert any("field without description" in m and "PUSH" in m for m in messages("bunqueue/v2"))
+
+
+def test_definition_without_doc(spec_copy):
+    edit(spec_copy / "bunqueue/protocol.yaml",
+         "    description: Processing timeout in ms.\n", "")
+    assert any("definitions.Timeout: no doc line" in m for m in messages("bunqueue/v2"))
+
+
+def test_layout_field_without_doc(spec_copy):
+    path = spec_copy / "quicx/protocol.yaml"
+    text = path.read_text()
+    new = re.sub(r"(- id: task_id\n(\s+)type: u4be\n)\s+doc: [^\n]*\n", r"\1", text, count=1)
+    assert new != text
+    path.write_text(new)
+    assert any("field without doc" in m for m in messages("quicx/v1"))
+
+
+def test_undefined_requirement(spec_copy):
+    edit(spec_copy / "bunqueue/protocol.yaml", "x-requirement: BQ-LIMIT-6",
+         "x-requirement: BQ-LIMIT-999")
+    assert any("cites undefined requirement BQ-LIMIT-999" in m for m in messages("bunqueue/v2"))
+
+
+def test_requirement_without_quote_is_uncited(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "    quote: Token comparison uses constant-time algorithm to prevent timing attacks.\n",
+         "")
+    assert any("BQ-AUTH-4" in m and "uncited" in m for m in messages("bunqueue/v2"))
+
+
+def test_requirement_with_unknown_section(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "source: {doc: \"000\", section: Authentication}",
+         "source: {doc: \"000\", section: Nowhere}")
+    assert any("BQ-AUTH-4" in m and "section 'Nowhere'" in m for m in messages("bunqueue/v2"))
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the source documents (../shared) are absent")
+def test_quote_not_in_source(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "quote: Token comparison uses constant-time algorithm to prevent timing attacks.",
+         "quote: Tokens are compared however the server likes.")
+    assert any("BQ-AUTH-4" in m and "quote not found" in m for m in messages("bunqueue/v2"))
+
+
+def test_bad_level(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml", "  BQ-AUTH-4:\n    level: MUST",
+         "  BQ-AUTH-4:\n    level: OUGHT")
+    assert any("BQ-AUTH-4" in m and "level 'OUGHT'" in m for m in messages("bunqueue/v2"))
+
+
+def test_invalid_schema(spec_copy):
+    edit(spec_copy / "bunqueue/protocol.yaml", "  Timestamp:\n    type: number",
+         "  Timestamp:\n    type: numeral")
+    found = messages("bunqueue/v2")
+    assert any("invalid JSON Schema" in m for m in found), found
+
+
+def test_unknown_limit(spec_copy):
+    edit(spec_copy / "bunqueue/protocol.yaml", "{$limit: priority.max}", "{$limit: priority.top}")
+    assert any("unknown $limit 'priority.top'" in m for m in messages("bunqueue/v2"))
+
+
+def test_opcode_collision_in_overlay(spec_copy):
+    edit(spec_copy / "overlays/quicx-1.0.3.yaml", "code: 0x07", "code: 0x01")
+    found = messages("quicx/1.0.3")
+    assert any("MSG_SUBMIT" in m and "MSG_TASK" in m and ("0x01" in m or "collides" in m)
+               for m in found), found
+    assert messages("quicx/v1") == []  # the base profile is untouched
+
+
+def test_non_json_value(spec_copy):
+    edit(spec_copy / "bunqueue/protocol.yaml", "default_port: 6789", "default_port: 2026-11-21")
+    assert any("is not JSON data" in m for m in messages("bunqueue/v2"))
+
+
+def test_duplicate_command_across_files(spec_copy):
+    core = (spec_copy / "bunqueue/commands/core.yaml").read_text()
+    start = core.index("  PUSH:")
+    (spec_copy / "bunqueue/commands/extra.yaml").write_text("commands:\n" + core[start:])
+    assert any("defined twice" in m for m in messages("bunqueue/v2"))
