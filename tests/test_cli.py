@@ -44,13 +44,13 @@ def test_spec_list_quicx_shows_the_profiles_opcodes(run, profile):
     messages = load_profile(profile).tree["messages"]
     assert f"{profile}: 12 message types" in out
     for name in ("MSG_TASK", "MSG_DONE", "MSG_FAILED"):
-        line = next(l for l in out.splitlines() if f" {name} " in l)
+        line = next(row for row in out.splitlines() if f" {name} " in row)
         assert f"0x{messages[name]['code']:02X}" in line
 
 
 def test_1_0_3_renumbers_task_done_failed(run):
     def code(out: str, name: str) -> str:
-        return next(l for l in out.splitlines() if f" {name} " in l).split("│")[1].strip()
+        return next(row for row in out.splitlines() if f" {name} " in row).split("│")[1].strip()
     v1 = run("spec", "list", "--profile", "quicx/v1").output
     v103 = run("spec", "list", "--profile", "quicx/1.0.3").output
     assert (code(v1, "MSG_TASK"), code(v1, "MSG_DONE"), code(v1, "MSG_FAILED")) == \
@@ -93,7 +93,7 @@ def test_spec_export_json(run, tmp_path):
 
 
 def lines(output: str) -> list[dict]:
-    return [json.loads(l) for l in output.splitlines() if l.strip()]
+    return [json.loads(row) for row in output.splitlines() if row.strip()]
 
 
 def test_decode_bunqueue_reports_verdicts_and_framing_error(run, tmp_path):

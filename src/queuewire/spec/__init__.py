@@ -35,8 +35,8 @@ from .model import (
 
 __all__ = [
     "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
-    "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile", "profile_names", "sources",
-    "spec_dir",
+    "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile",
+    "profile_names", "raw_tree", "sources", "spec_dir",
 ]
 
 
