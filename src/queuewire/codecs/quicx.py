@@ -7,23 +7,48 @@ from its header (or, where the profile allows it, buffered only as its bytes act
 nothing is allocated ahead). The header checks run in a fixed order: version, opcode known to
 the profile, opcode not reserved and carried on TCP, direction allowed for the receiver's role,
 length within ``max_payload_bytes``, the zero-length rule and the layout's size. The payload
-is then walked field by field along the spec's layout to find the exact byte at fault (a
-length field pointing past the frame, a field over its ``max-size`` limit, invalid text), and
-decoded by the ``construct`` Struct the spec compiled from the same layout. Every error is a
-:class:`ProtocolError` subclass that names the spec's error kind, requirement and reaction,
-the absolute stream offset and, for ``reply``, the MSG_ERROR code to answer with. After a
-``reply`` error the rest of the offending frame is skipped (without buffering) and decoding
-resumes with the next ``feed`` (``feed(b"")`` resumes on buffered bytes); after a ``close``
-error the decoder stays failed. Frames decoded before an error in the same call ride on the
-exception's ``frames``. Reactions are the daemon's: a producer, worker or monitor cannot answer
-MSG_ERROR, so a client-side decoder reacts as ``semantics.client_error_reaction`` says.
-Opcodes, sizes, limits and error codes all come from the profile.
+is then walked field by field along the spec's layout, which finds the exact byte at fault (a
+length field pointing past the frame, a field over its ``max-size`` limit, invalid text) and
+yields the field values in the same pass. Every error is a :class:`ProtocolError` subclass
+that names the spec's error kind, requirement and reaction, the absolute stream offset and,
+for ``reply``, the MSG_ERROR code to answer with. After a ``reply`` error the rest of the
+offending frame is skipped (without buffering) and decoding resumes with the next ``feed``
+(``feed(b"")`` resumes on buffered bytes); after a ``close`` error the decoder stays failed.
+Frames decoded before an error in the same call ride on the exception's ``frames``. Reactions
+are the daemon's: a producer, worker or monitor cannot answer MSG_ERROR, so a client-side
+decoder reacts as ``semantics.client_error_reaction`` says. Opcodes, sizes, limits and error
+codes all come from the profile.
+
+Fast path. Everything the checks and the layouts determine is worked out once per decoder,
+from the profile, so that a frame costs one header unpack, one dict lookup, a range check and
+its layout's field checks:
+
+* the header is read with a ``struct.Struct`` whose format is derived from the header's field
+  types (:func:`~queuewire.spec.quicx.struct_format`: ``u1 u1 u4be`` -> ``>BBL``);
+* every opcode that passes the opcode checks for this receiver (known, not reserved, on TCP,
+  direction allowed) gets a plan with the range of lengths the length checks accept (the
+  payload cap, the zero-length rule, the fixed or minimum size). A header whose version is
+  accepted, whose opcode has a plan and whose length is in range is valid; any other header
+  goes through the ordered checks above, which name the first rule it breaks;
+* each layout becomes a decoding plan: its leading integer fields are one ``struct`` unpack
+  (format derived from the field types), its variable fields are slices sized by those
+  integers, a fixed size or the end of the frame, with the size, ``max-size`` and text checks
+  of the walk. An empty layout decodes to ``{}`` without any parsing. A layout the plan
+  cannot express (an integer after a variable field) falls back to the full walk followed by
+  the layout's ``construct`` Struct (``MessageType.struct``, compiled from the same fields
+  and used by the encoder);
+* each ``feed`` decodes straight from the bytes it was given (joined to the buffered tail of
+  the previous call, if any); only the incomplete tail (at most one frame) is kept, and a
+  frame still incomplete is not looked at again until its last byte has arrived.
+  :class:`Message` is a slotted frozen value, filled in without the dataclass ``__init__``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import operator
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +56,7 @@ from construct import ConstructError
 
 from ..spec import Profile, load_profile
 from ..spec.model import ProtocolErrorKind
-from ..spec.quicx import DAEMON, LayoutField, MessageType, QuicxSpec
+from ..spec.quicx import DAEMON, LayoutField, MessageType, QuicxSpec, struct_format
 from .errors import EncodeError, FramingError, MessageError, PayloadError, ProtocolError
 
 __all__ = [
@@ -51,7 +76,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------- values
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Message:
     """One decoded frame: message name and opcode, decoded fields, the frame's bytes (header
     included) and the absolute offset of its first byte in the stream."""
@@ -65,6 +90,18 @@ class Message:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view: ``{type, code, fields}`` with bytes as lowercase hex."""
         return {"type": self.name, "code": self.code, "fields": to_json(self.fields)}
+
+
+def _slot_setters() -> tuple[Callable[[Message, Any], None], ...]:
+    """The slot setters of :class:`Message` (name, code, fields, raw, offset), with which the
+    decoder's hot loop fills ``object.__new__(Message)`` directly instead of calling the frozen
+    dataclass ``__init__`` (one ``object.__setattr__`` per field, about twice the cost). The
+    result is the same frozen value."""
+    slot = {f.name: Message.__dict__[f.name].__set__ for f in dataclasses.fields(Message)}
+    return tuple(slot[k] for k in ("name", "code", "fields", "raw", "offset"))
+
+
+_SLOTS = _slot_setters()
 
 
 def to_json(fields: dict[str, Any]) -> dict[str, Any]:
@@ -133,13 +170,130 @@ def allowed(profile: Profile | str, name: str, sender: str | None = None,
 
 # ---------------------------------------------------------------------------------- decoder
 
-@dataclass
-class _Header:
-    offset: int
-    version: int
-    msg_type: int
-    length: int
-    message: MessageType
+class _Fault(Exception):
+    """A payload rule broken inside a decoding plan; the decoder turns it into a
+    :class:`QuicxPayloadError` with its own reaction (plans know no receiver role)."""
+
+    def __init__(self, kind: str, detail: str, offset: int):
+        self.kind, self.detail, self.offset = kind, detail, offset
+
+
+#: A decoding plan: ``plan(data, start, end, offset)`` returns the fields of the payload
+#: ``data[start:end]`` (its header already checked), whose first byte is at stream ``offset``.
+_Plan = Callable[[bytes, int, int, int], dict[str, Any]]
+
+
+def _plan(msg: MessageType) -> _Plan | None:
+    """The decoding plan of ``msg``'s layout (see the module docstring); None for an empty
+    layout, whose fields are ``{}``."""
+    name, layout = msg.name, msg.layout
+    if not layout:
+        return None
+    n_ints = 0
+    while n_ints < len(layout) and layout[n_ints].is_int:
+        n_ints += 1
+    prefix, blobs = layout[:n_ints], layout[n_ints:]
+    if any(f.is_int for f in blobs):
+        return _walk_plan(msg)
+    ids = tuple(f.id for f in prefix)
+    head = struct.Struct(struct_format(prefix))
+    unpack, width = head.unpack_from, head.size  # the header checked length >= min_size
+
+    if not blobs:  # integers only: one unpack (the header checked the size)
+        if len(ids) == 1:
+            (only,) = ids
+
+            def one_int(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
+                return {only: unpack(data, start)[0]}
+            return one_int
+
+        def ints(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
+            return dict(zip(ids, unpack(data, start)))
+        return ints
+
+    # variable fields: (id, eos, fixed size, index of the sizing integer, where that integer
+    # sits, max bytes, encoding, error kinds, label), in layout order
+    steps = []
+    for f in blobs:
+        ref = ids.index(f.size) if isinstance(f.size, str) else None
+        steps.append((
+            f.id, f.size_eos, f.size if isinstance(f.size, int) else None, ref,
+            msg.offsets.get(f.size, 0) if isinstance(f.size, str) else 0,  # type: ignore[arg-type]
+            f.max_bytes, f.encoding if f.type == "str" else None,
+            f.errors.get("size", "payload_size"), f.errors.get("max-size", "field_too_long"),
+            f.errors.get("encoding", "invalid_text"), f"{name}.{f.id}",
+        ))
+    steps_t = tuple(steps)
+    first = ids[0] if len(ids) == 1 else None
+
+    def variable(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
+        values = unpack(data, start) if width else ()
+        fields = {first: values[0]} if first is not None else dict(zip(ids, values))
+        pos = start + width
+        for fid, eos, fixed, ref, ref_at, max_bytes, enc, k_size, k_max, k_enc, label in steps_t:
+            left = end - pos
+            if eos:
+                n = left
+            else:
+                n = fixed if ref is None else values[ref]
+                if n > left:
+                    raise _Fault(k_size, f"{label} claims {n} bytes, {left} remain in the frame",
+                                 offset + ref_at)
+            if max_bytes is not None and n > max_bytes:
+                raise _Fault(k_max, f"{label} is {n} bytes, more than {max_bytes}",
+                             offset + pos - start)
+            value = data[pos:pos + n]
+            if enc is not None:
+                try:
+                    value = value.decode(enc)
+                except UnicodeDecodeError as err:
+                    raise _Fault(k_enc, f"{label} is not valid {enc}: {err.reason}",
+                                 offset + pos - start + err.start) from None
+            fields[fid] = value
+            pos += n
+        return fields
+    return variable
+
+
+def _walk_plan(msg: MessageType) -> _Plan:
+    """The general plan, for any layout: walk the fields to find the byte at fault, then
+    decode with the layout's construct Struct."""
+    name = msg.name
+
+    def walk(data: bytes, start: int, end: int, base: int) -> dict[str, Any]:
+        payload = memoryview(data)[start:end]
+        ints: dict[str, int] = {}
+        pos = 0
+        for f in msg.layout:
+            if f.is_int:
+                w = f.width
+                ints[f.id] = int.from_bytes(payload[pos:pos + w], "big")  # type: ignore[operator]
+                pos += w  # type: ignore[operator]
+                continue
+            left = len(payload) - pos
+            if f.size_eos:
+                n = left
+            else:
+                n = f.size if isinstance(f.size, int) else ints[f.size]  # type: ignore[index]
+                if n > left:
+                    where = base + msg.offsets.get(f.size, 0) if isinstance(f.size, str) else base
+                    raise _Fault(f.errors.get("size", "payload_size"),
+                                 f"{name}.{f.id} claims {n} bytes, {left} remain in the frame",
+                                 where)
+            if f.max_bytes is not None and n > f.max_bytes:
+                raise _Fault(f.errors.get("max-size", "field_too_long"),
+                             f"{name}.{f.id} is {n} bytes, more than {f.max_bytes}", base + pos)
+            if f.type == "str":
+                try:
+                    bytes(payload[pos:pos + n]).decode(f.encoding)  # type: ignore[arg-type]
+                except UnicodeDecodeError as err:
+                    raise _Fault(f.errors.get("encoding", "invalid_text"),
+                                 f"{name}.{f.id} is not valid {f.encoding}: {err.reason}",
+                                 base + pos + err.start) from None
+            pos += n
+        parsed = msg.struct.parse(bytes(payload))
+        return {f.id: parsed[f.id] for f in msg.layout}
+    return walk
 
 
 class QuicxDecoder:
@@ -154,21 +308,50 @@ class QuicxDecoder:
     def __init__(self, profile: Profile | str, role: str | Iterable[str] | None = DAEMON, *,
                  max_payload: int | None = None):
         self.profile, self.spec = _spec_of(profile)
-        self.roles = _roles(self.spec, role)
-        cap = self.spec.max_payload_bytes
+        spec = self.spec
+        self.roles = _roles(spec, role)
+        cap = spec.max_payload_bytes
         if max_payload is not None:
             cap = max_payload if cap is None else min(cap, max_payload)
         self.max_payload = cap
         self._is_daemon = self.roles is not None and DAEMON in self.roles
         self._client = self.roles is not None and not self._is_daemon
-        hs = self.spec.header_size
+        hs = spec.header_size
         self._hsize = hs
-        self._off = self.spec.header_offsets
-        self._buf = bytearray()
+        self._off = spec.header_offsets
+        # the header as (version, msg_type, len_payload), whatever the field order
+        head = struct.Struct(struct_format(spec.header))
+        if head.size != hs:
+            raise ValueError(f"header struct {head.format!r} is {head.size} bytes, not {hs}")
+        order = [f.id for f in spec.header]
+        pick = tuple(order.index(k) for k in ("version", "msg_type", "len_payload"))
+        if pick == (0, 1, 2) and len(order) == 3:
+            self._unpack = head.unpack_from
+        else:
+            unpack_head, getter = head.unpack_from, operator.itemgetter(*pick)
+            self._unpack = lambda data, pos: getter(unpack_head(data, pos))
+        self._versions = spec.accepted_versions
+        # opcode -> (shortest and longest length the length checks accept, decoding plan,
+        # message name), for the opcodes that pass the opcode checks for this receiver
+        top = spec.header[order.index("len_payload")].max_value
+        self._plans: dict[int, tuple[int, int, _Plan | None, str]] = {}
+        for code, msg in spec.by_code.items():
+            if msg.reserved or msg.transport != spec.transport or not self._accepts(msg):
+                continue
+            lo, hi = msg.min_size, top if cap is None else min(top, cap)  # type: ignore[type-var]
+            if msg.payload == "empty":
+                hi = min(hi, 0)
+            if msg.payload == "required":
+                lo = max(lo, 1)
+            if msg.fixed_size is not None:
+                lo, hi = max(lo, msg.fixed_size), min(hi, msg.fixed_size)
+            self._plans[code] = (lo, hi, _plan(msg), msg.name)
+        self._buf = bytearray()    # the unconsumed tail of the last feed (at most one frame)
+        self._need = hs            # bytes the buffer needs before decoding can go on
         self._pos = 0              # absolute stream offset of self._buf[0]
         self._skip = 0             # bytes of a refused frame still to drop
         self._skip_start = 0       # offset of that frame
-        self._pending: _Header | None = None
+        self._pending: tuple[int, int, tuple] | None = None  # checked header at self._buf[0]
         self._failed: ProtocolError | None = None
         self._ended = False
 
@@ -195,16 +378,23 @@ class QuicxDecoder:
             raise self._again()
         if self._ended:
             raise ValueError("feed() after eof()")
-        view = memoryview(data).cast("B")
-        if self._skip and not self._buf:  # drop a refused frame's bytes without buffering them
-            n = min(self._skip, len(view))
-            view = view[n:]
-            self._skip -= n
-            self._pos += n
-        self._buf += view
+        buf = self._buf
+        if buf:
+            buf += memoryview(data).cast("B") if type(data) is not bytes else data
+            if len(buf) < self._need:  # still inside the same header or frame
+                return []
+            data = bytes(buf)
+        elif type(data) is not bytes:
+            view = memoryview(data).cast("B")
+            if self._skip:  # drop a refused frame's bytes without copying them
+                n = min(self._skip, len(view))
+                view = view[n:]
+                self._skip -= n
+                self._pos += n
+            data = bytes(view)
         frames: list[Message] = []
         try:
-            self._drain(frames)
+            self._run(data, frames)  # type: ignore[arg-type]
         except ProtocolError as exc:
             exc.frames = frames
             if exc.reaction != "reply":
@@ -226,49 +416,70 @@ class QuicxDecoder:
             raise exc
 
     # -- internals
-    def _drain(self, frames: list[Message]) -> None:
-        buf, hs = self._buf, self._hsize
-        while True:
-            if self._skip:
-                n = min(self._skip, len(buf))
-                del buf[:n]
-                self._pos += n
-                self._skip -= n
+    def _run(self, data: bytes, frames: list[Message]) -> None:
+        """Decode the frames in ``data`` (the stream from ``self._pos`` on); keep the
+        incomplete tail in the buffer, whatever happens."""
+        hs, n, base = self._hsize, len(data), self._pos
+        pos = 0
+        append, new = frames.append, object.__new__
+        set_name, set_code, set_fields, set_raw, set_offset = _SLOTS
+        unpack, plans, versions = self._unpack, self._plans, self._versions
+        try:
+            if self._skip:  # the rest of a refused frame
+                pos = min(self._skip, n)
+                self._skip -= pos
                 if self._skip:
                     return
-            hdr = self._pending
-            if hdr is None:
-                if len(buf) < hs:
-                    return
-                hdr = self._header(bytes(buf[:hs]))
-                self._pending = hdr
-            end = hs + hdr.length
-            if len(buf) < end:
-                return
-            raw = bytes(buf[:end])
-            del buf[:end]
-            self._pos += end
-            self._pending = None
-            frames.append(self._payload(hdr, raw))
+            pending = self._pending
+            while True:
+                if pending is None:
+                    if n - pos < hs:
+                        break
+                    version, code, length = unpack(data, pos)
+                    entry = plans.get(code)
+                    if (entry is None or version not in versions
+                            or not entry[0] <= length <= entry[1]):
+                        try:
+                            entry = self._check_header(version, code, length, base + pos)
+                        except ProtocolError as exc:
+                            if exc.reaction == "reply":  # consume the header, skip the payload
+                                self._skip, self._skip_start = length, base + pos
+                                pos += hs
+                            raise
+                else:  # a frame whose header an earlier call checked, at pos 0
+                    code, length, entry = pending
+                    pending = self._pending = None
+                start, end = pos, pos + hs + length
+                if end > n:
+                    self._pending = (code, length, entry)
+                    break
+                pos = end  # the frame is consumed even if its payload is refused
+                plan = entry[2]
+                msg = new(Message)
+                set_name(msg, entry[3])
+                set_code(msg, code)
+                set_fields(msg, {} if plan is None else plan(data, start + hs, end, base + start + hs))
+                set_raw(msg, data[start:end])
+                set_offset(msg, base + start)
+                append(msg)
+        except _Fault as fault:
+            raise self._error(QuicxPayloadError, fault.kind, fault.detail, fault.offset) from None
+        finally:
+            self._pos = base + pos
+            if pos < n:
+                self._buf = bytearray(memoryview(data)[pos:])
+            elif self._buf:
+                self._buf = bytearray()
+            pending = self._pending
+            self._need = 1 if self._skip else hs if pending is None else hs + pending[1]
 
-    def _refuse(self, cls: type[ProtocolError], kind: str, detail: str, where: int,
-                frame: int, length: int) -> ProtocolError:
-        """A header-level error: on ``reply`` consume the header and skip the payload."""
-        exc = self._error(cls, kind, detail, where)
-        if exc.reaction == "reply":
-            del self._buf[:self._hsize]
-            self._pos += self._hsize
-            self._skip, self._skip_start = length, frame
-        return exc
-
-    def _header(self, head: bytes) -> _Header:
+    def _check_header(self, version: int, code: int, length: int,
+                      frame: int) -> tuple[int, int, _Plan | None, str]:
+        """The header checks in their order; the first broken rule is raised."""
         spec, off = self.spec, self._off
-        frame = self._pos
-        h = spec.header_struct.parse(head)
-        version, code, length = h.version, h.msg_type, h.len_payload
 
         def refuse(cls, kind, detail, field_id):
-            return self._refuse(cls, kind, detail, frame + off[field_id], frame, length)
+            return self._error(cls, kind, detail, frame + off[field_id])
 
         if version not in spec.accepted_versions:
             raise refuse(QuicxFramingError, "bad_version",
@@ -310,7 +521,7 @@ class QuicxDecoder:
             raise refuse(QuicxFramingError, size_kind,
                          f"{msg.name} needs at least {msg.min_size} bytes, length is {length}",
                          "len_payload")
-        return _Header(frame, version, code, length, msg)
+        return self._plans[code]  # every check passed: the fast path has this plan
 
     def _accepts(self, msg: MessageType) -> bool:
         if self.roles is None:
@@ -318,47 +529,6 @@ class QuicxDecoder:
         if self._is_daemon:
             return msg.allows(receiver=DAEMON)
         return any(msg.allows(DAEMON, r) for r in self.roles)
-
-    def _payload(self, hdr: _Header, raw: bytes) -> Message:
-        msg = hdr.message
-        base = hdr.offset + self._hsize
-        payload = memoryview(raw)[self._hsize:]
-        ints: dict[str, int] = {}
-        pos = 0
-        for f in msg.layout:
-            if f.is_int:
-                w = f.width
-                ints[f.id] = int.from_bytes(payload[pos:pos + w], "big")  # header checked the prefix
-                pos += w  # type: ignore[operator]
-                continue
-            n = self._blob_size(f, msg, ints, len(payload) - pos, base)
-            if f.max_bytes is not None and n > f.max_bytes:
-                raise self._error(QuicxPayloadError, f.errors.get("max-size", "field_too_long"),
-                                  f"{msg.name}.{f.id} is {n} bytes, more than {f.max_bytes}",
-                                  base + pos)
-            if f.type == "str":
-                try:
-                    bytes(payload[pos:pos + n]).decode(f.encoding)  # type: ignore[arg-type]
-                except UnicodeDecodeError as err:
-                    raise self._error(QuicxPayloadError, f.errors.get("encoding", "invalid_text"),
-                                      f"{msg.name}.{f.id} is not valid {f.encoding}: {err.reason}",
-                                      base + pos + err.start) from None
-            pos += n
-        parsed = msg.struct.parse(bytes(payload))
-        fields = {f.id: parsed[f.id] for f in msg.layout}
-        return Message(name=msg.name, code=msg.code, fields=fields, raw=raw, offset=hdr.offset)
-
-    def _blob_size(self, f: LayoutField, msg: MessageType, ints: dict[str, int], left: int,
-                   base: int) -> int:
-        if f.size_eos:
-            return left
-        n = f.size if isinstance(f.size, int) else ints[f.size]  # type: ignore[index]
-        if n > left:
-            where = base + msg.offsets.get(f.size, 0) if isinstance(f.size, str) else base
-            raise self._error(QuicxPayloadError, f.errors.get("size", "payload_size"),
-                              f"{msg.name}.{f.id} claims {n} bytes, {left} remain in the frame",
-                              where)
-        return n
 
     def _error(self, cls: type[ProtocolError], kind: str, detail: str, offset: int) -> ProtocolError:
         k = self.spec.error(kind)

@@ -8,7 +8,10 @@ byte at fault) and a ``construct`` ``Struct`` compiled from the same fields (``u
 ``Int8ub``, ``u2be`` -> ``Int16ub``, ``u4be`` -> ``Int32ub``, ``u8be`` -> ``Int64ub``,
 ``size: len_x`` -> ``Bytes(this.len_x)``, ``size-eos`` -> ``GreedyBytes``, ``str`` -> text in its
 encoding, and each ``len_x`` a ``Rebuild`` of its field's encoded length), so encoding and
-decoding share one definition and no Struct is written by hand. Directions are normalised
+decoding share one definition and no Struct is written by hand. :func:`struct_format` derives
+the ``struct`` format of a run of integer fields from the same table (``u1`` -> ``B``,
+``u4be`` -> ``L``, big-endian), for decoders that read fixed-width fields without construct
+(the quicx codec's header and payload prefixes). Directions are normalised
 to ``(sender, receiver)`` pairs with the daemon on exactly one side; a message may list
 several roles (``from: [worker, daemon]``) and ``any``. Structural mistakes in the spec (a
 duplicated opcode, a ``size`` naming no earlier length field, a layout whose size disagrees
@@ -18,6 +21,7 @@ with its limit, an error kind that is not declared) raise :class:`SpecError` at 
 from __future__ import annotations
 
 import codecs
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -290,6 +294,22 @@ def compile_layout(layout: Iterable[LayoutField], where: str = "") -> Struct:
         subcons.append(f.id / con)
         seen[f.id] = f
     return Struct(*subcons)
+
+
+def struct_format(fields: Iterable[LayoutField]) -> str:
+    """The ``struct`` format of consecutive integer fields (big-endian, no padding), taken from
+    the construct classes of :data:`INT_TYPES`: ``u1 u4be`` -> ``">BL"``. Any other field type
+    has no fixed ``struct`` code and raises :class:`SpecError`."""
+    codes = []
+    for f in fields:
+        if not f.is_int:
+            raise SpecError(f"field {f.id!r} ({f.type}) is not a fixed-width integer")
+        con, width = INT_TYPES[f.type]
+        fmt = con.fmtstr  # construct's FormatField keeps its struct format, e.g. ">L"
+        if fmt[0] != ">" or struct.calcsize(fmt) != width:
+            raise SpecError(f"{f.type} is not a {width}-byte big-endian struct code ({fmt!r})")
+        codes.append(fmt[1:])
+    return ">" + "".join(codes)
 
 
 def _expand(roles_spec: Any, roles: Mapping[str, Any], where: str) -> set[str]:
