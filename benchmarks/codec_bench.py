@@ -509,8 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=1_000_000, help="frames per stream")
     ap.add_argument("--runs", type=int, default=3, help="runs per bunqueue variant (best kept)")
     ap.add_argument("--quicx-runs", type=int, default=None,
-                    help="runs per quicx variant (default: min(--runs, 2); the quicx decoder "
-                         "takes ~25 s per million frames)")
+                    help="runs per quicx variant (default: min(--runs, 2))")
     ap.add_argument("--seed", type=int, default=20261121, help="stream generator seed")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                     help="time to rank runs by: process CPU time (default; discounts time spent "
