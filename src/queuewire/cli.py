@@ -262,93 +262,82 @@ def _emit(record: dict) -> None:
     click.echo(json.dumps(record, ensure_ascii=False))
 
 
+def _drive(feed: Any, eof: Any, describe: Any, data: bytes, chunk: int) -> int:
+    """Feed ``data`` to a sans-IO decoder ``chunk`` bytes at a time and print one JSON line
+    per frame (``describe(frame)``) or error. A ``reply`` error consumed only its frame, so
+    decoding goes on; a ``close`` error, or a stream ending inside a frame, ends with 1."""
+    from .codecs.errors import ProtocolError
+
+    index = 0
+
+    def frames(items: list) -> None:
+        nonlocal index
+        for item in items:
+            _emit({"frame": index, **describe(item)})
+            index += 1
+
+    def error(exc: ProtocolError) -> None:
+        nonlocal index
+        _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
+        index += 1
+
+    pos, pending = 0, data[:chunk]
+    while True:
+        try:
+            frames(feed(pending))
+        except ProtocolError as exc:
+            frames(exc.frames)
+            error(exc)
+            if exc.reaction == "close":
+                return 1
+            pending = b""
+            continue
+        pos += chunk
+        if pos >= len(data):
+            break
+        pending = data[pos:pos + chunk]
+    try:
+        eof()
+    except ProtocolError as exc:
+        error(exc)
+        return 1
+    return 0
+
+
 def _decode_bunqueue(prof: Any, data: bytes, chunk: int, reply_to: str | None) -> int:
     from .codecs.bunqueue import FrameDecoder
-    from .codecs.errors import ProtocolError
     from .codecs.validation import BunqueueValidator
 
     decoder = FrameDecoder(prof)
     validator = BunqueueValidator(prof)
-    index = 0
 
-    def report(frames: list) -> None:
-        nonlocal index
-        for frame in frames:
-            msg = frame.value
-            if "cmd" in msg or (reply_to is None and "ok" not in msg):
-                kind, violations = "request", validator.request_violations(msg)
-                extra = validator.extra_fields(str(msg.get("cmd")), msg)
-            else:
-                kind = "reply"
-                violations = validator.reply_violations(reply_to or "", msg) if reply_to else \
-                    validator.reply_violations("", msg) if msg.get("ok") is not True else ()
-                extra = validator.extra_fields(reply_to, msg, reply=True) if reply_to else []
-            _emit({"frame": index, "offset": frame.offset, "length": frame.length, "kind": kind,
-                   "message": _display(msg), "verdicts": [v.as_dict() for v in violations],
-                   "extra_fields": extra})
-            index += 1
+    def describe(frame: Any) -> dict:
+        msg = frame.value
+        if "cmd" in msg or (reply_to is None and "ok" not in msg):
+            kind, violations = "request", validator.request_violations(msg)
+            extra = validator.extra_fields(str(msg.get("cmd")), msg)
+        elif reply_to:
+            kind, violations = "reply", validator.reply_violations(reply_to, msg)
+            extra = validator.extra_fields(reply_to, msg, reply=True)
+        else:  # a reply of unknown command: only the shared error-reply shape can be checked
+            kind, extra = "reply", []
+            violations = () if msg.get("ok") is True else validator.reply_violations("", msg)
+        return {"offset": frame.offset, "length": frame.length, "kind": kind,
+                "message": _display(msg), "verdicts": [v.as_dict() for v in violations],
+                "extra_fields": extra}
 
-    pos = 0
-    pending = data[pos:pos + chunk]
-    while True:
-        try:
-            report(decoder.feed_frames(pending))
-        except ProtocolError as exc:
-            report(exc.frames)
-            _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
-            index += 1
-            if exc.reaction == "close":
-                return 1
-            pending = b""
-            continue
-        pos += chunk
-        if pos >= len(data):
-            break
-        pending = data[pos:pos + chunk]
-    try:
-        decoder.eof()
-    except ProtocolError as exc:
-        _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
-        return 1
-    return 0
+    return _drive(decoder.feed_frames, decoder.eof, describe, data, chunk)
 
 
 def _decode_quicx(prof: Any, data: bytes, chunk: int, role: str) -> int:
-    from .codecs.errors import ProtocolError
     from .codecs.quicx import QuicxDecoder
 
     decoder = QuicxDecoder(prof, role)
-    index = 0
 
-    def report(messages: list) -> None:
-        nonlocal index
-        for m in messages:
-            _emit({"frame": index, "offset": m.offset, "length": len(m.raw), **m.as_dict()})
-            index += 1
+    def describe(message: Any) -> dict:
+        return {"offset": message.offset, "length": len(message.raw), **message.as_dict()}
 
-    pos = 0
-    pending = data[:chunk]
-    while True:
-        try:
-            report(decoder.feed(pending))
-        except ProtocolError as exc:
-            report(exc.frames)
-            _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
-            index += 1
-            if exc.reaction == "close":
-                return 1
-            pending = b""
-            continue
-        pos += chunk
-        if pos >= len(data):
-            break
-        pending = data[pos:pos + chunk]
-    try:
-        decoder.eof()
-    except ProtocolError as exc:
-        _emit({"frame": index, "offset": exc.offset, "error": exc.as_dict()})
-        return 1
-    return 0
+    return _drive(decoder.feed, decoder.eof, describe, data, chunk)
 
 
 # -- vectors ----------------------------------------------------------------------------------

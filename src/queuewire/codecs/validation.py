@@ -82,9 +82,10 @@ def js_key(key: Any) -> str:
     return str(key)
 
 
-def to_json_model(obj: Any) -> Any:
-    """The JSON value a JavaScript peer would see: ``undefined`` members dropped (in arrays,
-    ``null``), keys as strings, timestamps and binary tagged.
+def _js_walk(obj: Any, scalar: Callable[[Any], Any], drop_undefined: bool) -> Any:
+    """Rebuild a decoded value as a JavaScript peer would see its containers: keys as their
+    ``String(key)``, members that are ``undefined`` dropped when ``drop_undefined`` (as
+    JSON.stringify does), every other leaf passed through ``scalar``.
 
     One Python frame per nesting level (no comprehensions), so any value the decoder accepts
     (at most ``max_nesting_depth`` levels) converts without reaching the recursion limit.
@@ -93,43 +94,51 @@ def to_json_model(obj: Any) -> Any:
     if kind is dict:
         out = {}
         for k, v in obj.items():
-            if v is not UNDEFINED:
-                out[js_key(k)] = to_json_model(v)
+            if not (drop_undefined and v is UNDEFINED):
+                out[js_key(k)] = _js_walk(v, scalar, drop_undefined)
         return out
     if kind is list or kind is tuple:
         items = []
         for v in obj:
-            items.append(None if v is UNDEFINED else to_json_model(v))
+            items.append(_js_walk(v, scalar, drop_undefined))
         return items
-    if obj is UNDEFINED:
-        return None
+    return scalar(obj)
+
+
+def _tagged(obj: Any) -> Any:
+    """Binary and timestamps as tagged maps (JSON has neither)."""
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return {"$binary": bytes(obj).hex()}
     if isinstance(obj, _dt.datetime):
         return {"$timestamp": obj.isoformat()}
-    if kind is float and not math.isfinite(obj):
-        return None
     return obj
+
+
+def _model_scalar(obj: Any) -> Any:
+    if obj is UNDEFINED or (type(obj) is float and not math.isfinite(obj)):
+        return None  # JSON.stringify writes both as null
+    return _tagged(obj)
+
+
+def _size_scalar(obj: Any) -> Any:
+    if obj is UNDEFINED or (type(obj) is float and not math.isfinite(obj)):
+        return None
+    return obj  # binary and timestamps are measured as the JSON encoder writes them
+
+
+def _display_scalar(obj: Any) -> Any:
+    return {"$undefined": True} if obj is UNDEFINED else _tagged(obj)
+
+
+def to_json_model(obj: Any) -> Any:
+    """The JSON value a JavaScript peer would see, for schema validation: ``undefined``
+    members dropped (``null`` in arrays), keys as strings, binary and timestamps tagged."""
+    return _js_walk(obj, _model_scalar, True)
 
 
 def _size_model(obj: Any) -> Any:
-    """What JSON.stringify would serialize, for measuring: ``undefined`` members dropped (null
-    in arrays), keys as strings; binary and timestamps left to the JSON encoder."""
-    kind = type(obj)
-    if kind is dict:
-        out = {}
-        for k, v in obj.items():
-            if v is not UNDEFINED:
-                out[js_key(k)] = _size_model(v)
-        return out
-    if kind is list or kind is tuple:
-        items = []
-        for v in obj:
-            items.append(None if v is UNDEFINED else _size_model(v))
-        return items
-    if obj is UNDEFINED or (kind is float and not math.isfinite(obj)):
-        return None
-    return obj
+    """What JSON.stringify would serialize, for measuring x-maxJsonBytes."""
+    return _js_walk(obj, _size_scalar, True)
 
 
 def json_size(value: Any) -> int:
@@ -142,26 +151,9 @@ def json_size(value: Any) -> int:
 
 
 def jsonable(obj: Any) -> Any:
-    """A decoded value for display and vectors: like ``to_json_model`` but ``undefined`` kept
-    visible as ``{"$undefined": true}``. One frame per nesting level."""
-    kind = type(obj)
-    if kind is dict:
-        out = {}
-        for k, v in obj.items():
-            out[js_key(k)] = jsonable(v)
-        return out
-    if kind is list or kind is tuple:
-        items = []
-        for v in obj:
-            items.append(jsonable(v))
-        return items
-    if obj is UNDEFINED:
-        return {"$undefined": True}
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {"$binary": bytes(obj).hex()}
-    if isinstance(obj, _dt.datetime):
-        return {"$timestamp": obj.isoformat()}
-    return obj
+    """A decoded value for display and vectors: ``undefined`` kept visible as
+    ``{"$undefined": true}``, binary and timestamps tagged, keys as strings."""
+    return _js_walk(obj, _display_scalar, False)
 
 
 def _pointer(parts: Iterable[Any]) -> str:
