@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# Real JavaScript peers for the interop tests (msgpackr, as bunqueue uses it).
+# Real JavaScript peers for the interop tests (msgpackr, as bunqueue uses it). Not `npm ci`:
+# npm 11 rejects every lock file for msgpackr's nested optional platform packages; versions
+# are pinned exactly in package.json, and --omit=optional keeps msgpackr on its pure-JS path.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
 .PHONY: all setup run test docs bench lint clean vectors
@@ -18,7 +20,8 @@ $(STAMP): pyproject.toml
 
 $(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
-		cd tests/interop && npm ci --no-audit --no-fund --loglevel=error; \
+		cd tests/interop && npm install --no-save --omit=optional --no-audit --no-fund \
+			--loglevel=error; \
 	else \
 		echo "npm not found: the interop tests will be skipped"; \
 	fi
