@@ -5,8 +5,8 @@ from pathlib import Path
 from queuewire.docs import render
 
 project = "queuewire"
-extensions = ["myst_parser"]
-myst_fence_as_directive = []
+extensions = ["myst_parser", "sphinxcontrib.mermaid"]
+myst_fence_as_directive = ["mermaid"]  # state machines are drawn from the spec's tables
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
