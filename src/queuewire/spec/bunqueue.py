@@ -66,6 +66,7 @@ class BunqueueSpec:
     capabilities: tuple[str, ...]
     default_port: int
     default_http_port: int
+    webhook_events: tuple[str, ...] = ()  # event types AddWebhook may subscribe to
 
     def command(self, name: str) -> Command:
         try:
@@ -180,4 +181,5 @@ def build(profile: Profile) -> BunqueueSpec:
         capabilities=tuple(tree.get("capabilities") or ()),
         default_port=int(tree.get("default_port", 0)),
         default_http_port=int(tree.get("default_http_port", 0)),
+        webhook_events=tuple((tree.get("webhook_events") or {}).get("events") or ()),
     )
