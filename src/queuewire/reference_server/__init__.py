@@ -1,0 +1,10 @@
+"""Reference daemons for the queuewire protocols, built on the sans-IO codecs.
+
+Each daemon is split like h11: a pure core that takes decoded messages and connection events
+and returns the frames to send and the connections to close (``quicx_engine``: the task
+queue, the workers, the size-class pool and the per-connection protocol logic, with no
+sockets and no clock), and a thin asyncio shell that owns the sockets (``quicx``:
+:class:`~queuewire.reference_server.quicx.QuicxServer`, also behind ``queuewire serve
+quicx``). Behaviour is read from the profile's ``semantics`` flags, limits and error tables,
+never from its name, so one implementation serves every profile of a protocol.
+"""
