@@ -340,6 +340,106 @@ def _decode_quicx(prof: Any, data: bytes, chunk: int, role: str) -> int:
     return _drive(decoder.feed, decoder.eof, describe, data, chunk)
 
 
+# -- serve ------------------------------------------------------------------------------------
+@main.group()
+def serve() -> None:
+    """Run a reference daemon in the foreground (Ctrl-C or SIGTERM stops it)."""
+
+
+def _serve_defaults() -> tuple[str, int, int, str, str]:
+    """Defaults and help details of ``serve quicx``, read from the spec and the engine."""
+    from .reference_server.quicx_engine import DEFAULT_POOL_BYTES, default_largest_class
+
+    name = default_profile("quicx")
+    profiles = {p: load_profile(p) for p in profile_names("quicx")}
+    docs = "; ".join(f"{p}: {prof.doc.rstrip('.')}" for p, prof in profiles.items())
+    classes = ", ".join(f"{default_largest_class(prof.model)} bytes in {p}"
+                        for p, prof in profiles.items())
+    return name, profiles[name].model.default_port, DEFAULT_POOL_BYTES, docs, classes
+
+
+_QX_PROFILE, _QX_PORT, _QX_POOL, _QX_DOCS, _QX_CLASSES = _serve_defaults()
+
+
+@serve.command("quicx")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (an IP address or host name; 0.0.0.0 for every "
+                   "interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=_QX_PORT, show_default=True,
+              help="TCP port to listen on (the spec's default_port); 0 picks a free port, "
+                   "which is printed.")
+@click.option("--profile", "-p", type=click.Choice(profile_names("quicx")), default=_QX_PROFILE,
+              show_default=True,
+              help=f"Protocol profile to speak ({_QX_DOCS}). Frames of another profile are "
+                   "refused with the error this profile documents.")
+@click.option("--pool-bytes", type=click.IntRange(min=1), default=_QX_POOL, show_default=True,
+              metavar="N",
+              help="Size of the task pool in bytes. Queued and running tasks hold a slot of a "
+                   "power-of-two size class until their DONE or FAILED; a SUBMIT that finds no "
+                   "free slot gets MSG_ERROR QUEUE_FULL. Rounded down to whole pages of the "
+                   f"largest class ({_QX_CLASSES}; a larger task gets PAYLOAD_TOO_LARGE); at "
+                   "least one page.")
+@click.option("--task-types", metavar="A,B,...", default=None,
+              help="Comma-separated task types to accept; a SUBMIT of any other type gets "
+                   "MSG_ERROR UNKNOWN_TASK_TYPE. Default: every type.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="warning", show_default=True,
+              help="Log level of the daemon's messages on stderr (info: requeues and failed "
+                   "tasks; debug: every refused frame).")
+def serve_quicx(host: str, port: int, profile: str, pool_bytes: int, task_types: str | None,
+                log_level: str) -> None:
+    """Run the quicx reference daemon: producers SUBMIT tasks, workers READY / DONE /
+    FAILED, monitors STATS, all on one TCP port, with the behaviour of --profile.
+
+    Prints the bound address, then serves until Ctrl-C or SIGTERM.
+    """
+    import asyncio
+    import logging
+    import signal
+
+    from .reference_server.quicx import QuicxServer
+
+    prof = _load(profile)
+    types = None
+    if task_types is not None:
+        types = [t.strip() for t in task_types.split(",")]
+        limit = prof.limits["task_type_bytes"].max
+        bad = [t for t in types if not t or len(t.encode("utf-8")) > limit]
+        if bad:
+            raise click.BadParameter(f"task types must be 1 to {limit} UTF-8 bytes: {bad!r}",
+                                     param_hint="--task-types")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = QuicxServer(prof, host, port, pool_bytes=pool_bytes, task_types=types)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pool-bytes") from None
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: "
+                                       f"{exc.strerror or exc}") from None
+        pool = server.engine.pool
+        bound = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses)
+        click.echo(f"quicx daemon ({prof.name}) listening on {bound}; pool "
+                   f"{pool.bytes_total} bytes in classes {', '.join(map(str, pool.classes))}; "
+                   f"task types: {', '.join(types) if types else 'any'}")
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+            stats = server.stats()
+            click.echo(f"quicx daemon stopped ({stats.accepted} accepted, {stats.done} done, "
+                       f"{stats.failed} failed, {stats.queue_depth} still queued)")
+
+    asyncio.run(run())
+
+
 # -- vectors ----------------------------------------------------------------------------------
 @main.group()
 def vectors() -> None:

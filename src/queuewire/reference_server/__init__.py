@@ -8,6 +8,7 @@ sockets and no clock), and a thin asyncio shell that owns the sockets (``quicx``
 quicx``). The bunqueue core is ``bunqueue_engine`` (every command of document 001 with real
 job semantics, its time-driven work in ``tick()``, and long polls as ``Wait`` values the shell
 retries on the engine's events) over the ``bunqueue_store`` persistence seam; its asyncio
-TCP/HTTP shell is still to come. Behaviour is read from the profile's ``semantics`` flags, limits and error tables,
-never from its name, so one implementation serves every profile of a protocol.
+TCP/HTTP shell is still to come. Behaviour is read from the profile's ``semantics`` flags,
+limits and error tables, never from its name, so one implementation serves every profile of a
+protocol.
 """
