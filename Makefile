@@ -45,6 +45,7 @@ vectors: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/codec_bench.py
+	$(BIN)/python benchmarks/quicx_bench.py
 
 docs: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[docs]'
