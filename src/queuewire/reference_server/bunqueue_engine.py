@@ -1738,21 +1738,31 @@ class BunqueueEngine:
         job.run_at = now
         self._move(job, event, now)
 
-    def _cmd_RetryDlq(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._queues.get(req["queue"])
+    def _retry_from(self, queue: str, wanted: str | None, state: str, event: str,
+                    now: float, reset: Callable[[Any], None]) -> dict:
+        """Move one job (``wanted``) or every job of ``state`` in ``queue`` back to waiting
+        along ``event``'s row, after ``reset`` clears what the old run left; jobs of another
+        queue or state are skipped. Answers the count moved."""
+        q = self._queues.get(queue)
         if q is None:
             return {"ok": True, "count": 0}
-        wanted = req.get("jobId")
-        ids = [wanted] if wanted is not None else list(q.members[FAILED])
+        ids = [wanted] if wanted is not None else list(q.members[state])
         count = 0
-        for job_id in ids:  # BQ-JOB-8, BQ-DLQ-1
+        for job_id in ids:
             job = self._jobs.get(job_id)
-            if job is None or job.queue != q.name or not self._allows(job, EV_RETRY_DLQ):
+            if job is None or job.queue != q.name or not self._allows(job, event):
                 continue
-            job.attempts = job.stall_count = 0
-            self._requeue(job, EV_RETRY_DLQ, now)
+            reset(job)
+            self._requeue(job, event, now)
             count += 1
         return {"ok": True, "count": count}
+
+    def _cmd_RetryDlq(self, conn_id: str | None, req: dict, now: float) -> dict:
+        def reset(job: Any) -> None:
+            job.attempts = job.stall_count = 0
+
+        # BQ-JOB-8, BQ-DLQ-1
+        return self._retry_from(req["queue"], req.get("jobId"), FAILED, EV_RETRY_DLQ, now, reset)
 
     def _cmd_PurgeDlq(self, conn_id: str | None, req: dict, now: float) -> dict:
         q = self._queues.get(req["queue"])
@@ -1762,21 +1772,13 @@ class BunqueueEngine:
         return {"ok": True, "count": len(ids)}
 
     def _cmd_RetryCompleted(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._queues.get(req["queue"])
-        if q is None:
-            return {"ok": True, "count": 0}
-        wanted = req.get("id")
-        ids = [wanted] if wanted is not None else list(q.members[COMPLETED])
-        count = 0
-        for job_id in ids:  # BQ-JOB-8, BQ-DLQ-2
-            job = self._jobs.get(job_id)
-            if job is None or job.queue != q.name or not self._allows(job, EV_RETRY_COMPLETED):
-                continue
+        def reset(job: Any) -> None:
             job.has_result, job.returnvalue, job.completed_at = False, None, None
             job.progress, job.progress_message = 0, None
-            self._requeue(job, EV_RETRY_COMPLETED, now)
-            count += 1
-        return {"ok": True, "count": count}
+
+        # BQ-JOB-8, BQ-DLQ-2
+        return self._retry_from(req["queue"], req.get("id"), COMPLETED, EV_RETRY_COMPLETED,
+                                now, reset)
 
     # =========================================================================================
     # Commands: cron
