@@ -440,6 +440,68 @@ def serve_quicx(host: str, port: int, profile: str, pool_bytes: int, task_types:
     asyncio.run(run())
 
 
+_BQ_PROFILE = default_profile("bunqueue")
+_BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
+
+
+@serve.command("bunqueue")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (an IP address or host name; 0.0.0.0 for every "
+                   "interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=_BQ_PORT, show_default=True,
+              help="TCP port to listen on (the spec's default_port); 0 picks a free port, "
+                   "which is printed.")
+@click.option("--profile", "-p", type=click.Choice(profile_names("bunqueue")),
+              default=_BQ_PROFILE, show_default=True, help="Protocol profile to speak.")
+@click.option("--auth-tokens", metavar="T1,T2,...", default=None,
+              help="Comma-separated tokens; when given, every connection must send Auth with "
+                   "one of them before any other command (empty entries are dropped).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="warning", show_default=True,
+              help="Log level of the server's messages on stderr.")
+def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
+                   log_level: str) -> None:
+    """Run the bunqueue reference server (in memory): all commands of --profile over TCP,
+    pipelined, with long polls and the authentication gate.
+
+    Prints the bound address, then serves until Ctrl-C or SIGTERM.
+    """
+    import asyncio
+    import logging
+    import signal
+
+    from .reference_server.bunqueue import BunqueueServer
+
+    prof = _load(profile)
+    tokens = [t.strip() for t in auth_tokens.split(",") if t.strip()] if auth_tokens else []
+    if auth_tokens is not None and not tokens:
+        raise click.BadParameter("no token given", param_hint="--auth-tokens")
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = BunqueueServer(prof, host, port, auth_tokens=tokens)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: "
+                                       f"{exc.strerror or exc}") from None
+        bound = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses)
+        click.echo(f"bunqueue server ({prof.name}) listening on {bound}; storage: memory; "
+                   f"auth: {f'{len(tokens)} token(s)' if tokens else 'off'}")
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+            click.echo("bunqueue server stopped")
+
+    asyncio.run(run())
+
+
 # -- vectors ----------------------------------------------------------------------------------
 @main.group()
 def vectors() -> None:

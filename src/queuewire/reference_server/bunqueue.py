@@ -1,0 +1,501 @@
+"""The bunqueue reference server's asyncio shell: :class:`BunqueueServer`.
+
+All queue semantics live in :mod:`.bunqueue_engine`; this module moves bytes, gates and
+schedules. ``asyncio.start_server`` gives each connection a handler with its own
+:class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and dispatches
+every request as a task, acquiring a per-connection semaphore of the spec's ``max_in_flight``
+slots first (BQ-PIPE-2), so at most that many commands of one connection run at once, the
+rest wait in arrival order (while all slots are taken one more chunk is read, no further, so a
+peer that goes away is still noticed), and replies go out as they finish (out of order,
+correlated by the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
+rate limit (when configured; every frame counts, as bunqueue counts), the authentication gate
+(with tokens configured, everything but Auth is refused until an Auth succeeds; tokens are
+compared by the engine's constant-time :func:`~.bunqueue_engine.check_token`), the schema
+(:class:`~queuewire.codecs.validation.BunqueueValidator`; a violation is answered with the
+spec's ``invalid_request`` message naming the requirement id and path) and then
+:meth:`~.bunqueue_engine.BunqueueEngine.handle`. A :class:`~.bunqueue_engine.Wait` (a long
+poll) parks its task on a future indexed by what it waits for; the engine's ``notify`` hook
+resolves the futures an :class:`~.bunqueue_engine.Event` wakes and each woken task calls
+``retry``, or ``expire`` at its deadline. One background task calls ``tick`` at
+``next_deadline`` (at least every ``tick_interval``), woken early when a request brings the
+deadline forward. A ``reply`` protocol error is answered (bunqueue's transport strings, never
+a reqId) and decoding continues after the bad frame; a ``close`` error (a frame too large) is
+answered once, after the requests before it, and the connection is closed; a stream ending
+inside a frame is closed unanswered. Closing a connection cancels its parked polls and calls
+``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Every reply is
+written whole and followed by ``drain()``, so a peer that does not read slows only itself; any
+unexpected exception is logged and closes that connection only. Every error string and limit
+comes from the profile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
+from ..codecs.errors import EncodeError, ProtocolError
+from ..codecs.validation import BunqueueValidator
+from ..spec import Profile
+from .bunqueue_engine import BunqueueEngine, Event, Wait, check_token
+
+__all__ = ["BunqueueServer"]
+
+log = logging.getLogger("queuewire.reference_server.bunqueue")
+READ_SIZE = 64 * 1024        # bytes per read: one socket buffer's worth
+DEFAULT_TICK_INTERVAL = 1.0  # seconds: the longest the timer sleeps when no deadline is known
+MIN_TICK_SLEEP = 0.001       # seconds: a deadline already due never makes the timer spin
+PREFIX_TAIL = 3              # bytes of earlier reads kept to read back an oversized prefix
+
+
+def _now_ms() -> float:
+    """The engine's default clock (ms since the epoch), used to time parked polls."""
+    return time.time() * 1000.0
+
+
+class _RateWindow:
+    """A sliding window of the last ``limit`` request times of one connection."""
+
+    __slots__ = ("limit", "window", "times")
+
+    def __init__(self, limit: int, window: float):
+        self.limit, self.window = limit, window
+        self.times: deque[float] = deque()
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        times = self.times
+        while times and now - times[0] >= self.window:
+            times.popleft()
+        if len(times) >= self.limit:
+            return False  # a refused request is not counted
+        times.append(now)
+        return True
+
+
+class _Connection:
+    __slots__ = ("id", "writer", "decoder", "slots", "tasks", "parked", "authenticated",
+                 "rate", "tail", "closing", "reader", "next_read")
+
+    def __init__(self, conn_id: str, writer: asyncio.StreamWriter, decoder: FrameDecoder,
+                 slots: int, rate: _RateWindow | None):
+        self.id = conn_id
+        self.writer = writer
+        self.decoder = decoder
+        self.slots = asyncio.Semaphore(slots)
+        self.tasks: set[asyncio.Task] = set()
+        self.parked: set[asyncio.Task] = set()
+        self.authenticated = False
+        self.rate = rate
+        self.tail = b""        # the last PREFIX_TAIL bytes read before the current chunk
+        self.closing = False
+        self.reader: asyncio.StreamReader | None = None
+        # a read started while dispatch waits for a slot, so that a peer that goes away
+        # is noticed even when its requests fill every slot (at most one chunk ahead)
+        self.next_read: asyncio.Task | None = None
+
+
+class BunqueueServer:
+    """A bunqueue server on a TCP port.
+
+    ``port=None`` is the profile's ``default_port``; ``port=0`` picks a free port.
+    ``auth_tokens``: with any, connections must Auth first (BQ-AUTH-2). ``rate_limit``:
+    ``(requests, window_seconds)`` per connection, or None (off; the spec gives no default).
+    ``engine``: a ready :class:`~.bunqueue_engine.BunqueueEngine` (its ``notify`` is chained).
+    """
+
+    def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
+                 port: int | None = None, *, auth_tokens: Iterable[str] = (),
+                 engine: BunqueueEngine | None = None,
+                 rate_limit: tuple[int, float] | None = None,
+                 tick_interval: float = DEFAULT_TICK_INTERVAL):
+        self.engine = engine if engine is not None else BunqueueEngine(profile)
+        self.profile = self.engine.profile
+        spec = self.profile.model
+        self.host = host
+        self._port = spec.default_port if port is None else port
+        self._tokens = tuple(t for t in auth_tokens if t)
+        if rate_limit is not None and (rate_limit[0] < 1 or rate_limit[1] <= 0):
+            raise ValueError(f"rate_limit needs at least 1 request per positive window, "
+                             f"got {rate_limit!r}")
+        self._rate_limit = rate_limit
+        if tick_interval <= 0:
+            raise ValueError(f"tick_interval must be positive, got {tick_interval!r}")
+        self._tick_interval = tick_interval
+        self._max_in_flight = int(self.profile.limit("max_in_flight").value)
+        self._messages = {name: e.message for name, e in spec.errors.items()}
+        self._max_frame = spec.max_frame_bytes
+        self._validator = BunqueueValidator(self.profile)
+        self._encoder = FrameEncoder(self.profile)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: dict[str, _Connection] = {}
+        self._handlers: set[asyncio.Task] = set()
+        self._ids = itertools.count(1)
+        # parked long polls: (wait kind, key) -> futures to resolve when an Event wakes them
+        self._waits: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._ticker: asyncio.Task | None = None
+        self._tick_wake: asyncio.Event | None = None
+        self._tick_at = float("inf")  # ms: when the timer will next run the engine's tick
+        self._chained_notify = self.engine.notify
+        self.engine.notify = self._notify
+
+    # -- lifecycle
+    async def start(self) -> BunqueueServer:
+        if self._server is not None:
+            raise RuntimeError("the server is already started")
+        self._server = await asyncio.start_server(self._serve, self.host, self._port)
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._tick_wake = asyncio.Event()
+        self._ticker = asyncio.create_task(self._tick_loop(), name="bunqueue-tick")
+        log.info("%s server listening on %s:%d", self.profile.name, self.host, self._port)
+        return self
+
+    async def stop(self) -> None:
+        """Stop listening, close every connection and stop the timer."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for conn in list(self._connections.values()):
+            conn.writer.transport.abort()  # unblocks a drain to a peer that never reads
+        tasks = list(self._handlers)
+        if self._ticker is not None:
+            tasks.append(self._ticker)
+            self._ticker = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def __aenter__(self) -> BunqueueServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self._port
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every bound (host, port): a host name may resolve to several addresses."""
+        if self._server is None:
+            return []
+        return [sock.getsockname()[:2] for sock in self._server.sockets]
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    # -- connections
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        rate = _RateWindow(*self._rate_limit) if self._rate_limit is not None else None
+        conn = _Connection(f"c{next(self._ids)}", writer, FrameDecoder(self.profile),
+                           self._max_in_flight, rate)
+        conn.reader = reader
+        self._connections[conn.id] = conn
+        reason = "connection closed"
+        try:
+            self.engine.connection_opened(conn.id)
+            while not conn.closing:
+                if conn.next_read is not None:
+                    data, conn.next_read = await conn.next_read, None
+                else:
+                    data = await reader.read(READ_SIZE)
+                if not data:
+                    await self._on_eof(conn)
+                    break
+                await self._receive(conn, data)
+                conn.tail = (conn.tail + data)[-PREFIX_TAIL:]
+        except asyncio.CancelledError:  # stop(): this task is ours, nobody awaits it
+            reason = "server stopping"
+        except OSError as exc:  # reset, broken pipe: the peer is gone
+            reason = f"connection lost: {exc}"
+            log.debug("connection %s: %s", conn.id, reason)
+        except Exception:  # a bug, not the peer's bytes: this connection only
+            reason = "internal error"
+            log.exception("connection %s: unexpected error, closing it", conn.id)
+        finally:
+            await self._close(conn, reason)
+            self._handlers.discard(task)
+
+    async def _receive(self, conn: _Connection, data: bytes) -> None:
+        """Decode a chunk and dispatch its requests; answer its protocol errors."""
+        stream_pos = conn.decoder.offset + conn.decoder.buffered  # where `data` starts
+        while True:
+            try:
+                frames = conn.decoder.feed(data)
+            except ProtocolError as err:
+                await self._dispatch(conn, err.frames)
+                if conn.closing:
+                    return
+                if err.reaction == "close":
+                    await self._refuse_frame(conn, err, data, stream_pos)
+                    return
+                if conn.rate is None or conn.rate.allow():
+                    name = "invalid_command" if err.kind == "not_a_map" else \
+                        "invalid_command_format"
+                    await self._send(conn, self._error(name))
+                else:
+                    await self._send(conn, self._error("rate_limit_exceeded"))
+                data = b""  # the decoder goes on after the bad frame
+                continue
+            await self._dispatch(conn, frames)
+            return
+
+    async def _dispatch(self, conn: _Connection, requests: list[Any]) -> None:
+        for request in requests:
+            if not await self._acquire_slot(conn):  # BQ-PIPE-2: excess requests wait, in order
+                return
+            task = asyncio.create_task(self._run(conn, request))
+            conn.tasks.add(task)
+            task.add_done_callback(conn.tasks.discard)
+
+    async def _acquire_slot(self, conn: _Connection) -> bool:
+        """Wait for a free slot; False when the peer went away (or the connection is
+        closing) meanwhile, and then the requests still waiting are dropped."""
+        if not conn.slots.locked():
+            await conn.slots.acquire()
+        else:
+            assert conn.reader is not None
+            if conn.next_read is None:
+                conn.next_read = asyncio.create_task(conn.reader.read(READ_SIZE))
+            acquire = asyncio.create_task(conn.slots.acquire())
+            try:
+                await asyncio.wait((acquire, conn.next_read),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if not acquire.done():
+                    peek = conn.next_read
+                    if peek.cancelled() or peek.exception() is not None or not peek.result():
+                        conn.closing = True  # the peer is gone: stop serving its backlog
+                    else:
+                        await acquire  # the peer sent more: that chunk is read after this one
+            finally:
+                if not acquire.done():
+                    acquire.cancel()  # Semaphore.acquire gives back a slot it got meanwhile
+            if not acquire.done() or acquire.cancelled():
+                return False
+        if conn.closing:
+            conn.slots.release()
+            return False
+        return True
+
+    async def _refuse_frame(self, conn: _Connection, err: ProtocolError, data: bytes,
+                            stream_pos: int) -> None:
+        """A frame too large (BQ-FRAME-2): the requests before it are answered, then one
+        error reply without reqId, then the connection is closed."""
+        await self._settle(conn)
+        length = self._declared_length(conn, err, data, stream_pos)
+        await self._send(conn, self._error("frame_too_large", length=length,
+                                           max=self._max_frame))
+        conn.closing = True
+
+    def _declared_length(self, conn: _Connection, err: ProtocolError, data: bytes,
+                         stream_pos: int) -> int | str:
+        """The length the oversized prefix declared, read back from the stream."""
+        size = len(self._encoder.prefix(0))
+        start = stream_pos - len(conn.tail)
+        window = conn.tail + data
+        at = (err.offset if err.offset is not None else -1) - start
+        if 0 <= at and at + size <= len(window):
+            return int.from_bytes(window[at:at + size], "big")
+        return "?"
+
+    async def _on_eof(self, conn: _Connection) -> None:
+        """The peer closed its side: finish what it sent (a stream that ends inside a frame
+        is closed unanswered, as bunqueue does), drop its parked polls."""
+        try:
+            conn.decoder.eof()
+        except ProtocolError as err:
+            log.debug("connection %s: %s", conn.id, err)
+        await self._settle(conn)
+
+    async def _settle(self, conn: _Connection) -> None:
+        """Cancel the connection's parked polls and let its other requests finish."""
+        for task in list(conn.parked):
+            task.cancel()
+        if conn.tasks:
+            await asyncio.gather(*list(conn.tasks), return_exceptions=True)
+
+    async def _close(self, conn: _Connection, reason: str) -> None:
+        conn.closing = True
+        if conn.next_read is not None:
+            conn.next_read.cancel()
+        for task in list(conn.tasks):
+            task.cancel()
+        if conn.tasks:
+            await asyncio.gather(*list(conn.tasks), return_exceptions=True)
+        try:
+            released = self.engine.connection_closed(conn.id)
+            if released:
+                log.info("connection %s (%s): %d active jobs back to waiting", conn.id,
+                         reason, len(released))
+        except Exception:  # noqa: BLE001 - never let one connection's cleanup stop the server
+            log.exception("connection %s: error while closing it", conn.id)
+        self._connections.pop(conn.id, None)
+        conn.writer.close()
+        self._poke_timer()
+
+    # -- requests
+    async def _run(self, conn: _Connection, request: Any) -> None:
+        try:
+            reply = self._answer(conn, request)
+            if isinstance(reply, Wait):
+                task = asyncio.current_task()
+                assert task is not None
+                conn.parked.add(task)
+                try:
+                    reply = await self._park(conn, reply)
+                finally:
+                    conn.parked.discard(task)
+            if type(request) is dict:
+                req_id = request.get("reqId", UNDEFINED)
+                if req_id is not UNDEFINED:  # echoed verbatim (BQ-ENV-2)
+                    reply["reqId"] = req_id
+            await self._send(conn, reply)
+        except asyncio.CancelledError:
+            raise
+        except OSError as exc:
+            log.debug("connection %s: write failed: %s", conn.id, exc)
+            conn.writer.transport.abort()
+        except Exception:  # a bug: close this connection only
+            log.exception("connection %s: error answering a request, closing it", conn.id)
+            conn.closing = True
+            conn.writer.transport.abort()
+        finally:
+            conn.slots.release()
+            self._poke_timer()
+
+    def _answer(self, conn: _Connection, request: Any) -> dict | Wait:
+        """The reply to one decoded request (without reqId), or a Wait to park."""
+        if conn.rate is not None and not conn.rate.allow():
+            return self._error("rate_limit_exceeded")                # BQ-RATE-1
+        if type(request) is not dict:
+            return self._error("invalid_command")
+        cmd = request.get("cmd")
+        if self._tokens and not conn.authenticated and cmd != "Auth":
+            return self._error("not_authenticated")                  # BQ-AUTH-2
+        validator = self._validator
+        if not validator.request_is_valid(request):
+            violations = validator.request_violations(request)
+            if violations:
+                if type(cmd) is not str or not cmd:
+                    return self._error("invalid_command")
+                if cmd not in self.profile.model.commands:
+                    return self._error("unknown_command", cmd=cmd)
+                return self._error("invalid_request", detail=str(violations[0]))
+        if cmd == "Auth" and self._tokens:
+            if check_token(self._tokens, request.get("token")):     # BQ-AUTH-4
+                conn.authenticated = True
+                return {"ok": True}
+            return self._error("invalid_token")                      # BQ-AUTH-3
+        return self.engine.handle(conn.id, request)
+
+    async def _park(self, conn: _Connection, wait: Wait) -> dict:
+        """Hold a long poll until an event wakes it (then ``retry``) or its deadline passes
+        (then ``expire``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            key = (wait.kind, wait.key)
+            future = loop.create_future()
+            self._waits.setdefault(key, set()).add(future)
+            try:
+                timeout = max(0.0, (wait.deadline_ms - _now_ms()) / 1000.0)
+                done, _ = await asyncio.wait((future,), timeout=timeout)
+            finally:
+                waiting = self._waits.get(key)
+                if waiting is not None:
+                    waiting.discard(future)
+                    if not waiting:
+                        del self._waits[key]
+                future.cancel()
+            if not done:
+                return self.engine.expire(wait)
+            again = self.engine.retry(conn.id, wait)
+            if not isinstance(again, Wait):
+                return again
+            wait = again
+
+    def _notify(self, event: Event) -> None:
+        """The engine's hook: wake the parked polls this event concerns."""
+        for key in (("queue", event.queue), ("job", event.job_id)):
+            if key[1] is None:
+                continue
+            for future in self._waits.get(key, ()):
+                if not future.done():
+                    future.set_result(event)
+        if self._chained_notify is not None:
+            self._chained_notify(event)
+
+    async def _send(self, conn: _Connection, reply: dict) -> None:
+        writer = conn.writer
+        if writer.is_closing():
+            return
+        try:
+            frame = self._encoder.encode(reply)
+        except EncodeError as exc:  # a reply the wire cannot carry: say so, keep the reqId
+            log.warning("connection %s: cannot encode a reply: %s", conn.id, exc)
+            frame = self._encoder.encode({**self._error("internal_error"),
+                                          **({"reqId": reply["reqId"]} if "reqId" in reply
+                                             else {})})
+        writer.write(frame)
+        await writer.drain()
+
+    def _error(self, name: str, **fields: Any) -> dict:
+        return {"ok": False, "error": self._messages[name].format(**fields)}
+
+    # -- time
+    def _poke_timer(self) -> None:
+        """Wake the timer if the engine's next deadline moved before its planned run."""
+        if self._tick_wake is None:
+            return
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline < self._tick_at:
+            self._tick_wake.set()
+
+    async def _tick_loop(self) -> None:
+        wake = self._tick_wake
+        assert wake is not None
+        while True:
+            now = _now_ms()
+            deadline = self.engine.next_deadline()
+            sleep = self._tick_interval
+            if deadline is not None:
+                sleep = min(sleep, max(MIN_TICK_SLEEP, (deadline - now) / 1000.0))
+            self._tick_at = now + sleep * 1000.0
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), sleep)
+            except TimeoutError:
+                pass
+            deadline = self.engine.next_deadline()
+            if deadline is not None and deadline > _now_ms() and wake.is_set():
+                continue  # woken for a deadline still ahead: sleep until it
+            self._tick_at = float("inf")
+            try:
+                self.engine.tick()  # its events reach _notify
+            except Exception:  # noqa: BLE001 - the timer must outlive a bug
+                log.exception("bunqueue engine tick failed")
