@@ -453,6 +453,8 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
                    "which is printed.")
 @click.option("--profile", "-p", type=click.Choice(profile_names("bunqueue")),
               default=_BQ_PROFILE, show_default=True, help="Protocol profile to speak.")
+@click.option("--data-path", type=click.Path(dir_okay=False), default=None,
+              help="Keep jobs in this SQLite file (WAL); without it, jobs live in memory.")
 @click.option("--auth-tokens", metavar="T1,T2,...", default=None,
               help="Comma-separated tokens; when given, every connection must send Auth with "
                    "one of them before any other command (empty entries are dropped).")
@@ -460,9 +462,10 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
               default="warning", show_default=True,
               help="Log level of the server's messages on stderr.")
 def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
-                   log_level: str) -> None:
-    """Run the bunqueue reference server (in memory): all commands of --profile over TCP,
-    pipelined, with long polls and the authentication gate.
+                   data_path: str | None, log_level: str) -> None:
+    """Run the bunqueue reference server: all commands of --profile over TCP, pipelined,
+    with long polls and the authentication gate; in memory, or in a SQLite file with
+    --data-path (durable pushes are on disk before they are answered).
 
     Prints the bound address, then serves until Ctrl-C or SIGTERM.
     """
@@ -478,7 +481,10 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
         raise click.BadParameter("no token given", param_hint="--auth-tokens")
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = BunqueueServer(prof, host, port, auth_tokens=tokens)
+    try:
+        server = BunqueueServer(prof, host, port, auth_tokens=tokens, data_path=data_path)
+    except Exception as exc:  # noqa: BLE001 - an unusable data file is the user's to fix
+        raise click.ClickException(f"cannot open --data-path {data_path}: {exc}") from None
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -491,7 +497,8 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
             raise click.ClickException(f"cannot listen on {host}:{port}: "
                                        f"{exc.strerror or exc}") from None
         bound = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses)
-        click.echo(f"bunqueue server ({prof.name}) listening on {bound}; storage: memory; "
+        click.echo(f"bunqueue server ({prof.name}) listening on {bound}; "
+                   f"storage: {f'sqlite {data_path}' if data_path else 'memory'}; "
                    f"auth: {f'{len(tokens)} token(s)' if tokens else 'off'}")
         try:
             await stop.wait()

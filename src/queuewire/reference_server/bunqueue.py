@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -43,6 +44,7 @@ from ..codecs.errors import EncodeError, ProtocolError
 from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
 from .bunqueue_engine import BunqueueEngine, Event, Wait, check_token
+from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
 
 __all__ = ["BunqueueServer"]
 
@@ -107,14 +109,26 @@ class BunqueueServer:
     ``auth_tokens``: with any, connections must Auth first (BQ-AUTH-2). ``rate_limit``:
     ``(requests, window_seconds)`` per connection, or None (off; the spec gives no default).
     ``engine``: a ready :class:`~.bunqueue_engine.BunqueueEngine` (its ``notify`` is chained).
+    ``data_path``: keep jobs in a SQLite file (:class:`~.bunqueue_sqlite.SqliteStore`, WAL):
+    a PUSH with ``durable: true`` is committed before it is answered, other writes within the
+    store's flush bound (``FLUSH_INTERVAL_MS``, also run on a timer here); the file is
+    recovered on start and closed on stop.
     """
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
                  port: int | None = None, *, auth_tokens: Iterable[str] = (),
                  engine: BunqueueEngine | None = None,
                  rate_limit: tuple[int, float] | None = None,
-                 tick_interval: float = DEFAULT_TICK_INTERVAL):
-        self.engine = engine if engine is not None else BunqueueEngine(profile)
+                 tick_interval: float = DEFAULT_TICK_INTERVAL,
+                 data_path: str | os.PathLike[str] | None = None):
+        if engine is not None and data_path is not None:
+            raise ValueError("give either an engine or a data_path, not both")
+        self._sqlite: SqliteStore | None = None
+        if engine is None:
+            if data_path is not None:
+                self._sqlite = SqliteStore(data_path)
+            engine = BunqueueEngine(profile, store=self._sqlite)
+        self.engine = engine
         self.profile = self.engine.profile
         spec = self.profile.model
         self.host = host
@@ -139,6 +153,7 @@ class BunqueueServer:
         # parked long polls: (wait kind, key) -> futures to resolve when an Event wakes them
         self._waits: dict[tuple[str, str], set[asyncio.Future]] = {}
         self._ticker: asyncio.Task | None = None
+        self._flusher: asyncio.Task | None = None
         self._tick_wake: asyncio.Event | None = None
         self._tick_at = float("inf")  # ms: when the timer will next run the engine's tick
         self._chained_notify = self.engine.notify
@@ -152,6 +167,8 @@ class BunqueueServer:
         self._port = self._server.sockets[0].getsockname()[1]
         self._tick_wake = asyncio.Event()
         self._ticker = asyncio.create_task(self._tick_loop(), name="bunqueue-tick")
+        if self._sqlite is not None:
+            self._flusher = asyncio.create_task(self._flush_loop(), name="bunqueue-flush")
         log.info("%s server listening on %s:%d", self.profile.name, self.host, self._port)
         return self
 
@@ -164,13 +181,16 @@ class BunqueueServer:
         for conn in list(self._connections.values()):
             conn.writer.transport.abort()  # unblocks a drain to a peer that never reads
         tasks = list(self._handlers)
-        if self._ticker is not None:
-            tasks.append(self._ticker)
-            self._ticker = None
+        for timer in (self._ticker, self._flusher):
+            if timer is not None:
+                tasks.append(timer)
+        self._ticker = self._flusher = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
+        if self._sqlite is not None:
+            self._sqlite.close()  # flushes what is buffered
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -475,6 +495,15 @@ class BunqueueServer:
         deadline = self.engine.next_deadline()
         if deadline is not None and deadline < self._tick_at:
             self._tick_wake.set()
+
+    async def _flush_loop(self) -> None:
+        """Commit buffered (non-durable) writes every flush interval, so the bound holds even
+        when no command arrives to trigger the store's own age check."""
+        assert self._sqlite is not None
+        interval = FLUSH_INTERVAL_MS / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            self._sqlite.flush()  # never raises; a failure shows in StorageStatus
 
     async def _tick_loop(self) -> None:
         wake = self._tick_wake
