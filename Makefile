@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.installed
 # Real JavaScript peers for the interop tests (msgpackr, as bunqueue uses it). Not `npm ci`:
 # npm 11 rejects every lock file for msgpackr's nested optional platform packages; versions
 # are pinned exactly in package.json, and --omit=optional keeps msgpackr on its pure-JS path.
+# bun 1.4.4 (needed to run the Bun-only bunqueue client) ships its binary in an optional
+# platform package (@oven/bun-<os>-<arch>) that --omit=optional drops; bun's postinstall
+# script then downloads that package from registry.npmjs.org itself. So install scripts must
+# not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
 .PHONY: all setup run test docs bench lint clean vectors
@@ -21,7 +25,7 @@ $(STAMP): pyproject.toml
 $(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 		cd tests/interop && npm install --no-save --omit=optional --no-audit --no-fund \
-			--loglevel=error; \
+			--loglevel=error && node_modules/.bin/bun --version >/dev/null || exit 1; \
 	else \
 		echo "npm not found: the interop tests will be skipped"; \
 	fi

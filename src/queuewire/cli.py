@@ -461,8 +461,11 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True,
               help="Log level of the server's messages on stderr.")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve the HTTP API (health, metrics, jobs, webhook delivery) on this "
+                   "port of --host (bunqueue uses 6790); 0 picks a free port. Off by default.")
 def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
-                   data_path: str | None, log_level: str) -> None:
+                   data_path: str | None, log_level: str, http_port: int | None) -> None:
     """Run the bunqueue reference server: all commands of --profile over TCP, pipelined,
     with long polls and the authentication gate; in memory, or in a SQLite file with
     --data-path (durable pushes are on disk before they are answered).
@@ -482,7 +485,8 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        server = BunqueueServer(prof, host, port, auth_tokens=tokens, data_path=data_path)
+        server = BunqueueServer(prof, host, port, auth_tokens=tokens, data_path=data_path,
+                                http_port=http_port)
     except Exception as exc:  # noqa: BLE001 - an unusable data file is the user's to fix
         raise click.ClickException(f"cannot open --data-path {data_path}: {exc}") from None
 
@@ -500,6 +504,8 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
         click.echo(f"bunqueue server ({prof.name}) listening on {bound}; "
                    f"storage: {f'sqlite {data_path}' if data_path else 'memory'}; "
                    f"auth: {f'{len(tokens)} token(s)' if tokens else 'off'}")
+        if server.http is not None:
+            click.echo(f"bunqueue HTTP API listening on {server.http.url}")
         try:
             await stop.wait()
         finally:

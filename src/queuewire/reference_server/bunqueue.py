@@ -112,7 +112,9 @@ class BunqueueServer:
     ``data_path``: keep jobs in a SQLite file (:class:`~.bunqueue_sqlite.SqliteStore`, WAL):
     a PUSH with ``durable: true`` is committed before it is answered, other writes within the
     store's flush bound (``FLUSH_INTERVAL_MS``, also run on a timer here); the file is
-    recovered on start and closed on stop.
+    recovered on start and closed on stop. ``http_port``: also serve the HTTP API
+    (:class:`~.bunqueue_http.HttpFrontend`, same host, engine and tokens) on that port (0 picks
+    a free one), started and stopped with the server; None (the default) serves no HTTP.
     """
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
@@ -120,7 +122,8 @@ class BunqueueServer:
                  engine: BunqueueEngine | None = None,
                  rate_limit: tuple[int, float] | None = None,
                  tick_interval: float = DEFAULT_TICK_INTERVAL,
-                 data_path: str | os.PathLike[str] | None = None):
+                 data_path: str | os.PathLike[str] | None = None,
+                 http_port: int | None = None):
         if engine is not None and data_path is not None:
             raise ValueError("give either an engine or a data_path, not both")
         self._sqlite: SqliteStore | None = None
@@ -158,6 +161,8 @@ class BunqueueServer:
         self._tick_at = float("inf")  # ms: when the timer will next run the engine's tick
         self._chained_notify = self.engine.notify
         self.engine.notify = self._notify
+        self._http_port = http_port
+        self.http: Any = None  # the HttpFrontend while serving with http_port
 
     # -- lifecycle
     async def start(self) -> BunqueueServer:
@@ -165,6 +170,15 @@ class BunqueueServer:
             raise RuntimeError("the server is already started")
         self._server = await asyncio.start_server(self._serve, self.host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
+        if self._http_port is not None:
+            from .bunqueue_http import HttpFrontend
+            try:
+                self.http = await HttpFrontend(self, self.host, self._http_port).start()
+            except BaseException:
+                server, self._server = self._server, None
+                server.close()
+                await server.wait_closed()
+                raise
         self._tick_wake = asyncio.Event()
         self._ticker = asyncio.create_task(self._tick_loop(), name="bunqueue-tick")
         if self._sqlite is not None:
@@ -177,6 +191,9 @@ class BunqueueServer:
         server, self._server = self._server, None
         if server is None:
             return
+        http, self.http = self.http, None
+        if http is not None:
+            await http.stop()
         server.close()
         for conn in list(self._connections.values()):
             conn.writer.transport.abort()  # unblocks a drain to a peer that never reads

@@ -1,0 +1,433 @@
+"""The bunqueue reference server's HTTP side (document 000, "HTTP Endpoints"; BQ-HTTP-*).
+
+:class:`HttpFrontend` serves, with :mod:`aiohttp.web`, the endpoints of the table mapped onto
+engine commands (every request uses ``conn_id=None``: a job pulled over HTTP belongs to no
+connection, so it is released by its lock/stall timers, not by a disconnect):
+
+========================  ======  ===========================================================
+``/health``               GET     ``{ok, status:"healthy", version, uptime, memory:{...}}``
+``/healthz``              GET     liveness: ``{ok:true, status:"alive"}``
+``/ready``                GET     readiness: 200 ``{ok:true, status:"ready"}`` while serving
+``/prometheus``           GET     the Prometheus command's text, ``text/plain; version=0.0.4``
+``/stats``                GET     the Stats command's reply (JSON)
+``/queues/{queue}/jobs``  POST    PUSH with the JSON body's fields -> ``{ok, id}``
+``/queues/{queue}/jobs``  GET     PULL (``?timeout=ms`` long-polls) -> ``{ok, job}``
+``/jobs/{id}``            GET     GetJob -> ``{ok, job}``
+``/jobs/{id}/ack``        POST    ACK with the body's ``result``/``token``
+``/jobs/{id}/fail``       POST    FAIL with the body's ``error``/``token``
+========================  ======  ===========================================================
+
+Every built request is checked with :class:`~queuewire.codecs.validation.BunqueueValidator`;
+a violation is 400 ``{ok:false, error:"Invalid request: ..."}`` (the spec's
+``invalid_request`` message), a body that is not a JSON object is 400 with
+``invalid_command_format``. An unknown job is 404 (``job_not_found``); ACK/FAIL of a job that
+exists but is not active is 409; any other refusal is 400. With auth tokens, every endpoint
+but the Kubernetes probes (``/healthz``, ``/ready``) needs ``Authorization: Bearer <token>``,
+compared in constant time (:func:`~.bunqueue_engine.check_token`), else 401
+``not_authenticated`` / ``invalid_token``.
+
+Webhooks: a background task drains ``engine.webhook_deliveries()`` and POSTs each payload as
+JSON (``X-Webhook-Signature``: the hex HMAC-SHA256 of the exact body, when the hook has a
+secret). Unless the engine's config sets ``allow_private_webhooks``, the target is checked at
+delivery time (BQ-WEBHOOK-1, against DNS rebinding): a literal address directly, a name by a
+resolver that refuses the whole name when any address it resolves to is refused
+(``engine.webhook_address_error``), so the connection only ever goes to checked addresses.
+Redirects are not followed. The outcome goes to ``engine.webhook_result(id, ok)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from ..codecs.validation import BunqueueValidator
+from .bunqueue_engine import BunqueueEngine, Event, Wait, WebhookDelivery, check_token
+
+if TYPE_CHECKING:
+    from .bunqueue import BunqueueServer
+
+__all__ = ["HttpFrontend", "WebhookRefused"]
+
+log = logging.getLogger("queuewire.reference_server.bunqueue_http")
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SIGNATURE_HEADER = "X-Webhook-Signature"
+WEBHOOK_TIMEOUT = 10.0       # seconds per delivery
+WEBHOOK_POLL = 0.05          # seconds between checks of the engine's delivery backlog
+PROBES = frozenset({"/healthz", "/ready"})  # Kubernetes probes carry no token
+
+
+class WebhookRefused(OSError):
+    """A webhook target resolved to an address BQ-WEBHOOK-1 forbids."""
+
+
+class _CheckedResolver(AbstractResolver):
+    """Resolves with the default resolver and refuses a name any of whose addresses the
+    engine refuses, so that the connector only connects to checked addresses."""
+
+    def __init__(self, engine: BunqueueEngine):
+        self._engine = engine
+        self._inner = DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            error = self._engine.webhook_address_error(result["host"])
+            if error:
+                raise WebhookRefused(f"webhook host {host} resolves to {result['host']}: {error}")
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class HttpFrontend:
+    """The HTTP API of a :class:`~.bunqueue.BunqueueServer` (its engine and auth tokens) or
+    of a bare :class:`~.bunqueue_engine.BunqueueEngine` (``auth_tokens`` then given here).
+    ``port=0`` picks a free port."""
+
+    def __init__(self, server_or_engine: BunqueueServer | BunqueueEngine,
+                 host: str = "127.0.0.1", port: int = 0, *,
+                 auth_tokens: tuple[str, ...] | list[str] | None = None):
+        if isinstance(server_or_engine, BunqueueEngine):
+            self.engine = server_or_engine
+            tokens: tuple[str, ...] = ()
+        else:
+            self.engine = server_or_engine.engine
+            tokens = tuple(getattr(server_or_engine, "_tokens", ()))
+        if auth_tokens is not None:
+            tokens = tuple(auth_tokens)
+        self._tokens = tuple(t for t in tokens if t)
+        self.host = host
+        self._port = port
+        self.profile = self.engine.profile
+        self._validator = BunqueueValidator(self.profile)
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._waits: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._chained_notify = None
+        self._delivery_task: asyncio.Task | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._deliver_wake: asyncio.Event | None = None
+        self._ready = False
+
+    # -- lifecycle
+    async def start(self) -> HttpFrontend:
+        if self._runner is not None:
+            raise RuntimeError("the HTTP frontend is already started")
+        app = web.Application(middlewares=[self._auth_middleware])
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/ready", self._readyz)
+        app.router.add_get("/prometheus", self._prometheus)
+        app.router.add_get("/stats", self._stats)
+        app.router.add_post("/queues/{queue}/jobs", self._push)
+        app.router.add_get("/queues/{queue}/jobs", self._pull)
+        app.router.add_get("/jobs/{id}", self._get_job)
+        app.router.add_post("/jobs/{id}/ack", self._ack)
+        app.router.add_post("/jobs/{id}/fail", self._fail)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
+        server = site._server  # the asyncio server: its sockets give the bound port
+        if server is not None and server.sockets:
+            self._port = server.sockets[0].getsockname()[1]
+        self._chained_notify = self.engine.notify
+        self.engine.notify = self._notify
+        self._deliver_wake = asyncio.Event()
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(resolver=_CheckedResolver(self.engine),
+                                           use_dns_cache=False),
+            timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT))
+        self._delivery_task = asyncio.create_task(self._delivery_loop(),
+                                                  name="bunqueue-webhooks")
+        self._ready = True
+        log.info("bunqueue HTTP API listening on %s:%d", self.host, self._port)
+        return self
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self._ready = False
+        if self.engine.notify == self._notify:
+            self.engine.notify = self._chained_notify
+        for futures in self._waits.values():
+            for future in futures:
+                future.cancel()
+        task, self._delivery_task = self._delivery_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> HttpFrontend:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self._port}"
+
+    # -- plumbing
+    def _message(self, name: str, **fields: Any) -> str:
+        return self.engine.error_message(name, **fields)
+
+    def _refuse(self, status: int, error: str) -> web.Response:
+        return web.json_response({"ok": False, "error": error}, status=status)
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self._tokens and request.path not in PROBES:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return self._refuse(401, self._message("not_authenticated"))
+            if not check_token(self._tokens, token.strip()):
+                return self._refuse(401, self._message("invalid_token"))
+        return await handler(request)
+
+    async def _body(self, request: web.Request) -> dict | web.Response:
+        """The request's JSON object body ({} when empty), or a 400 response."""
+        raw = await request.read()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return self._refuse(400, self._message("invalid_command_format"))
+        if not isinstance(body, dict):
+            return self._refuse(400, self._message("invalid_command_format"))
+        return body
+
+    async def _call(self, request: dict) -> dict | web.Response:
+        """Validate and run one engine request; a violation is a 400 response."""
+        if not self._validator.request_is_valid(request):
+            violations = self._validator.request_violations(request)
+            if violations:
+                return self._refuse(400, self._message("invalid_request",
+                                                       detail=str(violations[0])))
+        reply = self.engine.handle(None, request)
+        if isinstance(reply, Wait):
+            reply = await self._park(reply)
+        self._wake_deliveries()
+        return reply
+
+    def _answer(self, reply: dict | web.Response, *, missing: str | None = None,
+                status_ok: int = 200) -> web.Response:
+        if isinstance(reply, web.Response):
+            return reply
+        if reply.get("ok") is False:
+            status = 404 if missing is not None and reply.get("error") == missing else 400
+            return web.json_response(reply, status=status)
+        return web.json_response(reply, status=status_ok)
+
+    async def _park(self, wait: Wait) -> dict:
+        """Hold a long poll until an event wakes it (``retry``) or its deadline (``expire``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            key = (wait.kind, wait.key)
+            future = loop.create_future()
+            self._waits.setdefault(key, set()).add(future)
+            try:
+                timeout = max(0.0, (wait.deadline_ms - time.time() * 1000.0) / 1000.0)
+                done, _ = await asyncio.wait((future,), timeout=timeout)
+            finally:
+                waiting = self._waits.get(key)
+                if waiting is not None:
+                    waiting.discard(future)
+                    if not waiting:
+                        del self._waits[key]
+                future.cancel()
+            if not done:
+                return self.engine.expire(wait)
+            again = self.engine.retry(None, wait)
+            if not isinstance(again, Wait):
+                return again
+            wait = again
+
+    def _notify(self, event: Event) -> None:
+        for key in (("queue", event.queue), ("job", event.job_id)):
+            if key[1] is None:
+                continue
+            for future in self._waits.get(key, ()):
+                if not future.done():
+                    future.set_result(event)
+        self._wake_deliveries()
+        if self._chained_notify is not None:
+            self._chained_notify(event)
+
+    # -- endpoints
+    async def _health(self, request: web.Request) -> web.Response:
+        metrics = self.engine.handle(None, {"cmd": "Metrics"})
+        m = metrics.get("metrics", {}) if isinstance(metrics, dict) else {}
+        uptime = time.time() * 1000.0 - self.engine.started_at
+        return web.json_response({
+            "ok": True, "status": "healthy", "version": self.engine.config.server_version,
+            "uptime": uptime,
+            "memory": {"usageMb": m.get("memoryUsageMb"), "sqliteSizeMb": m.get("sqliteSizeMb")},
+            "connections": m.get("activeConnections")})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "status": "alive"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if not self._ready:
+            return web.json_response({"ok": False, "status": "not ready"}, status=503)
+        return web.json_response({"ok": True, "status": "ready"})
+
+    async def _prometheus(self, request: web.Request) -> web.Response:
+        reply = await self._call({"cmd": "Prometheus"})
+        if isinstance(reply, web.Response) or not reply.get("ok"):
+            return self._answer(reply)
+        return web.Response(body=reply["data"]["metrics"].encode(),
+                            headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return self._answer(await self._call({"cmd": "Stats"}))
+
+    async def _push(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        body.pop("cmd", None)
+        body.pop("reqId", None)
+        return self._answer(await self._call(
+            {**body, "cmd": "PUSH", "queue": request.match_info["queue"]}))
+
+    async def _pull(self, request: web.Request) -> web.Response:
+        req: dict[str, Any] = {"cmd": "PULL", "queue": request.match_info["queue"]}
+        for name in ("timeout", "lockTtl"):
+            value = request.query.get(name)
+            if value is not None:
+                try:
+                    req[name] = int(value)
+                except ValueError:
+                    req[name] = value  # the validator words the refusal
+        if request.query.get("owner"):
+            req["owner"] = request.query["owner"]
+        return self._answer(await self._call(req))
+
+    async def _get_job(self, request: web.Request) -> web.Response:
+        return self._answer(await self._call({"cmd": "GetJob", "id": request.match_info["id"]}),
+                            missing=self._message("job_not_found"))
+
+    async def _settle(self, request: web.Request, cmd: str, fields: tuple[str, ...]) -> \
+            web.Response:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        job_id = request.match_info["id"]
+        req = {"cmd": cmd, "id": job_id, **{k: body[k] for k in fields if k in body}}
+        reply = await self._call(req)
+        if isinstance(reply, dict) and reply.get("ok") is False \
+                and reply.get("error") == self._message("job_not_processing", id=job_id):
+            known = self.engine.handle(None, {"cmd": "GetState", "id": job_id})
+            status = 409 if isinstance(known, dict) and known.get("ok") else 404
+            return web.json_response(reply, status=status)
+        return self._answer(reply)
+
+    async def _ack(self, request: web.Request) -> web.Response:
+        return await self._settle(request, "ACK", ("result", "token"))
+
+    async def _fail(self, request: web.Request) -> web.Response:
+        return await self._settle(request, "FAIL", ("error", "token", "unrecoverable",
+                                                    "removeOnFail", "stack"))
+
+    # -- webhooks
+    def _wake_deliveries(self) -> None:
+        if self._deliver_wake is not None:
+            self._deliver_wake.set()
+
+    async def _delivery_loop(self) -> None:
+        wake = self._deliver_wake
+        assert wake is not None
+        while True:
+            try:
+                await asyncio.wait_for(wake.wait(), WEBHOOK_POLL)
+            except TimeoutError:
+                pass
+            wake.clear()
+            deliveries = self.engine.webhook_deliveries()
+            if deliveries:
+                await asyncio.gather(*(self._deliver(d) for d in deliveries))
+
+    async def _deliver(self, delivery: WebhookDelivery) -> bool:
+        """POST one delivery; record and answer whether it succeeded."""
+        ok = False
+        try:
+            ok = await self._post(delivery)
+        except asyncio.CancelledError:
+            raise
+        except WebhookRefused as exc:
+            log.warning("webhook %s not delivered: %s", delivery.webhook_id, exc)
+        except aiohttp.ClientConnectorError as exc:  # the resolver's refusal arrives wrapped
+            cause = exc.os_error if isinstance(exc.os_error, WebhookRefused) else exc.__cause__
+            if isinstance(cause, WebhookRefused):
+                log.warning("webhook %s not delivered: %s", delivery.webhook_id, cause)
+            else:
+                log.info("webhook %s to %s failed: %s", delivery.webhook_id, delivery.url, exc)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.info("webhook %s to %s failed: %s", delivery.webhook_id, delivery.url, exc)
+        except Exception:  # noqa: BLE001 - one bad delivery never stops the loop
+            log.exception("webhook %s: unexpected error", delivery.webhook_id)
+        self.engine.webhook_result(delivery.webhook_id, ok)
+        return ok
+
+    async def _post(self, delivery: WebhookDelivery) -> bool:
+        session = self._session
+        assert session is not None
+        url = URL(delivery.url)
+        host = url.host or ""
+        if _ip_literal(host):  # aiohttp does not resolve literals: check them here
+            error = self.engine.webhook_address_error(host.strip("[]"))
+            if error:
+                raise WebhookRefused(f"webhook host {host}: {error}")
+        body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", "X-Webhook-Event": delivery.event}
+        signature = delivery.signature(body)
+        if signature is not None:
+            headers[SIGNATURE_HEADER] = signature
+        async with session.post(url, data=body, headers=headers,
+                                allow_redirects=False) as response:
+            await response.read()
+            return 200 <= response.status < 300

@@ -1,0 +1,355 @@
+"""The bunqueue reference server's HTTP API (BQ-HTTP-1..11) and webhook delivery
+(BQ-WEBHOOK-1, BQ-WEBHOOK-3), with a real aiohttp client on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
+from queuewire.reference_server.bunqueue import BunqueueServer
+from queuewire.reference_server.bunqueue_engine import (
+    BunqueueEngine,
+    EngineConfig,
+    WebhookDelivery,
+)
+from queuewire.reference_server.bunqueue_http import (
+    PROMETHEUS_CONTENT_TYPE,
+    SIGNATURE_HEADER,
+    HttpFrontend,
+)
+from queuewire.spec import load_profile
+
+PROFILE = load_profile("bunqueue/v2")
+GUARD = 15.0
+
+
+def message(name: str, **fields: Any) -> str:
+    return PROFILE.model.errors[name].message.format(**fields)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, GUARD))
+
+
+class Tcp:
+    """A minimal TCP client of the server, replies matched by reqId."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+        self.enc, self.dec = FrameEncoder(PROFILE), FrameDecoder(PROFILE)
+        self.inbox: list[dict] = []
+        self.ids = itertools.count(1)
+
+    @classmethod
+    async def open(cls, port: int) -> Tcp:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def call(self, cmd: str, **fields: Any) -> dict:
+        req_id = str(next(self.ids))
+        self.writer.write(self.enc.encode({"cmd": cmd, **fields, "reqId": req_id}))
+        while True:
+            for i, msg in enumerate(self.inbox):
+                if msg.get("reqId") == req_id:
+                    return self.inbox.pop(i)
+            data = await asyncio.wait_for(self.reader.read(65536), 5.0)
+            assert data, "the server closed the connection"
+            self.inbox.extend(self.dec.feed(data))
+
+    async def close(self) -> None:
+        self.writer.close()
+
+
+async def started(**kwargs: Any) -> tuple[BunqueueServer, str]:
+    server = BunqueueServer(PROFILE, "127.0.0.1", 0, http_port=0, **kwargs)
+    await server.start()
+    assert server.http is not None
+    return server, server.http.url
+
+
+# =============================================================================================
+# Endpoints
+# =============================================================================================
+def test_probes_stats_and_prometheus():
+    async def go():
+        server, url = await started()
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{url}/health") as r:
+                    assert r.status == 200
+                    body = await r.json()
+                    assert body["ok"] is True and body["status"] == "healthy"
+                    assert isinstance(body["memory"]["usageMb"], float)
+                    assert body["version"] == server.engine.config.server_version
+                for path, status in (("/healthz", "alive"), ("/ready", "ready")):
+                    async with http.get(url + path) as r:
+                        assert r.status == 200
+                        assert (await r.json()) == {"ok": True, "status": status}
+                async with http.post(f"{url}/queues/q/jobs", json={"data": {"a": 1}}) as r:
+                    assert r.status == 200
+                async with http.get(f"{url}/stats") as r:
+                    assert r.status == 200
+                    body = await r.json()
+                    assert body["ok"] is True and body["stats"]["queued"] == 1
+                async with http.get(f"{url}/prometheus") as r:
+                    assert r.status == 200
+                    assert r.headers["Content-Type"] == PROMETHEUS_CONTENT_TYPE
+                    text = await r.text()
+                    assert "# TYPE" in text and "bunqueue_" in text
+                async with http.get(f"{url}/nope") as r:
+                    assert r.status == 404
+        finally:
+            await server.stop()
+        assert not server.serving and server.http is None
+
+    run(go())
+
+
+def test_push_pull_get_ack_fail_across_http_and_tcp():
+    async def go():
+        server, url = await started()
+        tcp = await Tcp.open(server.port)
+        try:
+            async with aiohttp.ClientSession() as http:
+                # pushed over HTTP, pulled over TCP
+                async with http.post(f"{url}/queues/emails/jobs",
+                                     json={"data": {"to": "a"}, "priority": 5}) as r:
+                    assert r.status == 200
+                    pushed = await r.json()
+                assert pushed["ok"] is True and isinstance(pushed["id"], str)
+                pulled = await tcp.call("PULL", queue="emails")
+                assert pulled["ok"] is True and pulled["job"]["id"] == pushed["id"]
+                assert pulled["job"]["data"] == {"to": "a"}
+                assert pulled["job"]["priority"] == 5
+                # pushed over TCP, pulled over HTTP
+                tcp_id = (await tcp.call("PUSH", queue="emails", data={"to": "b"}))["id"]
+                async with http.get(f"{url}/queues/emails/jobs") as r:
+                    assert r.status == 200
+                    body = await r.json()
+                assert body["ok"] is True and body["job"]["id"] == tcp_id
+                # an empty queue answers job null; a long poll is woken by a TCP push
+                async with http.get(f"{url}/queues/other/jobs") as r:
+                    assert (await r.json()) == {"ok": True, "job": None}
+                poll = asyncio.create_task(http.get(f"{url}/queues/late/jobs?timeout=3000"))
+                await asyncio.sleep(0.2)
+                late_id = (await tcp.call("PUSH", queue="late", data=1))["id"]
+                async with await poll as r:
+                    assert (await r.json())["job"]["id"] == late_id
+                # GetJob
+                async with http.get(f"{url}/jobs/{tcp_id}") as r:
+                    assert r.status == 200
+                    body = await r.json()
+                assert body["ok"] is True and body["job"]["state"] == "active"
+                async with http.get(f"{url}/jobs/missing") as r:
+                    assert r.status == 404
+                    assert (await r.json()) == {"ok": False, "error": message("job_not_found")}
+                # ack over HTTP
+                async with http.post(f"{url}/jobs/{tcp_id}/ack", json={"result": {"n": 7}}) as r:
+                    assert r.status == 200 and (await r.json()) == {"ok": True}
+                job = (await tcp.call("GetJob", id=tcp_id))["job"]
+                assert job["state"] == "completed" and job["returnvalue"] == {"n": 7}
+                async with http.post(f"{url}/jobs/{tcp_id}/ack") as r:
+                    assert r.status == 409
+                    assert (await r.json())["error"] == message("job_not_processing",
+                                                                id=tcp_id)
+                async with http.post(f"{url}/jobs/ghost/ack") as r:
+                    assert r.status == 404
+                # fail over HTTP (the job was pulled over TCP)
+                async with http.post(f"{url}/jobs/{pushed['id']}/fail",
+                                     json={"error": "boom", "unrecoverable": True}) as r:
+                    assert r.status == 200 and (await r.json()) == {"ok": True}
+                async with http.get(f"{url}/jobs/{pushed['id']}") as r:
+                    job = (await r.json())["job"]
+                assert job["state"] == "failed" and job["failedReason"] == "boom"
+        finally:
+            await tcp.close()
+            await server.stop()
+
+    run(go())
+
+
+def test_validation_errors_are_400_with_the_spec_s_message():
+    async def go():
+        server, url = await started()
+        prefix = message("invalid_request", detail="")
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{url}/queues/bad%20name!/jobs", json={"data": 1}) as r:
+                    assert r.status == 400
+                    body = await r.json()
+                assert body["ok"] is False and body["error"].startswith(prefix)
+                assert "/queue" in body["error"]
+                async with http.post(f"{url}/queues/q/jobs",
+                                     json={"data": 1, "priority": 10**9}) as r:
+                    assert r.status == 400
+                    body = await r.json()
+                assert body["error"].startswith(prefix) and "/priority" in body["error"]
+                async with http.post(f"{url}/queues/q/jobs", data=b"{not json") as r:
+                    assert r.status == 400
+                    assert (await r.json())["error"] == message("invalid_command_format")
+                async with http.post(f"{url}/queues/q/jobs", json=[1, 2]) as r:
+                    assert r.status == 400
+                async with http.get(f"{url}/queues/q/jobs?timeout=soon") as r:
+                    assert r.status == 400
+                    assert (await r.json())["error"].startswith(prefix)
+            stats = server.engine.handle(None, {"cmd": "Stats"})
+            assert stats["ok"] is True and stats["stats"]["queued"] == 0  # nothing was added
+        finally:
+            await server.stop()
+
+    run(go())
+
+
+def test_auth_bearer_token():
+    async def go():
+        server, url = await started(auth_tokens=["s3cret", "other"])
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{url}/stats") as r:
+                    assert r.status == 401
+                    assert (await r.json()) == {"ok": False,
+                                                "error": message("not_authenticated")}
+                async with http.get(f"{url}/stats",
+                                    headers={"Authorization": "Bearer wrong"}) as r:
+                    assert r.status == 401
+                    assert (await r.json())["error"] == message("invalid_token")
+                async with http.post(f"{url}/queues/q/jobs", json={"data": 1},
+                                     headers={"Authorization": "Basic s3cret"}) as r:
+                    assert r.status == 401
+                async with http.get(f"{url}/stats",
+                                    headers={"Authorization": "Bearer s3cret"}) as r:
+                    assert r.status == 200 and (await r.json())["ok"] is True
+                async with http.post(f"{url}/queues/q/jobs", json={"data": 1},
+                                     headers={"Authorization": "Bearer other"}) as r:
+                    assert r.status == 200
+                for probe in ("/healthz", "/ready"):  # Kubernetes probes carry no token
+                    async with http.get(url + probe) as r:
+                        assert r.status == 200
+        finally:
+            await server.stop()
+
+    run(go())
+
+
+def test_frontend_on_a_bare_engine_and_no_http_by_default():
+    async def go():
+        server = BunqueueServer(PROFILE, "127.0.0.1", 0)
+        await server.start()
+        assert server.http is None
+        await server.stop()
+        front = await HttpFrontend(BunqueueEngine(PROFILE), "127.0.0.1", 0).start()
+        try:
+            assert front.port > 0
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{front.url}/queues/q/jobs", json={"data": 2}) as r:
+                    job_id = (await r.json())["id"]
+                async with http.get(f"{front.url}/queues/q/jobs") as r:
+                    assert (await r.json())["job"]["id"] == job_id
+        finally:
+            await front.stop()
+
+    run(go())
+
+
+# =============================================================================================
+# Webhooks
+# =============================================================================================
+async def receiver() -> tuple[web.AppRunner, str, list[tuple[dict, bytes]]]:
+    got: list[tuple[dict, bytes]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append((dict(request.headers), await request.read()))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}/hook", got
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_webhook_is_delivered_with_a_valid_hmac_signature():
+    async def go():
+        rx, hook_url, got = await receiver()
+        engine = BunqueueEngine(PROFILE, config=EngineConfig(allow_private_webhooks=True))
+        server = BunqueueServer(engine=engine, host="127.0.0.1", port=0, http_port=0)
+        await server.start()
+        tcp = await Tcp.open(server.port)
+        try:
+            added = await tcp.call("AddWebhook", url=hook_url, events=["job.pushed"],
+                                   secret="k3y")
+            assert added["ok"] is True, added
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{server.http.url}/queues/hq/jobs",
+                                     json={"data": {"x": 1}}) as r:
+                    job_id = (await r.json())["id"]
+            await until(lambda: got)
+            headers, body = got[0]
+            expected = hmac.new(b"k3y", body, hashlib.sha256).hexdigest()
+            assert headers[SIGNATURE_HEADER] == expected
+            assert headers["Content-Type"] == "application/json"
+            payload = json.loads(body)
+            assert payload["event"] == "job.pushed" and payload["jobId"] == job_id
+            assert payload["queue"] == "hq"
+            listed = await tcp.call("ListWebhooks")
+
+            def success() -> bool:
+                hooks = engine.handle(None, {"cmd": "ListWebhooks"})["data"]["webhooks"]
+                return hooks[0]["successCount"] == 1
+
+            await until(success)
+            assert listed["ok"] is True
+        finally:
+            await tcp.close()
+            await server.stop()
+            await rx.cleanup()
+
+    run(go())
+
+
+def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
+    caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue_http")
+
+    async def go():
+        rx, hook_url, got = await receiver()
+        engine = BunqueueEngine(PROFILE)  # no opt-in
+        front = await HttpFrontend(engine, "127.0.0.1", 0).start()
+        try:
+            port = hook_url.split(":")[2].split("/")[0]
+            for url in (hook_url, f"http://localhost:{port}/hook",
+                        f"http://[::1]:{port}/hook"):
+                delivery = WebhookDelivery("wh-x", url, "job.pushed", {"event": "job.pushed"},
+                                           "k")
+                assert await front._deliver(delivery) is False, url
+            # AddWebhook refuses the loopback target up front as well (BQ-WEBHOOK-1)
+            refused = engine.handle(None, {"cmd": "AddWebhook", "url": hook_url,
+                                           "events": ["job.pushed"]})
+            assert refused["ok"] is False
+            await asyncio.sleep(0.1)
+            assert got == []
+            refusals = [r for r in caplog.records if "not delivered" in r.getMessage()]
+            assert len(refusals) == 3  # refused by the address check, not a failed connection
+        finally:
+            await front.stop()
+            await rx.cleanup()
+
+    run(go())
