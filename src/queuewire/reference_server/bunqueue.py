@@ -43,6 +43,7 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from ..codecs.errors import EncodeError, ProtocolError
 from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
+from ._service import TcpService
 from .bunqueue_engine import BunqueueEngine, Event, Wait, check_token
 from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
 
@@ -102,7 +103,7 @@ class _Connection:
         self.next_read: asyncio.Task | None = None
 
 
-class BunqueueServer:
+class BunqueueServer(TcpService):
     """A bunqueue server on a TCP port.
 
     ``port=None`` is the profile's ``default_port``; ``port=0`` picks a free port.
@@ -208,33 +209,6 @@ class BunqueueServer:
         await server.wait_closed()
         if self._sqlite is not None:
             self._sqlite.close()  # flushes what is buffered
-
-    async def serve_forever(self) -> None:
-        if self._server is None:
-            await self.start()
-        assert self._server is not None
-        await self._server.serve_forever()
-
-    async def __aenter__(self) -> BunqueueServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.host, self._port
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        """Every bound (host, port): a host name may resolve to several addresses."""
-        if self._server is None:
-            return []
-        return [sock.getsockname()[:2] for sock in self._server.sockets]
 
     @property
     def serving(self) -> bool:

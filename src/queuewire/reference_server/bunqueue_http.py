@@ -52,6 +52,7 @@ from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from ..codecs.validation import BunqueueValidator
+from ._service import Service
 from .bunqueue_engine import BunqueueEngine, Event, Wait, WebhookDelivery, check_token
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _ip_literal(host: str) -> bool:
     return True
 
 
-class HttpFrontend:
+class HttpFrontend(Service):
     """The HTTP API of a :class:`~.bunqueue.BunqueueServer` (its engine and auth tokens) or
     of a bare :class:`~.bunqueue_engine.BunqueueEngine` (``auth_tokens`` then given here).
     ``port=0`` picks a free port."""
@@ -188,20 +189,6 @@ class HttpFrontend:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    async def __aenter__(self) -> HttpFrontend:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.host, self._port
 
     @property
     def url(self) -> str:

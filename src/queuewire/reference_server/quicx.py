@@ -23,6 +23,7 @@ import logging
 from collections.abc import Iterable
 
 from ..spec import Profile
+from ._service import TcpService
 from .quicx_engine import (
     DEFAULT_POOL_BYTES,
     Close,
@@ -38,7 +39,7 @@ log = logging.getLogger("queuewire.reference_server.quicx")
 READ_SIZE = 64 * 1024  # bytes per read: one socket buffer's worth
 
 
-class QuicxServer:
+class QuicxServer(TcpService):
     """A quicx daemon on a TCP port, speaking one profile.
 
     ``port=None`` is the profile's ``default_port``; ``port=0`` picks a free port. The other
@@ -81,33 +82,6 @@ class QuicxServer:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
         await server.wait_closed()
-
-    async def serve_forever(self) -> None:
-        if self._server is None:
-            await self.start()
-        assert self._server is not None
-        await self._server.serve_forever()
-
-    async def __aenter__(self) -> QuicxServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.host, self._port
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        """Every bound (host, port): a host name may resolve to several addresses."""
-        if self._server is None:
-            return []
-        return [sock.getsockname()[:2] for sock in self._server.sockets]
 
     @property
     def serving(self) -> bool:
