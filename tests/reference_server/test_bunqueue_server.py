@@ -571,7 +571,7 @@ def test_closing_a_connection_drops_its_parked_polls():
             b = await Client.open(server.port)
             job_id = (await b.ok("PUSH", queue="q", data={}))["id"]
             assert (await b.ok("PULL", queue="q"))["job"]["id"] == job_id  # not taken by a
-            assert not server._waits
+            assert server.parked_polls == 0
             await b.close()
 
     run(scenario())
@@ -594,7 +594,7 @@ def test_a_peer_gone_with_every_slot_parked_is_noticed():
                 if server.connection_count == 0:
                     break
                 await asyncio.sleep(0.01)
-            assert server.connection_count == 0 and not server._waits
+            assert server.connection_count == 0 and server.parked_polls == 0
             b = await Client.open(server.port)
             job_id = (await b.ok("PUSH", queue="gone", data={}))["id"]
             assert (await b.ok("PULL", queue="gone"))["job"]["id"] == job_id

@@ -44,6 +44,7 @@ from ..codecs.errors import EncodeError, ProtocolError
 from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
 from ._service import TcpService
+from ._waits import WaitRoom
 from .bunqueue_engine import BunqueueEngine, Event, Wait, check_token
 from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
 
@@ -154,8 +155,7 @@ class BunqueueServer(TcpService):
         self._connections: dict[str, _Connection] = {}
         self._handlers: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
-        # parked long polls: (wait kind, key) -> futures to resolve when an Event wakes them
-        self._waits: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._room = WaitRoom(self.engine)  # parked long polls
         self._ticker: asyncio.Task | None = None
         self._flusher: asyncio.Task | None = None
         self._tick_wake: asyncio.Event | None = None
@@ -213,6 +213,11 @@ class BunqueueServer(TcpService):
     @property
     def serving(self) -> bool:
         return self._server is not None
+
+    @property
+    def parked_polls(self) -> int:
+        """Long polls (PULL with a timeout, WaitJob) parked now."""
+        return self._room.parked
 
     @property
     def connection_count(self) -> int:
@@ -379,7 +384,7 @@ class BunqueueServer(TcpService):
                 assert task is not None
                 conn.parked.add(task)
                 try:
-                    reply = await self._park(conn, reply)
+                    reply = await self._room.park(conn.id, reply)
                 finally:
                     conn.parked.discard(task)
             if type(request) is dict:
@@ -425,39 +430,9 @@ class BunqueueServer(TcpService):
             return self._error("invalid_token")                      # BQ-AUTH-3
         return self.engine.handle(conn.id, request)
 
-    async def _park(self, conn: _Connection, wait: Wait) -> dict:
-        """Hold a long poll until an event wakes it (then ``retry``) or its deadline passes
-        (then ``expire``)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            key = (wait.kind, wait.key)
-            future = loop.create_future()
-            self._waits.setdefault(key, set()).add(future)
-            try:
-                timeout = max(0.0, (wait.deadline_ms - _now_ms()) / 1000.0)
-                done, _ = await asyncio.wait((future,), timeout=timeout)
-            finally:
-                waiting = self._waits.get(key)
-                if waiting is not None:
-                    waiting.discard(future)
-                    if not waiting:
-                        del self._waits[key]
-                future.cancel()
-            if not done:
-                return self.engine.expire(wait)
-            again = self.engine.retry(conn.id, wait)
-            if not isinstance(again, Wait):
-                return again
-            wait = again
-
     def _notify(self, event: Event) -> None:
         """The engine's hook: wake the parked polls this event concerns."""
-        for key in (("queue", event.queue), ("job", event.job_id)):
-            if key[1] is None:
-                continue
-            for future in self._waits.get(key, ()):
-                if not future.done():
-                    future.set_result(event)
+        self._room.wake(event)
         if self._chained_notify is not None:
             self._chained_notify(event)
 

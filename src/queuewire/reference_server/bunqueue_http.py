@@ -53,6 +53,7 @@ from yarl import URL
 
 from ..codecs.validation import BunqueueValidator
 from ._service import Service
+from ._waits import WaitRoom
 from .bunqueue_engine import BunqueueEngine, Event, Wait, WebhookDelivery, check_token
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class HttpFrontend(Service):
         self._validator = BunqueueValidator(self.profile)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
-        self._waits: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._room = WaitRoom(self.engine)  # parked long polls
         self._chained_notify = None
         self._delivery_task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -178,9 +179,7 @@ class HttpFrontend(Service):
         self._ready = False
         if self.engine.notify == self._notify:
             self.engine.notify = self._chained_notify
-        for futures in self._waits.values():
-            for future in futures:
-                future.cancel()
+        self._room.cancel_all()
         task, self._delivery_task = self._delivery_task, None
         if task is not None:
             task.cancel()
@@ -235,7 +234,7 @@ class HttpFrontend(Service):
                                                        detail=str(violations[0])))
         reply = self.engine.handle(None, request)
         if isinstance(reply, Wait):
-            reply = await self._park(reply)
+            reply = await self._room.park(None, reply)
         self._wake_deliveries()
         return reply
 
@@ -248,37 +247,8 @@ class HttpFrontend(Service):
             return web.json_response(reply, status=status)
         return web.json_response(reply, status=status_ok)
 
-    async def _park(self, wait: Wait) -> dict:
-        """Hold a long poll until an event wakes it (``retry``) or its deadline (``expire``)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            key = (wait.kind, wait.key)
-            future = loop.create_future()
-            self._waits.setdefault(key, set()).add(future)
-            try:
-                timeout = max(0.0, (wait.deadline_ms - time.time() * 1000.0) / 1000.0)
-                done, _ = await asyncio.wait((future,), timeout=timeout)
-            finally:
-                waiting = self._waits.get(key)
-                if waiting is not None:
-                    waiting.discard(future)
-                    if not waiting:
-                        del self._waits[key]
-                future.cancel()
-            if not done:
-                return self.engine.expire(wait)
-            again = self.engine.retry(None, wait)
-            if not isinstance(again, Wait):
-                return again
-            wait = again
-
     def _notify(self, event: Event) -> None:
-        for key in (("queue", event.queue), ("job", event.job_id)):
-            if key[1] is None:
-                continue
-            for future in self._waits.get(key, ()):
-                if not future.done():
-                    future.set_result(event)
+        self._room.wake(event)
         self._wake_deliveries()
         if self._chained_notify is not None:
             self._chained_notify(event)
