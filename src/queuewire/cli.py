@@ -341,6 +341,32 @@ def _decode_quicx(prof: Any, data: bytes, chunk: int, role: str) -> int:
 
 
 # -- serve ------------------------------------------------------------------------------------
+def _run_until_signal(server: Any, host: str, port: int, started: Any, stopped: Any) -> None:
+    """Start a daemon, report where it listens, serve until SIGINT or SIGTERM, then stop it.
+    A port that cannot be bound is a one-line error, not a traceback."""
+    import asyncio
+    import signal
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: "
+                                       f"{exc.strerror or exc}") from None
+        started(", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses))
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+            stopped()
+
+    asyncio.run(run())
+
+
 @main.group()
 def serve() -> None:
     """Run a reference daemon in the foreground (Ctrl-C or SIGTERM stops it)."""
@@ -393,9 +419,7 @@ def serve_quicx(host: str, port: int, profile: str, pool_bytes: int, task_types:
 
     Prints the bound address, then serves until Ctrl-C or SIGTERM.
     """
-    import asyncio
     import logging
-    import signal
 
     from .reference_server.quicx import QuicxServer
 
@@ -414,30 +438,18 @@ def serve_quicx(host: str, port: int, profile: str, pool_bytes: int, task_types:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--pool-bytes") from None
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await server.start()
-        except OSError as exc:
-            raise click.ClickException(f"cannot listen on {host}:{port}: "
-                                       f"{exc.strerror or exc}") from None
+    def started(bound: str) -> None:
         pool = server.engine.pool
-        bound = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses)
         click.echo(f"quicx daemon ({prof.name}) listening on {bound}; pool "
                    f"{pool.bytes_total} bytes in classes {', '.join(map(str, pool.classes))}; "
                    f"task types: {', '.join(types) if types else 'any'}")
-        try:
-            await stop.wait()
-        finally:
-            await server.stop()
-            stats = server.stats()
-            click.echo(f"quicx daemon stopped ({stats.accepted} accepted, {stats.done} done, "
-                       f"{stats.failed} failed, {stats.queue_depth} still queued)")
 
-    asyncio.run(run())
+    def stopped() -> None:
+        stats = server.stats()
+        click.echo(f"quicx daemon stopped ({stats.accepted} accepted, {stats.done} done, "
+                   f"{stats.failed} failed, {stats.queue_depth} still queued)")
+
+    _run_until_signal(server, host, port, started, stopped)
 
 
 _BQ_PROFILE = default_profile("bunqueue")
@@ -472,9 +484,7 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
 
     Prints the bound address, then serves until Ctrl-C or SIGTERM.
     """
-    import asyncio
     import logging
-    import signal
 
     from .reference_server.bunqueue import BunqueueServer
 
@@ -490,29 +500,14 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
     except Exception as exc:  # noqa: BLE001 - an unusable data file is the user's to fix
         raise click.ClickException(f"cannot open --data-path {data_path}: {exc}") from None
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await server.start()
-        except OSError as exc:
-            raise click.ClickException(f"cannot listen on {host}:{port}: "
-                                       f"{exc.strerror or exc}") from None
-        bound = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.addresses)
+    def started(bound: str) -> None:
         click.echo(f"bunqueue server ({prof.name}) listening on {bound}; "
                    f"storage: {f'sqlite {data_path}' if data_path else 'memory'}; "
                    f"auth: {f'{len(tokens)} token(s)' if tokens else 'off'}")
         if server.http is not None:
             click.echo(f"bunqueue HTTP API listening on {server.http.url}")
-        try:
-            await stop.wait()
-        finally:
-            await server.stop()
-            click.echo("bunqueue server stopped")
 
-    asyncio.run(run())
+    _run_until_signal(server, host, port, started, lambda: click.echo("bunqueue server stopped"))
 
 
 # -- vectors ----------------------------------------------------------------------------------
