@@ -20,6 +20,7 @@ from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, encode_frame
 from queuewire.codecs.errors import MessageError, ProtocolError, Violation
 from queuewire.codecs.validation import BunqueueValidator, js_key, to_json_model
 from queuewire.spec import load_profile
+from queuewire.spec.instances import minimal, resolve
 
 PROFILE = load_profile("bunqueue/v2")
 MODEL = PROFILE.model
@@ -31,43 +32,13 @@ ENVELOPE = PROFILE.tree["envelope"]
 
 
 def _resolve(node: Mapping, defs: Mapping) -> Mapping:
-    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
-        node = defs[node["$ref"].removeprefix("#/$defs/")]
-    return node
+    """Follow ``$ref``s to the definition they name (``defs`` is a schema's ``$defs``)."""
+    return resolve({"$defs": defs}, node)
 
 
 def _minimal(schema: Mapping, defs: Mapping) -> Any:
-    """The same rules as conftest's ``minimal_instance``, usable on sub-schemas."""
-    if "examples" in schema:
-        return copy.deepcopy(schema["examples"][0])
-    if "const" in schema:
-        return schema["const"]
-    if "$ref" in schema:
-        return _minimal(_resolve(schema, defs), defs)
-    if "enum" in schema:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return _minimal(schema[key][0], defs)
-    typ = schema.get("type")
-    if isinstance(typ, list):
-        typ = next((t for t in typ if t != "null"), "null")
-    if typ == "object":
-        props = schema.get("properties") or {}
-        return {k: _minimal(props.get(k, {}), defs) for k in schema.get("required") or ()}
-    if typ == "array":
-        return [_minimal(schema.get("items") or {}, defs)
-                for _ in range(schema.get("minItems", 0))]
-    if typ == "string":
-        return "a"
-    if typ in ("integer", "number"):
-        lo = schema.get("minimum")
-        return lo if lo is not None and lo > 0 else 0
-    if typ == "boolean":
-        return False
-    if typ == "null":
-        return None
-    return {}
+    """A minimal valid value of a (sub-)schema, by the project's own builder."""
+    return minimal({"$defs": defs}, schema)
 
 
 _LEN_FIELD = next(f for f in PROFILE.tree["framing"]["fields"] if f["id"] == "len_payload")

@@ -8,6 +8,7 @@ result is deterministic, so generated files are stable across runs.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,15 +31,15 @@ def minimal(schema: Mapping, node: Any = None) -> Any:
     node = resolve(schema, schema if node is None else node)
     if not isinstance(node, Mapping):
         return None
-    for key in ("examples",):
-        if node.get(key):
-            return node[key][0]
+    # copies: a caller may fill in the instance, and must not edit the spec through it
+    if node.get("examples"):
+        return copy.deepcopy(node["examples"][0])
     if "const" in node:
-        return node["const"]
+        return copy.deepcopy(node["const"])
     if "default" in node:
-        return node["default"]
+        return copy.deepcopy(node["default"])
     if node.get("enum"):
-        return node["enum"][0]
+        return copy.deepcopy(node["enum"][0])
     for combo in ("oneOf", "anyOf", "allOf"):
         if node.get(combo):
             return minimal(schema, node[combo][0])
@@ -55,8 +56,12 @@ def minimal(schema: Mapping, node: Any = None) -> Any:
     if kind == "string":
         return "a" * max(1, int(node.get("minLength", 1)))
     if kind in ("integer", "number"):
-        low = node.get("minimum")
-        return low if low is not None and low > 0 else max(0, low or 0) if low is not None else 0
+        low, high = node.get("minimum"), node.get("maximum")
+        if low is not None and low > 0:
+            return low
+        if high is not None and high < 0:
+            return high
+        return 0
     if kind == "boolean":
         return False
     if kind == "null":
