@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import struct
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -37,6 +34,8 @@ from typing import Any
 
 import msgpack
 import pytest
+
+from serve_process import start_serve, stop_serve
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -49,36 +48,11 @@ KNOWN_JS_ERRORS = {"Unknown command: SubscribeEvents"}
 @pytest.fixture
 def server_port() -> Iterator[int]:
     """`queuewire serve bunqueue --port 0` as a subprocess; yields the bound port."""
-    exe = Path(sys.executable).parent / "queuewire"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "queuewire"]
-    proc = subprocess.Popen([*cmd, "serve", "bunqueue", "--host", "127.0.0.1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, port = start_serve("bunqueue")
     try:
-        assert proc.stdout is not None
-        port = None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        if port is None:
-            proc.kill()
-            out = proc.communicate(timeout=5)[0]
-            pytest.fail(f"the reference server did not start: {out}")
-        # Keep draining its output so a chatty server never blocks on a full pipe.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_serve(proc)
 
 
 def raw_call(port: int, command: dict[str, Any]) -> dict[str, Any]:

@@ -10,38 +10,20 @@ every answered job must be there.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
+from serve_process import start_serve, stop_serve
 
 ENC = FrameEncoder("bunqueue/v2")
-LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
-
-
 def start_server(data: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuewire.cli", "serve", "bunqueue", "--port", "0",
-         "--data-path", str(data)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 20
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        match = LISTENING.search(line)
-        if match:
-            return proc, int(match.group(1))
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    pytest.fail(f"server did not start: {line!r}")
+    return start_serve("bunqueue", "--data-path", str(data))
 
 
 class Client:
@@ -108,9 +90,7 @@ def test_sigkill_loses_no_answered_durable_push(tmp_path, kill_after):
         counts = client.call({"cmd": "GetJobCounts", "queue": "durable-q", "reqId": "c"})
         assert counts["counts"]["waiting"] >= len(answered)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-        assert proc.returncode == 0
+        assert stop_serve(proc) == 0
 
 
 def test_clean_restart_keeps_buffered_jobs_too(tmp_path):
