@@ -86,7 +86,7 @@ def test_spec_export_json(run, tmp_path):
     out = tmp_path / "spec.json"
     assert run("spec", "export", "--format", "json", "-o", str(out)).exit_code == 0
     doc = json.loads(out.read_text())
-    assert set(doc["profiles"]) == {"bunqueue/v2", "quicx/v1", "quicx/1.0.3"}
+    assert set(doc["profiles"]) == {"bunqueue/v2", "bunqueue/2.9.5", "quicx/v1", "quicx/1.0.3"}
     push = doc["profiles"]["bunqueue/v2"]["schemas"]["PUSH"]["request"]
     assert push["$defs"]["Priority"]["maximum"] == load_profile("bunqueue/v2").limits["priority"].max
     assert doc["profiles"]["quicx/1.0.3"]["spec"]["messages"]["MSG_TASK"]["code"] == 7

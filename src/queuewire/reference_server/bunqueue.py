@@ -2,12 +2,14 @@
 
 All queue semantics live in :mod:`.bunqueue_engine`; this module moves bytes, gates and
 schedules. ``asyncio.start_server`` gives each connection a handler with its own
-:class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and dispatches
-every request as a task, acquiring a per-connection semaphore of the spec's ``max_in_flight``
-slots first (BQ-PIPE-2), so at most that many commands of one connection run at once, the
-rest wait in arrival order (while all slots are taken one more chunk is read, no further, so a
-peer that goes away is still noticed), and replies go out as they finish (out of order,
-correlated by the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
+:class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and answers the
+requests of each read in order: one that completes at once (all but a parked long poll) runs
+inline, without a task, and the replies of one read go out in one write; a long poll gets a
+task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2) until it is
+answered, so at most that many commands of one connection are in flight, the rest wait in
+arrival order (while all slots are taken one more chunk is read, no further, so a peer that
+goes away is still noticed), and replies go out as they finish (out of order, correlated by
+the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
 rate limit (when configured; every frame counts, as bunqueue counts), the authentication gate
 (with tokens configured, everything but Auth is refused until an Auth succeeds; tokens are
 compared by the engine's constant-time :func:`~.bunqueue_engine.check_token`), the schema
@@ -22,15 +24,18 @@ deadline forward. A ``reply`` protocol error is answered (bunqueue's transport s
 a reqId) and decoding continues after the bad frame; a ``close`` error (a frame too large) is
 answered once, after the requests before it, and the connection is closed; a stream ending
 inside a frame is closed unanswered. Closing a connection cancels its parked polls and calls
-``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Every reply is
-written whole and followed by ``drain()``, so a peer that does not read slows only itself; any
-unexpected exception is logged and closes that connection only. Every error string and limit
+``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Every write is
+followed by ``drain()``, so a peer that does not read slows only itself; any unexpected
+exception is logged and closes that connection only. Where the profile defines
+``job_events`` (bunqueue/2.9.5), the engine's ``publish`` hook writes each event frame, without
+reqId, to the connections subscribed to its queue (BQ-EVENT-102). Every error string and limit
 comes from the profile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -45,16 +50,33 @@ from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
 from ._service import TcpService
 from ._waits import WaitRoom
-from .bunqueue_engine import BunqueueEngine, Event, Wait, check_token
+from .bunqueue_engine import BunqueueEngine, EngineConfig, Event, Wait, check_token
 from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
+from .bunqueue_store import NullStore
 
-__all__ = ["BunqueueServer"]
+__all__ = ["BunqueueServer", "tune_gc"]
 
 log = logging.getLogger("queuewire.reference_server.bunqueue")
 READ_SIZE = 64 * 1024        # bytes per read: one socket buffer's worth
 DEFAULT_TICK_INTERVAL = 1.0  # seconds: the longest the timer sleeps when no deadline is known
 MIN_TICK_SLEEP = 0.001       # seconds: a deadline already due never makes the timer spin
 PREFIX_TAIL = 3              # bytes of earlier reads kept to read back an oversized prefix
+
+
+# The young-generation threshold the serve command sets (CPython's default is 700). Every
+# PUSH leaves a few container objects alive (the job, its timeline, its data), so with the
+# default the collector runs every ~100 pushes and re-walks the growing set of live jobs; it
+# took about a third of a PUSH's time in the engine in the profile of benchmarks/README.md.
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Process-wide collector settings for a server process (called by ``queuewire serve
+    bunqueue``, never by the library): a larger young generation, and what was allocated
+    while starting (the loaded spec, compiled schemas) frozen out of later collections."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    gc.freeze()
 
 
 def _now_ms() -> float:
@@ -117,6 +139,8 @@ class BunqueueServer(TcpService):
     recovered on start and closed on stop. ``http_port``: also serve the HTTP API
     (:class:`~.bunqueue_http.HttpFrontend`, same host, engine and tokens) on that port (0 picks
     a free one), started and stopped with the server; None (the default) serves no HTTP.
+    ``config``: the :class:`~.bunqueue_engine.EngineConfig` of the engine built here (stall
+    interval, lock TTL, ...); None uses the profile's defaults.
     """
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
@@ -125,14 +149,16 @@ class BunqueueServer(TcpService):
                  rate_limit: tuple[int, float] | None = None,
                  tick_interval: float = DEFAULT_TICK_INTERVAL,
                  data_path: str | os.PathLike[str] | None = None,
-                 http_port: int | None = None):
-        if engine is not None and data_path is not None:
-            raise ValueError("give either an engine or a data_path, not both")
+                 http_port: int | None = None,
+                 config: EngineConfig | None = None):
+        if engine is not None and (data_path is not None or config is not None):
+            raise ValueError("give either an engine or a data_path and config, not both")
         self._sqlite: SqliteStore | None = None
         if engine is None:
-            if data_path is not None:
-                self._sqlite = SqliteStore(data_path)
-            engine = BunqueueEngine(profile, store=self._sqlite)
+            # in memory, nothing reads job records back: a NullStore skips building them
+            store = NullStore() if data_path is None else SqliteStore(data_path)
+            self._sqlite = store if isinstance(store, SqliteStore) else None
+            engine = BunqueueEngine(profile, store=store, config=config)
         self.engine = engine
         self.profile = self.engine.profile
         spec = self.profile.model
@@ -162,6 +188,7 @@ class BunqueueServer(TcpService):
         self._tick_at = float("inf")  # ms: when the timer will next run the engine's tick
         self._chained_notify = self.engine.notify
         self.engine.notify = self._notify
+        self.engine.publish = self._publish
         self._http_port = http_port
         self.http: Any = None  # the HttpFrontend while serving with http_port
 
@@ -283,12 +310,63 @@ class BunqueueServer(TcpService):
             return
 
     async def _dispatch(self, conn: _Connection, requests: list[Any]) -> None:
-        for request in requests:
-            if not await self._acquire_slot(conn):  # BQ-PIPE-2: excess requests wait, in order
-                return
-            task = asyncio.create_task(self._run(conn, request))
-            conn.tasks.add(task)
-            task.add_done_callback(conn.tasks.discard)
+        """Answer the requests of one read. A request that completes at once (all but a
+        parked long poll) is answered inline, holding its slot only while it runs, and its
+        reply joins the others of this read in one write; a long poll keeps its slot and
+        gets a task of its own. The batch is written before waiting for a slot."""
+        out: list[bytes] = []
+        try:
+            slots = conn.slots
+            for request in requests:
+                held = False
+                if slots.locked():  # every slot is held by parked polls
+                    await self._flush(conn, out)
+                    if not await self._acquire_slot(conn):  # BQ-PIPE-2: excess requests wait
+                        return
+                    held = True
+                if conn.closing:
+                    if held:
+                        slots.release()
+                    return
+                try:
+                    reply = self._answer(conn, request)
+                except Exception:  # a bug: close this connection only
+                    log.exception("connection %s: error answering a request, closing it",
+                                  conn.id)
+                    conn.closing = True
+                    conn.writer.transport.abort()
+                    if held:
+                        slots.release()
+                    return
+                if isinstance(reply, Wait):
+                    if not held:
+                        await slots.acquire()  # a slot is free: this does not wait
+                    task = asyncio.create_task(self._park(conn, request, reply))
+                    conn.tasks.add(task)
+                    task.add_done_callback(conn.tasks.discard)
+                    continue
+                if held:
+                    slots.release()
+                out.append(self._frame(conn, self._with_req_id(request, reply)))
+        finally:
+            await self._flush(conn, out)
+            self._poke_timer()
+
+    async def _flush(self, conn: _Connection, out: list[bytes]) -> None:
+        """Write the replies gathered so far in one write, then wait for the peer to read."""
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        writer = conn.writer
+        if writer.is_closing():
+            return
+        try:
+            writer.write(data)
+            await writer.drain()
+        except OSError as exc:
+            log.debug("connection %s: write failed: %s", conn.id, exc)
+            writer.transport.abort()
 
     async def _acquire_slot(self, conn: _Connection) -> bool:
         """Wait for a free slot; False when the peer went away (or the connection is
@@ -376,22 +454,25 @@ class BunqueueServer(TcpService):
         self._poke_timer()
 
     # -- requests
-    async def _run(self, conn: _Connection, request: Any) -> None:
+    @staticmethod
+    def _with_req_id(request: Any, reply: dict) -> dict:
+        if type(request) is dict:
+            req_id = request.get("reqId", UNDEFINED)
+            if req_id is not UNDEFINED:  # echoed verbatim (BQ-ENV-2)
+                reply["reqId"] = req_id
+        return reply
+
+    async def _park(self, conn: _Connection, request: Any, wait: Wait) -> None:
+        """A long poll: parked (holding its slot) until woken or expired, then answered."""
         try:
-            reply = self._answer(conn, request)
-            if isinstance(reply, Wait):
-                task = asyncio.current_task()
-                assert task is not None
-                conn.parked.add(task)
-                try:
-                    reply = await self._room.park(conn.id, reply)
-                finally:
-                    conn.parked.discard(task)
-            if type(request) is dict:
-                req_id = request.get("reqId", UNDEFINED)
-                if req_id is not UNDEFINED:  # echoed verbatim (BQ-ENV-2)
-                    reply["reqId"] = req_id
-            await self._send(conn, reply)
+            task = asyncio.current_task()
+            assert task is not None
+            conn.parked.add(task)
+            try:
+                reply = await self._room.park(conn.id, wait)
+            finally:
+                conn.parked.discard(task)
+            await self._send(conn, self._with_req_id(request, reply))
         except asyncio.CancelledError:
             raise
         except OSError as exc:
@@ -436,18 +517,36 @@ class BunqueueServer(TcpService):
         if self._chained_notify is not None:
             self._chained_notify(event)
 
+    def _publish(self, conn_ids: tuple[str, ...], frame: dict) -> None:
+        """The engine's hook: write a pushed event frame (no reqId, BQ-EVENT-102) to each of
+        these connections, encoded once; written behind the replies already queued."""
+        data = None
+        for conn_id in conn_ids:
+            conn = self._connections.get(conn_id)
+            if conn is None or conn.closing or conn.writer.is_closing():
+                continue
+            if data is None:
+                try:
+                    data = self._encoder.encode(frame)
+                except EncodeError as exc:
+                    log.warning("cannot encode a job event: %s", exc)
+                    return
+            conn.writer.write(data)
+
+    def _frame(self, conn: _Connection, reply: dict) -> bytes:
+        try:
+            return self._encoder.encode(reply)
+        except EncodeError as exc:  # a reply the wire cannot carry: say so, keep the reqId
+            log.warning("connection %s: cannot encode a reply: %s", conn.id, exc)
+            return self._encoder.encode({**self._error("internal_error"),
+                                         **({"reqId": reply["reqId"]} if "reqId" in reply
+                                            else {})})
+
     async def _send(self, conn: _Connection, reply: dict) -> None:
         writer = conn.writer
         if writer.is_closing():
             return
-        try:
-            frame = self._encoder.encode(reply)
-        except EncodeError as exc:  # a reply the wire cannot carry: say so, keep the reqId
-            log.warning("connection %s: cannot encode a reply: %s", conn.id, exc)
-            frame = self._encoder.encode({**self._error("internal_error"),
-                                          **({"reqId": reply["reqId"]} if "reqId" in reply
-                                             else {})})
-        writer.write(frame)
+        writer.write(self._frame(conn, reply))
         await writer.drain()
 
     def _error(self, name: str, **fields: Any) -> dict:

@@ -41,10 +41,17 @@ Seams for the shell:
   for the shell to re-check an address after DNS resolution); delivery is the shell's:
   ``webhook_deliveries()`` drains what should be POSTed (:class:`WebhookDelivery`, with its
   HMAC signature) and ``webhook_result(webhook_id, ok)`` records the outcome.
+* ``publish(conn_ids, frame)``: where the profile defines ``job_events`` (bunqueue/2.9.5),
+  SubscribeEvents / UnsubscribeEvents record which connection hears which queue (one each,
+  BQ-EVENT-101), and every job event of a subscribed queue is handed to this hook, with the
+  connections to write it to, when the operation that caused it ends (BQ-EVENT-102).
+* The job name: a top-level ``name`` (BQ-NAME-101), else, where the profile's
+  ``semantics.legacy_data_name`` says so, ``data.name`` split from the rest (BQ-NAME-102).
 * Auth and the authentication gate are the shell's; :func:`check_token` compares a token
   in constant time (BQ-AUTH-4).
 * All state is written through a :class:`~.bunqueue_store.Store` (``MemoryStore`` by
-  default) and read back when an engine is constructed on it; see that module.
+  default) and read back when an engine is constructed on it; see that module. A store whose
+  ``keeps_jobs`` is False (``NullStore``, the shell's in-memory default) gets no job records.
 """
 
 from __future__ import annotations
@@ -56,15 +63,15 @@ import ipaddress
 import itertools
 import logging
 import math
+import operator
 import os
 import time
 import urllib.parse
-import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
@@ -122,10 +129,11 @@ UNLIMITED = 1 << 62           # a job budget no queue reaches: "no limit" withou
 # =============================================================================================
 # Public types
 # =============================================================================================
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """Something a parked :class:`Wait` may be waiting for: ``queue`` may have a job to hand
-    out, or ``job_id`` left the active state (``reason`` says which, for logs and tests)."""
+    out, or ``job_id`` left the active state (``reason`` says which, for logs and tests).
+    Immutable and compared by value; a tuple because one is made for every job that becomes
+    waiting, and a frozen dataclass costs several times as much to build."""
 
     queue: str | None = None
     job_id: str | None = None
@@ -202,13 +210,36 @@ def check_token(tokens: Iterable[str], token: Any) -> bool:
     return found
 
 
+class _RandomPool:
+    """Random bytes from ``os.urandom``, read a block at a time: ids and lock tokens need 10
+    unpredictable bytes each, and one system call per id was most of what an id cost."""
+
+    __slots__ = ("block", "pos")
+    SIZE = 10 * 512
+
+    def __init__(self) -> None:
+        self.block, self.pos = b"", 0
+
+    def take(self, n: int) -> bytes:
+        pos = self.pos
+        if pos + n > len(self.block):
+            self.block, pos = os.urandom(max(self.SIZE, n)), 0
+        self.pos = pos + n
+        return self.block[pos:pos + n]
+
+
+_random = _RandomPool()
+
+
 def uuid7(now_ms: float) -> str:
-    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version, 74 random bits."""
-    ms = int(max(now_ms, 0)) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms << 80) | (0x7 << 76) | (((rand >> 64) & 0xFFF) << 64) | (0b10 << 62) \
-        | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
+    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version 7, 74 random bits (12 of
+    rand_a, 62 of rand_b), formatted as str(uuid.UUID) formats it."""
+    b = bytearray((int(max(now_ms, 0)) & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
+    b += _random.take(10)
+    b[6] = 0x70 | (b[6] & 0x0F)  # version 7
+    b[8] = 0x80 | (b[8] & 0x3F)  # variant 10
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def webhook_url_error(url: Any, *, allow_private: bool = False) -> str | None:
@@ -339,14 +370,38 @@ def _process_memory_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+_OPAQUE_KEYS = frozenset({"data", "result", "results"})  # client payloads: left as sent
+
+
+def _has_undefined(value: Any) -> bool:
+    """Whether an option map or list holds a JavaScript ``undefined`` outside job data."""
+    if type(value) is dict:
+        for k, v in value.items():
+            if v is UNDEFINED or (type(v) in (dict, list) and k not in _OPAQUE_KEYS
+                                  and _has_undefined(v)):
+                return True
+        return False
+    if type(value) is list:
+        return any(v is UNDEFINED or (type(v) in (dict, list) and _has_undefined(v))
+                   for v in value)
+    return False
+
+
 def _strip_undefined(value: Any) -> Any:
     """Drop JavaScript ``undefined`` members from option maps: msgpackr clients send unset
-    options as undefined (BQ-MSGPACK-6), which means absent. Job data is left as sent."""
+    options as undefined (BQ-MSGPACK-6), which means absent. Job data is left as sent. A
+    value without any is answered as it is (the common case: no copy)."""
+    if not _has_undefined(value):
+        return value
+    return _strip(value)
+
+
+def _strip(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (v if k in ("data", "result", "results") else _strip_undefined(v))
+        return {k: (v if k in _OPAQUE_KEYS else _strip(v))
                 for k, v in value.items() if v is not UNDEFINED}
     if isinstance(value, list):
-        return [_strip_undefined(v) for v in value]
+        return [_strip(v) for v in value]
     return value
 
 
@@ -421,10 +476,11 @@ class Job:
     def to_record(self) -> Record:
         """A record the engine never touches again: its lists are copies (the timeline is
         appended to in place); data and results are shared, as they are only replaced."""
-        record = {name: getattr(self, name) for name in _PERSISTED}
+        record = dict(zip(_PERSISTED, _persisted_values(self)))
         for name in _LISTS:
-            if record[name] is not None:
-                record[name] = list(record[name])
+            value = record[name]
+            if value is not None:
+                record[name] = list(value)
         return record
 
     @classmethod
@@ -436,6 +492,10 @@ _VOLATILE = ("pending_deps", "lock_token", "lock_owner", "lock_expires", "lock_t
              "activation")
 _PERSISTED = tuple(f.name for f in fields(Job) if f.name not in _VOLATILE)
 _PERSISTED_SET = frozenset(_PERSISTED)
+# request keys that leave every other job option at its default (_create's fast path)
+_PLAIN_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data", "priority", "delay",
+                              "maxAttempts", "backoff", "jobId", "customId"})
+_persisted_values = operator.attrgetter(*_PERSISTED)
 _LISTS = ("depends_on", "tags", "stacktrace", "timeline")
 
 
@@ -605,6 +665,8 @@ class BunqueueEngine:
         self._clock = now_ms or (lambda: time.time() * 1000.0)
         self.notify = notify  # the shell may also set it after construction
         self.store: Store = store if store is not None else MemoryStore()
+        # a store may declare it keeps no job records (NullStore): then none are built
+        self._keeps_jobs = bool(getattr(self.store, "keeps_jobs", True))
 
         # everything read from the spec
         self.states = tuple(spec.job_states)
@@ -630,8 +692,25 @@ class BunqueueEngine:
             else d["workerTimeout"]
         self._defaults = {name: _request_defaults(c.request) for name, c in spec.commands.items()}
         self._job_defaults = dict(self._defaults["PUSH"])
+        self._pushb_defaults = _request_defaults(
+            spec.commands["PUSHB"].request["properties"]["jobs"]["items"])
         self._delay_max = self.profile.limit("delay").max
         self._hello_server = spec.commands["Hello"].response["properties"]["server"]["const"]
+        semantics = self.profile.tree.get("semantics") or {}
+        # BQ-NAME-102 (bunqueue/2.9.5): a name inside data is split out; absent, no such rule
+        self._legacy_data_name = bool((semantics.get("legacy_data_name") or {}).get("value"))
+        name_limit = self.profile.limits.get("job_name_length")
+        self._job_name_max = name_limit.max if name_limit is not None else None
+        self._job_name_min = name_limit.min if name_limit is not None else None
+        # BQ-EVENT-102 (bunqueue/2.9.5): the pushed event frame and the fields of each type
+        job_events = self.profile.tree.get("job_events") or {}
+        self._event_frame_type = ((job_events.get("frame") or {}).get("properties") or {}) \
+            .get("type", {}).get("const")
+        self._event_fields = {name: tuple(t.get("fields") or ())
+                              for name, t in (job_events.get("types") or {}).items()}
+        # publish(conn_ids, frame): the shell's hook that writes a pushed event frame (a map
+        # without reqId) to those connections; set by the shell, may be None
+        self.publish: Callable[[tuple[str, ...], dict], None] | None = None
 
         self._handlers: dict[str, Callable[[str | None, dict, float], dict | Wait]] = {}
         for name in spec.commands:
@@ -662,6 +741,9 @@ class BunqueueEngine:
         self._deliveries: deque[WebhookDelivery] = deque(maxlen=WEBHOOK_BACKLOG_MAX)
         self._rate_blocked: set[str] = set()
         self._events: deque[Event] = deque()
+        self._outbox: deque[tuple[tuple[str, ...], dict]] = deque()  # event frames to publish
+        self._subscribers: dict[str, set[str]] = {}   # queue -> connections subscribed to it
+        self._subscription: dict[str, str] = {}       # connection -> the queue it subscribed to
         self._collected: list[Event] | None = None
         self._depth = 0
         self._flushing = False
@@ -734,6 +816,7 @@ class BunqueueEngine:
         workers it registered; answers the ids of the jobs released."""
         with self._operation():
             self._connections.discard(conn_id)
+            self._unsubscribe(conn_id)
             released = []
             for job_id in sorted(self._conn_jobs.pop(conn_id, ()),
                                  key=lambda j: self._jobs[j].seq if j in self._jobs else 0):
@@ -804,6 +887,13 @@ class BunqueueEngine:
             return
         self._flushing = True
         try:
+            while self._outbox:
+                conn_ids, frame = self._outbox.popleft()
+                if self.publish is not None:
+                    try:
+                        self.publish(conn_ids, frame)
+                    except Exception:  # noqa: BLE001 - the shell's callback must not break us
+                        log.exception("bunqueue engine: publish failed")
             while self._events:
                 event = self._events.popleft()
                 if self._collected is not None:
@@ -899,13 +989,15 @@ class BunqueueEngine:
 
     def _timeline(self, job: Job, state: str, now: float, **extra: Any) -> None:
         entry = {"state": state, "timestamp": now}
-        entry.update({k: v for k, v in extra.items() if v is not None})
-        job.timeline.append(entry)
-        if len(job.timeline) > TIMELINE_MAX:
-            del job.timeline[0]
+        if extra:
+            entry.update({k: v for k, v in extra.items() if v is not None})
+        timeline = job.timeline
+        timeline.append(entry)
+        if len(timeline) > TIMELINE_MAX:
+            del timeline[0]
 
     def _save(self, job: Job, durable: bool = False) -> None:
-        if job.id in self._jobs:
+        if self._keeps_jobs and job.id in self._jobs:
             self.store.put_job(job.to_record(), durable=durable)
 
     def _remove(self, job: Job, now: float, *, remember: bool = True) -> None:
@@ -959,41 +1051,56 @@ class BunqueueEngine:
     def _create(self, queue: str, opts: Mapping[str, Any], now: float, *,
                 custom_key: str = "jobId", defaults: Mapping[str, Any] | None = None) -> Job:
         d = defaults or self._job_defaults
-        delay = max(0, _int(opts.get("delay"), d.get("delay", 0)))
-        custom = opts.get(custom_key)
+        get = opts.get
+        delay = get("delay")
+        delay = max(0, _int(delay, d.get("delay", 0))) if delay is not None \
+            else d.get("delay", 0)
+        custom = get(custom_key)
         custom = custom if isinstance(custom, str) and custom else None
-        name = opts.get("name")
-        repeat = opts.get("repeat")
+        name, data = self._name_and_data(opts)
+        priority = get("priority")
+        max_attempts, backoff = get("maxAttempts"), get("backoff")
         job = Job(
             id=custom if custom is not None else uuid7(now),
             queue=queue,
-            name=name if isinstance(name, str) and name else DEFAULT_JOB_NAME,
-            data=opts.get("data"),
+            name=name,
+            data=data,
             seq=next(self._seq),
             state=DELAYED if delay > 0 else WAITING,
             created_at=now,
             run_at=now + delay,
-            priority=_int(opts.get("priority"), d.get("priority", 0)),
-            max_attempts=max(1, _int(opts.get("maxAttempts"), d.get("maxAttempts"))),
-            backoff=_int(opts.get("backoff"), d.get("backoff")),
-            lifo=bool(opts.get("lifo", d.get("lifo", False))),
-            ttl=_int(opts["ttl"]) if opts.get("ttl") is not None else None,
-            timeout=_int(opts["timeout"]) if opts.get("timeout") is not None else None,
-            unique_key=opts.get("uniqueKey") if isinstance(opts.get("uniqueKey"), str) else None,
+            priority=_int(priority, d.get("priority", 0)) if priority is not None
+            else d.get("priority", 0),
+            max_attempts=max(1, _int(max_attempts, d.get("maxAttempts")))
+            if max_attempts is not None else max(1, d.get("maxAttempts")),
+            backoff=_int(backoff, d.get("backoff")) if backoff is not None
+            else d.get("backoff"),
             custom_id=custom,
-            depends_on=[x for x in opts.get("dependsOn") or () if isinstance(x, str)],
-            tags=[t for t in opts.get("tags") or () if isinstance(t, str)],
-            group_id=opts.get("groupId") if isinstance(opts.get("groupId"), str) else None,
-            remove_on_complete=bool(opts.get("removeOnComplete",
-                                             d.get("removeOnComplete", False))),
-            remove_on_fail=bool(opts.get("removeOnFail", d.get("removeOnFail", False))),
-            durable=bool(opts.get("durable", d.get("durable", False))),
-            repeat=_repeat(repeat) if isinstance(repeat, dict) else None,
             last_heartbeat=now,
         )
+        if not opts.keys() <= _PLAIN_PUSH_KEYS:  # the options most pushes do not carry
+            repeat = get("repeat")
+            job.lifo = bool(get("lifo", d.get("lifo", False)))
+            job.ttl = _int(opts["ttl"]) if get("ttl") is not None else None
+            job.timeout = _int(opts["timeout"]) if get("timeout") is not None else None
+            job.unique_key = get("uniqueKey") if isinstance(get("uniqueKey"), str) else None
+            job.depends_on = [x for x in get("dependsOn") or () if isinstance(x, str)]
+            job.tags = [t for t in get("tags") or () if isinstance(t, str)]
+            job.group_id = get("groupId") if isinstance(get("groupId"), str) else None
+            job.remove_on_complete = bool(get("removeOnComplete",
+                                              d.get("removeOnComplete", False)))
+            job.remove_on_fail = bool(get("removeOnFail", d.get("removeOnFail", False)))
+            job.durable = bool(get("durable", d.get("durable", False)))
+            job.repeat = _repeat(repeat) if isinstance(repeat, dict) else None
+        else:
+            job.lifo = bool(d.get("lifo", False))
+            job.remove_on_complete = bool(d.get("removeOnComplete", False))
+            job.remove_on_fail = bool(d.get("removeOnFail", False))
+            job.durable = bool(d.get("durable", False))
         assert job.state in self._initial
-        job.pending_deps = sum(1 for dep in job.depends_on if not self._is_completed(dep))
-        if job.durable:  # BQ-PUSH-8: on disk before anything changes or is answered
+        if job.depends_on:
+            job.pending_deps = sum(1 for dep in job.depends_on if not self._is_completed(dep))
+        if job.durable and self._keeps_jobs:  # BQ-PUSH-8: on disk before anything changes
             self.store.put_job(job.to_record(), durable=True)
         q = self._queue(queue)
         self._jobs[job.id] = job
@@ -1009,7 +1116,33 @@ class BunqueueEngine:
         self.total_pushed += 1
         self._push_meter.add(now)
         self._webhook("job.pushed", job, now)
+        self._job_event("pushed", job, now)
         return job
+
+    def _name_and_data(self, opts: Mapping[str, Any]) -> tuple[str, Any]:
+        """The job's name and data: a top-level name (BQ-NAME-101), else, where the profile
+        says so, the legacy envelope's data.name split from the rest (BQ-NAME-102), else
+        the default name."""
+        name, data = opts.get("name"), opts.get("data")
+        if isinstance(name, str) and name:
+            return name, data
+        if self._legacy_data_name and "name" not in opts and type(data) is dict \
+                and isinstance(data.get("name"), str):
+            data = dict(data)
+            return data.pop("name"), data
+        return DEFAULT_JOB_NAME, data
+
+    def _check_name(self, opts: Mapping[str, Any]) -> None:
+        """BQ-NAME-102: a legacy envelope's name obeys job_name_length, as a top-level one
+        does by the schema; raises _Refused otherwise."""
+        if not self._legacy_data_name or "name" in opts:
+            return
+        data = opts.get("data")
+        if type(data) is dict and isinstance(data.get("name"), str):
+            n = len(data["name"])
+            if (self._job_name_min is not None and n < self._job_name_min) \
+                    or (self._job_name_max is not None and n > self._job_name_max):
+                raise _Refused("job_name_invalid")
 
     def _is_completed(self, job_id: str) -> bool:
         job = self._jobs.get(job_id)
@@ -1081,6 +1214,7 @@ class BunqueueEngine:
             self._latency_sum += max(0.0, now - job.run_at)
             self._pull_meter.add(now)
             self._webhook("job.started", job, now)
+            self._job_event("pulled", job, now)
             taken.append(job)
         return taken
 
@@ -1158,6 +1292,7 @@ class BunqueueEngine:
             worker.processed += 1
         self._emit(job.queue, job.id, "completed")
         self._webhook("job.completed", job, now, data=result)
+        self._job_event("completed", job, now, data=result)
         for dependent_id in sorted(self._dependents.pop(job.id, ()),
                                    key=lambda j: self._jobs[j].seq if j in self._jobs else 0):
             self._dependency_done(dependent_id)
@@ -1211,9 +1346,12 @@ class BunqueueEngine:
         if worker is not None:
             worker.failed += 1
         self._webhook("job.failed", job, now, error=error)
-        if not final and job.attempts < job.max_attempts:
+        retry = not final and job.attempts < job.max_attempts
+        self._job_event("failed", job, now, error=error, data=job.data, terminal=not retry)
+        if retry:
             job.run_at = now + self._backoff(job)
             self._move(job, EV_FAIL_RETRY, now, error=error, attempt=job.attempts)
+            self._job_event("retried", job, now, prev=FAILED)
             self._settle_delayed(job, now)
             return
         self._move(job, EV_FAIL_FINAL, now, error=error, attempt=job.attempts)
@@ -1239,6 +1377,7 @@ class BunqueueEngine:
         reason = f"Job stalled {job.stall_count} times" if not lock_expired \
             else f"Lock expired; job stalled {job.stall_count} times"
         self._webhook("job.failed", job, now, error=STALLED_ERROR)
+        self._job_event("stalled", job, now)
         if job.stall_count >= self.max_stalls or job.attempts >= job.max_attempts:
             job.failed_reason = reason
             self.total_failed += 1
@@ -1342,6 +1481,36 @@ class BunqueueEngine:
                                                     hook.get("secret")))
 
     # =========================================================================================
+    # Pushed job events (SubscribeEvents, where the profile defines job_events)
+    # =========================================================================================
+    def _job_event(self, event_type: str, job: Job, now: float, **extra: Any) -> None:
+        """BQ-EVENT-102: queue one event frame for the connections subscribed to the job's
+        queue, with the extra fields job_events gives this type; published when the operation
+        ends."""
+        subscribers = self._subscribers.get(job.queue)
+        if not subscribers:
+            return
+        fields_ = self._event_fields.get(event_type)
+        if fields_ is None:
+            return
+        event = {"eventType": event_type, "queue": job.queue, "jobId": job.id,
+                 "timestamp": now}
+        for name in fields_:
+            if name in extra:
+                event[name] = extra[name]
+        self._outbox.append((tuple(subscribers), {"type": self._event_frame_type,
+                                                  "event": event}))
+
+    def _unsubscribe(self, conn_id: str | None) -> None:
+        queue = self._subscription.pop(conn_id, None) if conn_id is not None else None
+        if queue is not None:
+            subscribers = self._subscribers.get(queue)
+            if subscribers is not None:
+                subscribers.discard(conn_id)
+                if not subscribers:
+                    del self._subscribers[queue]
+
+    # =========================================================================================
     # Recovery
     # =========================================================================================
     def _recover(self) -> None:
@@ -1397,6 +1566,7 @@ class BunqueueEngine:
     # Commands: core
     # =========================================================================================
     def _cmd_PUSH(self, conn_id: str | None, req: dict, now: float) -> dict:
+        self._check_name(req)
         existing = self._check_push(req["queue"], req, "jobId")
         if existing is not None:
             return {"ok": True, "id": existing}
@@ -1404,11 +1574,11 @@ class BunqueueEngine:
 
     def _cmd_PUSHB(self, conn_id: str | None, req: dict, now: float) -> dict:
         queue, entries = req["queue"], req["jobs"]
-        defaults = _request_defaults(
-            self.spec.commands["PUSHB"].request["properties"]["jobs"]["items"])
+        defaults = self._pushb_defaults
         seen: set[str] = set()
         answers: list[str | None] = []
         for entry in entries:  # validate the whole batch before adding any of it
+            self._check_name(entry)
             answers.append(self._check_push(queue, entry, "customId", seen))
             if isinstance(entry.get("customId"), str):
                 seen.add(entry["customId"])
@@ -1576,6 +1746,7 @@ class BunqueueEngine:
         self._save(job)
         self._webhook("job.progress", job, now, progress=job.progress,
                       message=job.progress_message)
+        self._job_event("progress", job, now, progress=job.progress)
         return {"ok": True}
 
     def _cmd_Update(self, conn_id: str | None, req: dict, now: float) -> dict:
@@ -2089,6 +2260,20 @@ class BunqueueEngine:
             self._set_queue(q.name, concurrency=None)
             if q.waiting:
                 self._emit(q.name, None, "concurrency cleared")
+        return {"ok": True}
+
+    # =========================================================================================
+    # Commands: job events (profiles with job_events, such as bunqueue/2.9.5)
+    # =========================================================================================
+    def _cmd_SubscribeEvents(self, conn_id: str | None, req: dict, now: float) -> dict:
+        if conn_id is not None:  # BQ-EVENT-101: one queue per connection, the latest wins
+            self._unsubscribe(conn_id)
+            self._subscription[conn_id] = req["queue"]
+            self._subscribers.setdefault(req["queue"], set()).add(conn_id)
+        return {"ok": True}
+
+    def _cmd_UnsubscribeEvents(self, conn_id: str | None, req: dict, now: float) -> dict:
+        self._unsubscribe(conn_id)
         return {"ok": True}
 
     # =========================================================================================

@@ -169,6 +169,20 @@ class MemoryStore:
         return 0
 
 
+class NullStore(MemoryStore):
+    """A ``Store`` that keeps no job records: what a server in memory uses (``queuewire serve
+    bunqueue`` without ``--data-path``), since nothing outlives its process and nobody reads a
+    copy back. ``keeps_jobs = False`` tells the engine not to build job records at all (the
+    write-through of every job change is most of a PUSH's cost otherwise); schedules,
+    webhooks, queue settings and logs are small and still kept, as a ``MemoryStore`` does.
+    An engine constructed on a ``NullStore`` recovers no jobs."""
+
+    keeps_jobs = False
+
+    def put_job(self, record: Record, *, durable: bool = False) -> None:
+        pass
+
+
 def _copy(record: Record) -> Record:
     """One level deep: the record's own lists and maps (tags, timeline, repeat) are copied;
     job data and results, which the engine never mutates, are shared."""
