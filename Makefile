@@ -32,12 +32,25 @@ $(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json
 
 setup: $(STAMP) $(NODE_PEERS)
 
+# Conformance of both reference servers, embedded (in process, ephemeral ports): a summary
+# per protocol on the terminal and one HTML report per protocol in reports/ (quicx: both
+# profiles side by side). Both suites always run; the target fails if either run fails.
+REPORTS := reports
+
 run: $(STAMP)
 	$(BIN)/queuewire spec lint
-	$(BIN)/queuewire spec list --profile bunqueue/v2
-	$(BIN)/queuewire spec list --profile quicx/v1
-	$(BIN)/queuewire spec list --profile quicx/1.0.3
 	$(BIN)/queuewire vectors check
+	@mkdir -p $(REPORTS)
+	@status=0; \
+	$(BIN)/queuewire conform server --protocol bunqueue --target embedded \
+		--html $(REPORTS)/conformance-bunqueue.html --json $(REPORTS)/conformance-bunqueue.json \
+		--junit $(REPORTS)/conformance-bunqueue.xml || status=1; \
+	$(BIN)/queuewire conform server --protocol quicx --target embedded \
+		--profile quicx/v1 --profile quicx/1.0.3 \
+		--html $(REPORTS)/conformance-quicx.html --json $(REPORTS)/conformance-quicx.json \
+		--junit $(REPORTS)/conformance-quicx.xml || status=1; \
+	echo "HTML reports: $(REPORTS)/conformance-bunqueue.html $(REPORTS)/conformance-quicx.html"; \
+	exit $$status
 
 test: $(STAMP) $(NODE_PEERS)
 	$(BIN)/queuewire spec lint
@@ -59,4 +72,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache tests/interop/node_modules
+	rm -rf $(VENV) docs/_build .pytest_cache tests/interop/node_modules $(REPORTS)

@@ -1,8 +1,9 @@
-"""Sphinx configuration. The protocol pages are generated from spec/ at build time."""
+"""Sphinx configuration. The protocol pages and the conformance case catalogue are generated
+from spec/ and the packaged cases at build time."""
 
 from pathlib import Path
 
-from queuewire.docs import render
+from queuewire.docs import render, render_cases
 
 project = "queuewire"
 extensions = ["myst_parser", "sphinxcontrib.mermaid"]
@@ -12,3 +13,4 @@ exclude_patterns = ["_build"]
 html_theme = "alabaster"
 
 render(Path(__file__).parent / "protocols")
+render_cases(Path(__file__).parent / "conformance" / "cases")

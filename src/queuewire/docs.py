@@ -4,7 +4,9 @@ The docs are generated, like the codecs: a page per profile with every command o
 (its doc line and fields, each with its one-line description), every requirement (id, level,
 text, source and quote) and every state machine drawn from its transition table as a
 Mermaid diagram. ``docs/conf.py`` calls ``render`` at build time, so the published pages can
-never drift from ``spec/``.
+never drift from ``spec/``. ``render_cases`` does the same for the conformance suite: a page
+per profile listing every case (id, title, the requirements it cites) and the requirement ids
+no case cites, read from the packaged cases.
 """
 
 from __future__ import annotations
@@ -94,6 +96,35 @@ def render(out_dir: str | Path) -> list[Path]:
     for name in profile_names():
         profile = load_profile(name)
         lines = _bunqueue(profile) if profile.protocol == "bunqueue" else _quicx(profile)
+        path = out / (name.replace("/", "_").replace(".", "_") + ".md")
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def render_cases(out_dir: str | Path) -> list[Path]:
+    """Write the conformance case catalogue, one Markdown page per profile, into ``out_dir``."""
+    from .conformance.runner import load_cases
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in profile_names():
+        profile = load_profile(name)
+        cases = load_cases(profile.protocol, name)
+        cited = {r for c in cases for r in c.requirements}
+        uncited = [r for r in profile.requirements if r not in cited]
+        lines = [f"# Conformance cases: {name}", "",
+                 f"{len(cases)} cases cite {len(cited)} of the profile's "
+                 f"{len(profile.requirements)} requirement ids. Run them with "
+                 f"`queuewire conform server --protocol {profile.protocol} --profile {name} "
+                 "--target HOST:PORT`.", "",
+                 "| case | title | requirements |", "|---|---|---|"]
+        lines += [f"| `{c.id}` | {_esc(c.title)}{' (INFO)' if c.info else ''} | "
+                  f"{', '.join(c.requirements)} |" for c in cases]
+        lines += ["", "## Requirement ids no case cites", ""]
+        lines += [f"- {r} ({profile.requirements[r].subject}): "
+                  f"{_esc(profile.requirements[r].text)}" for r in uncited] or ["None."]
         path = out / (name.replace("/", "_").replace(".", "_") + ".md")
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)

@@ -1,0 +1,852 @@
+"""bunqueue conformance cases that need logic: limits read from the spec, timing, several
+connections interleaved, and observations.
+
+Each ``async def f(ctx)`` is named by a ``logic:`` entry of ``cases/bunqueue/logic.yaml`` and
+judges only through ``ctx.check``. Values the spec defines (max_frame_bytes, max_in_flight,
+the protocol version and capabilities, error strings, worker defaults) are read from
+``ctx.profile``; field and command names are the case language's. Waiting is always bounded:
+a case polls with short long-polls and never waits more than about two seconds for one thing,
+six for a lock's expiry (a server may sweep expired locks periodically). Where the
+documents give a behaviour but no deadline (a lock that expired is requeued, a stalled job is
+dead-lettered) the MUST check is on *what* happens and the deadline this suite can wait is a
+SHOULD-level check of its own, so a server that is merely slower than two seconds shows as
+NON-STRICT, not as a false FAIL. Cases that can only observe (``info: true``) record what
+they saw in checks that hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ..codecs.bunqueue import FrameEncoder
+from ..vectors import from_json
+from . import steps_bunqueue
+from .context import CaseAbort, CaseContext, Conn, error_pattern
+
+POLL_MS = 2000  # the longest a case waits for something the server does on its own
+# ... except a lock expiry: a server may find expired locks by a periodic sweep (bunqueue 2.9.5
+# sweeps every 5 s), so a case waits that long for an expired lock's job to come back.
+LOCK_POLL_MS = 6000
+UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.I)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _is_ok(reply: Any) -> bool:
+    return isinstance(reply, dict) and reply.get("ok") is True
+
+
+def _is_error(reply: Any, name: str | None = None, ctx: CaseContext | None = None) -> bool:
+    if not (isinstance(reply, dict) and reply.get("ok") is False
+            and isinstance(reply.get("error"), str)):
+        return False
+    if name is None:
+        return True
+    assert ctx is not None
+    message = ctx.profile.model.errors[name].message
+    return error_pattern(message).fullmatch(reply["error"]) is not None
+
+
+async def _req(conn: Conn, ctx: CaseContext, msg: dict, timeout: float | None = None) -> Any:
+    return await conn.request(msg, timeout=timeout)
+
+
+async def _setup(ctx: CaseContext, conn: Conn, msg: dict, what: str) -> dict:
+    """A request the case needs to succeed before it can judge anything."""
+    reply = await conn.request(msg)
+    ok = _is_ok(reply)
+    if not ok:
+        ctx.check(False, f"setup: {what} was not accepted: {reply!r}"[:300], kind="setup",
+                  expected="an ok reply", actual=reply)
+        raise CaseAbort()
+    return reply
+
+
+async def _push(ctx: CaseContext, conn: Conn, queue: str, **options: Any) -> str:
+    reply = await _setup(ctx, conn, {"cmd": "PUSH", "queue": queue, "data": {"qw": 1}, **options},
+                         "PUSH")
+    return reply["id"]
+
+
+async def _cleanup(conn: Conn, queue: str) -> None:
+    try:
+        await conn.send({"cmd": "Obliterate", "queue": queue})
+    except Exception:  # noqa: BLE001 - best effort: the connection may be gone
+        pass
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+# -- generated cases whose values are too big to keep in a Case ---------------------------------
+VIEW_TEXT_MAX = 256  # characters of a string kept in a transcript view of these cases
+
+
+async def expanded_steps(ctx: CaseContext) -> None:
+    """Run ``params.steps`` (case-language steps whose ``$repeat`` values are built now).
+
+    The megabyte strings are shortened in the transcript's decoded views afterwards (the raw
+    bytes are already capped by the wire recorder), so reports stay small."""
+    try:
+        for n, step in enumerate(ctx.case.params["steps"], 1):
+            ctx.step = n
+            await steps_bunqueue.run_step(ctx, from_json(step))
+    finally:
+        for event in ctx.transcript.events:
+            event.decoded = _shorten(event.decoded)
+
+
+def _shorten(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > VIEW_TEXT_MAX:
+        return f"{value[:32]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        return {k: _shorten(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v) for v in value]
+    return value
+
+
+# -- framing limits -----------------------------------------------------------------------------
+async def frame_over_limit(ctx: CaseContext) -> None:
+    """A prefix declaring max_frame_bytes + 1: no payload is needed for the server to close."""
+    limit = ctx.profile.model.max_frame_bytes
+    enc = FrameEncoder(ctx.profile)
+    conn = await ctx.connect()
+    await conn.send_raw(enc.prefix(limit + 1), f"a length prefix of max_frame_bytes + 1 "
+                        f"({limit + 1}), no payload")
+    closed = await conn.wait_closed()
+    frames = [f.view for _, f in conn.inbox]
+    ctx.check(closed, f"the connection was {'terminated' if closed else 'left open'} after a "
+              f"prefix of {limit + 1} bytes (max_frame_bytes {limit})",
+              requirement="BQ-FRAME-2", kind="close", expected="the server closes",
+              actual={"closed": conn.closed, "frames": frames[:3]})
+    bad = [f for _, f in conn.inbox if not _is_error(f.value)]
+    ctx.check(not bad, "everything the server sent before closing was an error reply"
+              if not bad else f"the server answered an oversized frame with {bad[0].view}",
+              requirement="BQ-FRAME-2", kind="reply", actual=frames[:3])
+
+
+async def frame_at_limit(ctx: CaseContext) -> None:
+    """A frame of exactly max_frame_bytes (a Ping padded with a string) is processed."""
+    limit = ctx.profile.model.max_frame_bytes
+    enc = FrameEncoder(ctx.profile)
+    base = len(enc.payload({"cmd": "Ping", "reqId": "at-limit", "pad": ""}))
+    str32_extra = 4  # a str this long takes the str32 header: 4 length bytes beyond fixstr's 1
+    pad = limit - base - str32_extra
+    payload = enc.payload({"cmd": "Ping", "reqId": "at-limit", "pad": "a" * pad})
+    if len(payload) != limit:  # the arithmetic above must give the exact size
+        raise RuntimeError(f"built a payload of {len(payload)} bytes, wanted {limit}")
+    conn = await ctx.connect()
+    conn.pending.add("at-limit")
+    await conn.send_raw(enc.prefix(limit) + payload,
+                        f"a Ping frame of exactly max_frame_bytes ({limit}) payload bytes")
+    del payload
+    frame = await conn.wait_reply("at-limit", ctx.deadline(max(ctx.timeout, 30.0)))
+    reply = None if frame is None else frame.value
+    ctx.check(_is_ok(reply), "a frame of exactly max_frame_bytes was processed"
+              if _is_ok(reply) else f"a frame of exactly max_frame_bytes got {reply!r} "
+              f"(closed: {conn.closed})", requirement="BQ-FRAME-2",
+              kind="reply", expected="an ok reply to the Ping", actual=reply if frame is None
+              else frame.view)
+
+
+async def nesting_limit(ctx: CaseContext) -> None:
+    """Containers nested max_nesting_depth + 1 deep may be refused, never answered by a crash."""
+    depth = ctx.profile.model.max_nesting_depth
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    conn = await ctx.connect()
+    # a refused payload is answered without its reqId (the server could not read it): take
+    # the next frame, whatever its reqId
+    await conn.send({"cmd": "Ping", "deep": value})
+    frame = await conn.wait_next(ctx.deadline(), since=None)
+    reply = None if frame is None else frame.value
+    answered = _is_ok(reply) or _is_error(reply)
+    ctx.check(answered, f"a payload nested {depth + 1} deep was answered "
+              f"({'ok' if _is_ok(reply) else 'an error reply'})" if answered else
+              f"a payload nested {depth + 1} deep got {reply!r} (closed: {conn.closed})",
+              requirement="BQ-MSGPACK-3", kind="reply", actual=reply)
+    again = await (await ctx.connect()).request({"cmd": "Ping"})
+    ctx.check(_is_ok(again), "the server still answers Ping afterwards", requirement="BQ-ENV-3",
+              kind="reply", actual=again)
+
+
+# -- pipelining ---------------------------------------------------------------------------------
+async def in_flight_limit(ctx: CaseContext) -> None:
+    """max_in_flight long polls fill a connection's slots: a Ping after them waits for one."""
+    slots = int(ctx.profile.limit("max_in_flight").value)
+    queue = ctx.var("queue")
+    poll_ms = 600
+    conn = await ctx.connect()
+    msgs = [{"cmd": "PULL", "queue": queue, "timeout": poll_ms, "reqId": f"p{i}"}
+            for i in range(slots)]
+    msgs.append({"cmd": "Ping", "reqId": "ping"})
+    await conn.send_messages(msgs)
+    order: list[str] = []
+    deadline = ctx.deadline(ctx.timeout + poll_ms / 1000 * 3)
+    wanted = {m["reqId"] for m in msgs}
+    while wanted and await conn.pull(deadline):
+        for _, f in list(conn.inbox):
+            rid = f.value.get("reqId") if isinstance(f.value, dict) else None
+            if rid in wanted:
+                order.append(rid)
+                wanted.discard(rid)
+    ctx.check(not wanted, f"all {slots + 1} pipelined requests were answered (queued, not "
+              f"refused)" if not wanted else f"{len(wanted)} of {slots + 1} requests were not "
+              f"answered", requirement="BQ-PIPE-1", kind="reqid",
+              actual={"unanswered": sorted(wanted)[:10]})
+    if "ping" in order:
+        pos = order.index("ping")
+        ctx.check(pos > 0, f"with {slots} long polls in flight, the Ping was answered after "
+                  f"{pos} of them (it waited for a slot)" if pos > 0 else
+                  f"the Ping was answered before any of the {slots} long polls: more than "
+                  f"{slots} commands of one connection ran at once", requirement="BQ-PIPE-2",
+                  kind="behaviour", expected=f"at most {slots} concurrent commands",
+                  actual={"ping_position": pos})
+
+
+async def reply_order(ctx: CaseContext) -> None:
+    """A long poll then a Ping in one write: records the order of their replies (any is fine)."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": 300, "reqId": "slow"},
+                              {"cmd": "Ping", "reqId": "fast"}])
+    order: list[str] = []
+    deadline = ctx.deadline()
+    while len(order) < 2 and await conn.pull(deadline):
+        for _, f in list(conn.inbox):
+            rid = f.value.get("reqId") if isinstance(f.value, dict) else None
+            if rid in ("slow", "fast") and rid not in order:
+                order.append(rid)
+    ctx.check(len(order) == 2, f"both replies arrived, in the order {order} "
+              f"({'out of order' if order[:1] == ['fast'] else 'in request order'})",
+              requirement="BQ-PIPE-3", kind="reqid", actual=order)
+
+
+async def no_hello_order(ctx: CaseContext) -> None:
+    """Without Hello (protocol v1): records whether pipelined replies come back in order."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": 200, "reqId": "slow"},
+                              {"cmd": "Ping", "reqId": "fast"}])
+    order: list[str] = []
+    deadline = ctx.deadline()
+    while len(order) < 2 and await conn.pull(deadline):
+        for _, f in list(conn.inbox):
+            rid = f.value.get("reqId") if isinstance(f.value, dict) else None
+            if rid in ("slow", "fast") and rid not in order:
+                order.append(rid)
+    seq = order == ["slow", "fast"]
+    ctx.check(len(order) == 2, f"without Hello, pipelined replies came back {order}: "
+              f"{'sequential (as v1)' if seq else 'concurrently (as v2)'}",
+              requirement="BQ-HELLO-3", kind="behaviour", actual=order)
+
+
+# -- Hello and Auth -----------------------------------------------------------------------------
+async def hello_version(ctx: CaseContext) -> None:
+    """Hello is answered with the profile's protocol version and capabilities."""
+    spec = ctx.profile.model
+    rid = ctx.profile.limit("protocol_version").requirement
+    conn = await ctx.connect()
+    reply = await conn.request({"cmd": "Hello", "protocolVersion": spec.protocol_version,
+                                "capabilities": list(spec.capabilities)})
+    if not _is_ok(reply):
+        ctx.check(False, f"Hello was not answered ok: {reply!r}", requirement=rid,
+                  kind="reply", actual=reply)
+        return
+    version = reply.get("protocolVersion")
+    ctx.check(version == spec.protocol_version,
+              f"Hello answered protocolVersion {version!r}; {ctx.profile.name} says "
+              f"{spec.protocol_version}", requirement=rid, kind="reply",
+              expected=spec.protocol_version, actual=version)
+    caps = reply.get("capabilities")
+    ctx.check(isinstance(caps, list) and sorted(map(str, caps)) == sorted(spec.capabilities),
+              f"Hello answered capabilities {caps!r}; {ctx.profile.name} says exactly "
+              f"{list(spec.capabilities)}", requirement=rid, kind="reply",
+              expected=list(spec.capabilities), actual=caps)
+    for name in ("server", "version"):
+        ctx.check(isinstance(reply.get(name), str), f"Hello answered {name}: "
+                  f"{reply.get(name)!r}", requirement=rid, kind="reply",
+                  actual=reply.get(name))
+
+
+async def auth_always_permitted(ctx: CaseContext) -> None:
+    """Auth is answered on a connection that has not authenticated (whatever the token)."""
+    conn = await ctx.connect(auth=False)
+    reply = await conn.request({"cmd": "Auth", "token": f"qw-wrong-{ctx.var('uuid')}"})
+    answered = _is_ok(reply) or _is_error(reply, "invalid_token", ctx)
+    ctx.check(answered, "Auth with a wrong token on a fresh connection was answered "
+              f"{'ok' if _is_ok(reply) else repr(reply.get('error'))}" if answered else
+              f"Auth on a fresh connection was not processed: {reply!r} (closed: "
+              f"{conn.closed})", requirement="BQ-AUTH-1", kind="reply",
+              expected="ok or the invalid_token error", actual=reply)
+    if ctx.auth_token:
+        good = await conn.request({"cmd": "Auth", "token": ctx.auth_token})
+        ctx.check(_is_ok(good), "Auth with the configured token after a failed one is accepted"
+                  if _is_ok(good) else f"Auth with the configured token got {good!r}",
+                  requirement="BQ-AUTH-3", kind="reply", actual=good)
+
+
+async def auth_required(ctx: CaseContext) -> None:
+    """With tokens configured, commands before Auth get Not authenticated; after, they work."""
+    conn = await ctx.connect(auth=False)
+    if not ctx.auth_token:
+        # No token given: whether the server has tokens is unknown. What holds either way:
+        # a command is answered ok, or refused with the documented not_authenticated error.
+        reply = await conn.request({"cmd": "Ping"})
+        fine = _is_ok(reply) or _is_error(reply, "not_authenticated", ctx)
+        ctx.check(fine, "without --auth-token only this is checked: a Ping before Auth was "
+                  f"answered {'ok (no tokens configured)' if _is_ok(reply) else 'Not authenticated'}"
+                  if fine else f"a Ping before Auth got {reply!r}", requirement="BQ-AUTH-2",
+                  kind="reply", actual=reply)
+        return
+    for msg in ({"cmd": "Ping"}, {"cmd": "PUSH", "queue": ctx.var("queue"), "data": {"n": 1}},
+                {"cmd": "Stats"}):
+        reply = await conn.request(dict(msg))
+        ctx.check(_is_error(reply, "not_authenticated", ctx),
+                  f"{msg['cmd']} before Auth was answered {reply!r}"[:300],
+                  requirement="BQ-AUTH-2", kind="reply", expected="the not_authenticated error",
+                  actual=reply)
+    good = await conn.request({"cmd": "Auth", "token": ctx.auth_token})
+    ctx.check(_is_ok(good), f"Auth with the configured token was answered {good!r}",
+              requirement="BQ-AUTH-3", kind="reply", actual=good)
+    after = await conn.request({"cmd": "Ping"})
+    ctx.check(_is_ok(after), f"Ping after Auth was answered {after!r}",
+              requirement="BQ-AUTH-1", kind="reply", actual=after)
+    other = await ctx.connect(auth=False)
+    reply = await other.request({"cmd": "Ping"})
+    ctx.check(_is_error(reply, "not_authenticated", ctx), "authentication is per connection: "
+              f"a new connection's Ping before Auth was answered {reply!r}",
+              requirement="BQ-AUTH-2", kind="reply", actual=reply)
+
+
+async def auth_invalid_token(ctx: CaseContext) -> None:
+    """Auth with a token the server does not accept is answered Invalid token."""
+    conn = await ctx.connect(auth=False)
+    reply = await conn.request({"cmd": "Auth", "token": f"qw-wrong-{ctx.var('uuid')}"})
+    if not ctx.auth_token:
+        fine = _is_ok(reply) or _is_error(reply, "invalid_token", ctx)
+        ctx.check(fine, "without --auth-token only this is checked: Auth with an unknown token "
+                  f"was answered {reply!r}", requirement="BQ-AUTH-3", kind="reply",
+                  expected="ok (no tokens configured) or the invalid_token error", actual=reply)
+        return
+    ctx.check(_is_error(reply, "invalid_token", ctx), f"Auth with a wrong token was answered "
+              f"{reply!r}", requirement="BQ-AUTH-3", kind="reply",
+              expected="the invalid_token error", actual=reply)
+    ping = await conn.request({"cmd": "Ping"})
+    ctx.check(_is_error(ping, "not_authenticated", ctx), "a failed Auth does not authenticate: "
+              f"the next Ping was answered {ping!r}", requirement="BQ-AUTH-2", kind="reply",
+              actual=ping)
+    empty = await conn.request({"cmd": "Auth", "token": ""})
+    ctx.check(_is_error(empty, "invalid_token", ctx), f"Auth with an empty token was answered "
+              f"{empty!r}", requirement="BQ-AUTH-3", kind="reply", actual=empty)
+    near = await conn.request({"cmd": "Auth", "token": ctx.auth_token + "x"})
+    ctx.check(_is_error(near, "invalid_token", ctx), "Auth with the token plus one character "
+              f"was answered {near!r}", requirement="BQ-AUTH-3", kind="reply", actual=near)
+
+
+async def auth_timing(ctx: CaseContext) -> None:
+    """Observes Auth reply times for wrong tokens sharing no / a long prefix with a real one."""
+    conn = await ctx.connect(auth=False)
+    base = ctx.auth_token or "qw-token-" + ctx.var("uuid")
+    samples: dict[str, list[float]] = {"no common prefix": [], "all but the last character": []}
+    for _ in range(20):
+        for label, token in (("no common prefix", "#" * len(base)),
+                             ("all but the last character", base[:-1] + "#")):
+            t0 = time.perf_counter()
+            reply = await conn.request({"cmd": "Auth", "token": token})
+            samples[label].append(time.perf_counter() - t0)
+            if reply is None:
+                ctx.check(False, "Auth was not answered", requirement="BQ-AUTH-4",
+                          kind="reply")
+                return
+    medians = {k: round(statistics.median(v) * 1e6, 1) for k, v in samples.items()}
+    ctx.check(True, f"median Auth reply time in microseconds by wrong token: {medians} "
+              "(round trips are far noisier than a comparison; constant time is not "
+              "observable over TCP)", requirement="BQ-AUTH-4", kind="observation",
+              actual=medians)
+
+
+async def rate_per_connection(ctx: CaseContext) -> None:
+    """Observes the per-connection rate limit: an over-limit command gets the documented error."""
+    conn = await ctx.connect()
+    n = 300
+    msgs = [{"cmd": "Ping", "reqId": f"rl{i}"} for i in range(n)]
+    await conn.send_messages(msgs)
+    deadline = ctx.deadline()
+    replies = []
+    for m in msgs:
+        f = await conn.wait_reply(m["reqId"], deadline)
+        replies.append(None if f is None else f.value)
+    limited = sum(1 for r in replies if _is_error(r, "rate_limit_exceeded", ctx))
+    other = [r for r in replies if not _is_ok(r) and not _is_error(r, "rate_limit_exceeded", ctx)]
+    ctx.check(not other, f"{n} pipelined Pings: {n - limited - len(other)} ok, {limited} "
+              f"refused with the rate_limit_exceeded error"
+              + (f", {len(other)} otherwise: {other[0]!r}" if other else ""),
+              requirement="BQ-RATE-1", kind="observation",
+              actual={"ok": n - limited - len(other), "rate_limited": limited})
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+async def push_uuidv7(ctx: CaseContext) -> None:
+    """A PUSH without jobId answers a UUIDv7 id; PUSHB ids too."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    try:
+        ids = [await _push(ctx, conn, queue) for _ in range(3)]
+        reply = await _setup(ctx, conn, {"cmd": "PUSHB", "queue": queue,
+                                         "jobs": [{"data": {"n": 1}}, {"data": {"n": 2}}]}, "PUSHB")
+        ids += list(reply.get("ids") or [])
+        bad = [i for i in ids if not (isinstance(i, str) and UUID7.match(i))]
+        ctx.check(not bad, f"{len(ids)} generated ids are UUIDv7" if not bad else
+                  f"generated ids that are not UUIDv7: {bad[:3]}", requirement="BQ-PUSH-10",
+                  kind="behaviour", expected="UUIDv7 (version nibble 7, variant 10)",
+                  actual=ids)
+        ctx.check(len(set(ids)) == len(ids), "the generated ids are distinct",
+                  requirement="BQ-PUSH-10", kind="behaviour", actual=ids)
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def backoff_exponential(ctx: CaseContext) -> None:
+    """The retry delay after FAIL number n is backoff * 2^(n-1), measured by long polls.
+
+    Three retries are timed: a server with random jitter (bunqueue 2.9.5 multiplies by 0.5 to
+    1.5) then lands inside all three windows by chance about once in a hundred runs rather
+    than once in fifteen, so the verdict does not flap between runs."""
+    queue = ctx.var("queue")
+    backoff = 150
+    conn = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue, maxAttempts=5, backoff=backoff)
+        got = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        if (got.get("job") or {}).get("id") != job:
+            raise CaseAbort()
+        waits = []
+        for attempt in (1, 2, 3):
+            t0 = time.monotonic()
+            await _setup(ctx, conn, {"cmd": "FAIL", "id": job, "error": "qw"}, "FAIL")
+            reply = await conn.request({"cmd": "PULL", "queue": queue, "timeout": POLL_MS},
+                                       timeout=POLL_MS / 1000 + ctx.timeout)
+            waited = time.monotonic() - t0
+            if not (_is_ok(reply) and (reply.get("job") or {}).get("id") == job):
+                ctx.check(False, f"after FAIL number {attempt} (backoff {backoff} ms) the job "
+                          f"was not handed out again within {POLL_MS} ms: {reply!r}"[:300],
+                          requirement="BQ-JOB-5", level="SHOULD", kind="timing",
+                          actual=reply)
+                return
+            waits.append(waited)
+        expected = [backoff, backoff * 2, backoff * 4]
+        ctx.check(True, f"the job was handed out again after each FAIL (after "
+                  f"{[_ms(w) for w in waits]} ms)", requirement="BQ-JOB-5", kind="behaviour",
+                  actual=[_ms(w) for w in waits])
+        close = all(e * 0.85 <= w * 1000 <= e * 1.25 + 60 for e, w in zip(expected, waits))
+        ctx.check(close, f"retry delays {[_ms(w) for w in waits]} ms for backoff {backoff}: "
+                  f"expected about {expected} (backoff * 2^(attempts-1), no jitter)",
+                  requirement="BQ-JOB-14", kind="timing", expected=expected,
+                  actual=[_ms(w) for w in waits])
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def children_values(ctx: CaseContext) -> None:
+    """GetChildrenValues of a job answers the results of the completed jobs it depends on.
+
+    That the jobs a job depends on are its *children* is BQ-DEPS-3's interpretation (the
+    documents name no wire field that makes a job another's child, and bunqueue 2.9.5 links
+    children by a parentId the documents never mention), so these checks are SHOULD: a
+    server that answers {} for a dependsOn parent shows as NON-STRICT, not as a FAIL."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    try:
+        a = await _push(ctx, conn, queue, priority=2)
+        b = await _push(ctx, conn, queue, priority=1)
+        parent = await _push(ctx, conn, queue, dependsOn=[a, b])
+        pulled = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        first = (pulled.get("job") or {}).get("id")
+        await _setup(ctx, conn, {"cmd": "ACK", "id": first, "result": {"r": "first"}}, "ACK")
+        reply = await conn.request({"cmd": "GetChildrenValues", "id": parent})
+        values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+        ctx.check(values == {first: {"r": "first"}}, f"with one of two children completed, "
+                  f"GetChildrenValues answered {values!r}", requirement="BQ-DEPS-3",
+                  level="SHOULD", kind="behaviour", expected={first: {"r": "first"}},
+                  actual=reply)
+        pulled = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        second = (pulled.get("job") or {}).get("id")
+        await _setup(ctx, conn, {"cmd": "ACK", "id": second, "result": [2]}, "ACK")
+        reply = await conn.request({"cmd": "GetChildrenValues", "id": parent})
+        values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+        want = {first: {"r": "first"}, second: [2]}
+        ctx.check(values == want, f"with both children completed, GetChildrenValues answered "
+                  f"{values!r}", requirement="BQ-DEPS-3", level="SHOULD", kind="behaviour",
+                  expected=want, actual=reply)
+        ctx.check({first, second} == {a, b}, "the children are the jobs the parent depends on",
+                  requirement="BQ-DEPS-3", kind="behaviour", actual=[first, second])
+        for target, what in ((a, "a job without children"), (ctx.var("uuid"), "an unknown id")):
+            reply = await conn.request({"cmd": "GetChildrenValues", "id": target})
+            values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+            ctx.check(values == {}, f"GetChildrenValues of {what} answered {reply!r}"[:300],
+                      requirement="BQ-DEPS-2", kind="behaviour", expected={"values": {}},
+                      actual=reply)
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def long_poll_wakes(ctx: CaseContext) -> None:
+    """A PULL long-polling an empty queue is answered as soon as another connection pushes."""
+    queue = ctx.var("queue")
+    poller = await ctx.connect()
+    pusher = await ctx.connect()
+    try:
+        t0 = time.monotonic()
+        rid = await poller.send({"cmd": "PULL", "queue": queue, "timeout": POLL_MS})
+        await asyncio.sleep(0.15)
+        job = await _push(ctx, pusher, queue)
+        frame = await poller.wait_reply(rid, ctx.deadline(POLL_MS / 1000 + ctx.timeout))
+        waited = time.monotonic() - t0
+        reply = None if frame is None else frame.value
+        got = _is_ok(reply) and (reply.get("job") or {}).get("id") == job
+        ctx.check(got, f"the long poll was answered with the pushed job after {_ms(waited)} ms"
+                  if got else f"the long poll got {reply!r}", requirement="BQ-PULL-1",
+                  kind="behaviour", actual=reply)
+        if got:
+            ctx.check(waited * 1000 < POLL_MS * 0.75, f"it was answered {_ms(waited)} ms after "
+                      f"it was sent, well before its {POLL_MS} ms timeout",
+                      requirement="BQ-PULL-1", kind="timing", actual=_ms(waited))
+    finally:
+        await _cleanup(pusher, queue)
+
+
+async def waitjob_event(ctx: CaseContext) -> None:
+    """WaitJob is answered as soon as the job completes, with its result."""
+    queue = ctx.var("queue")
+    worker = await ctx.connect()
+    waiter = await ctx.connect()
+    try:
+        job = await _push(ctx, worker, queue)
+        await _setup(ctx, worker, {"cmd": "PULL", "queue": queue}, "PULL")
+        t0 = time.monotonic()
+        rid = await waiter.send({"cmd": "WaitJob", "id": job, "timeout": POLL_MS})
+        await asyncio.sleep(0.15)
+        await _setup(ctx, worker, {"cmd": "ACK", "id": job, "result": {"done": True}}, "ACK")
+        frame = await waiter.wait_reply(rid, ctx.deadline(POLL_MS / 1000 + ctx.timeout))
+        waited = time.monotonic() - t0
+        reply = None if frame is None else frame.value
+        ok = _is_ok(reply) and reply.get("completed") is True
+        ctx.check(ok, f"WaitJob answered {reply!r} after {_ms(waited)} ms"[:300],
+                  requirement="BQ-WAITJOB-1", kind="behaviour",
+                  expected={"completed": True}, actual=reply)
+        if ok:
+            ctx.check(reply.get("result") == {"done": True}, f"WaitJob carried the result "
+                      f"{reply.get('result')!r}", requirement="BQ-JOB-10", kind="behaviour",
+                      actual=reply.get("result"))
+            ctx.check(waited * 1000 < POLL_MS * 0.75, f"WaitJob was answered {_ms(waited)} ms "
+                      f"after it was sent (the ACK came at about 150 ms), not at its timeout",
+                      requirement="BQ-WAITJOB-1", kind="timing", actual=_ms(waited))
+    finally:
+        await _cleanup(worker, queue)
+
+
+# -- locks and stalls ---------------------------------------------------------------------------
+async def _pull_locked(ctx: CaseContext, conn: Conn, queue: str, ttl: int,
+                       timeout: int = 0) -> tuple[str | None, str | None]:
+    reply = await conn.request({"cmd": "PULL", "queue": queue, "owner": "qw-owner",
+                                "lockTtl": ttl, "timeout": timeout},
+                               timeout=timeout / 1000 + ctx.timeout)
+    if not _is_ok(reply) or not reply.get("job"):
+        return None, None
+    return reply["job"].get("id"), reply.get("token")
+
+
+async def lock_expiry_token(ctx: CaseContext) -> None:
+    """After lockTtl without renewal the token is no longer accepted (and nothing completes)."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue)
+        got, token = await _pull_locked(ctx, conn, queue, 200)
+        if got != job or not token:
+            ctx.check(False, "setup: PULL with an owner did not hand out the job and a token",
+                      kind="setup")
+            return
+        await asyncio.sleep(0.6)
+        reply = await conn.request({"cmd": "ACK", "id": job, "token": token})
+        ctx.check(_is_error(reply), f"ACK with the token of a lock that expired 400 ms ago was "
+                  f"answered {reply!r}"[:300], requirement="BQ-LOCK-5", kind="reply",
+                  expected="an error reply", actual=reply)
+        state = await conn.request({"cmd": "GetState", "id": job})
+        ctx.check(_is_ok(state) and state.get("state") != "completed",
+                  f"the job is {state.get('state') if _is_ok(state) else state!r} after that "
+                  f"ACK", requirement="BQ-LOCK-2", kind="behaviour", actual=state)
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def lock_expiry_requeue(ctx: CaseContext) -> None:
+    """A job whose lock expired is handled as stalled: requeued with attempts incremented."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    other = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue, maxAttempts=5)
+        got, token = await _pull_locked(ctx, conn, queue, 150)
+        if got != job:
+            ctx.check(False, "setup: PULL with an owner did not hand out the job", kind="setup")
+            return
+        t0 = time.monotonic()
+        again, _ = await _pull_locked(ctx, other, queue, 30000, LOCK_POLL_MS)
+        waited = time.monotonic() - t0
+        if again != job:
+            ctx.check(False, f"the job was not handed out again within {LOCK_POLL_MS} ms of "
+                      f"its 150 ms lock (the documents give no deadline; this suite waits "
+                      f"{LOCK_POLL_MS} ms)", requirement="BQ-LOCK-5", level="SHOULD",
+                      kind="timing", actual=again)
+            return
+        ctx.check(True, f"the job was handed out again {_ms(waited)} ms after its lock was "
+                  f"taken", requirement="BQ-LOCK-5", kind="behaviour", actual=_ms(waited))
+        info = await other.request({"cmd": "GetJob", "id": job})
+        record = (info or {}).get("job") or {}
+        ctx.check(record.get("attempts") == 1 and record.get("stallCount") == 1,
+                  f"the requeued job has attempts {record.get('attempts')!r} and stallCount "
+                  f"{record.get('stallCount')!r}", requirement="BQ-STALL-4", kind="behaviour",
+                  expected={"attempts": 1, "stallCount": 1}, actual=record)
+    finally:
+        await _cleanup(other, queue)
+
+
+async def stall_to_dlq(ctx: CaseContext) -> None:
+    """A job whose lock expires maxStalls times goes to the dead-letter queue."""
+    queue = ctx.var("queue")
+    max_stalls = int(ctx.profile.model.defaults["maxStalls"])
+    conn = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue, maxAttempts=max_stalls + 5)
+        got, _ = await _pull_locked(ctx, conn, queue, 100)
+        if got != job:
+            ctx.check(False, "setup: PULL with an owner did not hand out the job", kind="setup")
+            return
+        for stall in range(1, max_stalls):
+            again, _ = await _pull_locked(ctx, conn, queue, 100, LOCK_POLL_MS)
+            if again != job:
+                ctx.check(False, f"after expired lock number {stall} the job was not handed "
+                          f"out again within {LOCK_POLL_MS} ms", requirement="BQ-STALL-4",
+                          level="SHOULD", kind="timing", actual=again)
+                return
+        deadline = time.monotonic() + LOCK_POLL_MS / 1000
+        state = None
+        while time.monotonic() < deadline:
+            reply = await conn.request({"cmd": "GetState", "id": job})
+            state = reply.get("state") if _is_ok(reply) else reply
+            if state != "active":
+                break
+            await asyncio.sleep(0.05)
+        if state == "active":
+            ctx.check(False, f"after lock number {max_stalls} expired the job was still active "
+                      f"{LOCK_POLL_MS} ms later", requirement="BQ-STALL-2", level="SHOULD",
+                      kind="timing", actual=state)
+            return
+        ctx.check(state == "failed", f"after {max_stalls} expired locks (maxStalls) the job is "
+                  f"{state!r}", requirement="BQ-STALL-2", kind="behaviour",
+                  expected="failed", actual=state)
+        dlq = await conn.request({"cmd": "Dlq", "queue": queue})
+        ids = [j.get("id") for j in (dlq or {}).get("jobs") or [] if isinstance(j, dict)]
+        ctx.check(job in ids, f"the dead-letter queue holds {ids}", requirement="BQ-STALL-2",
+                  kind="behaviour", actual=ids)
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def stall_interval(ctx: CaseContext) -> None:
+    """Observation: stallInterval is server configuration (default from the spec)."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    interval = ctx.profile.model.defaults["stallInterval"]
+    try:
+        job = await _push(ctx, conn, queue)
+        await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        beat = await conn.request({"cmd": "JobHeartbeat", "id": job})
+        info = await conn.request({"cmd": "GetJob", "id": job})
+        record = (info or {}).get("job") or {}
+        ctx.check(_is_ok(beat), f"an active job's JobHeartbeat was answered {beat!r}; its "
+                  f"stallCount is {record.get('stallCount')!r}. Stall detection after "
+                  f"stallInterval ({interval} ms by default) is server configuration and "
+                  "longer than a case may wait, so it is not observed here",
+                  requirement="BQ-STALL-1", kind="observation", actual=record)
+    finally:
+        await _cleanup(conn, queue)
+
+
+async def release_timing(ctx: CaseContext) -> None:
+    """Observation: how soon a closed connection's job is back (retry logic is internal)."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    other = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue)
+        await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        t0 = time.monotonic()
+        await conn.close()
+        reply = await other.request({"cmd": "PULL", "queue": queue, "timeout": POLL_MS},
+                                    timeout=POLL_MS / 1000 + ctx.timeout)
+        waited = _ms(time.monotonic() - t0)
+        back = _is_ok(reply) and (reply.get("job") or {}).get("id") == job
+        ctx.check(back, f"the job was back {waited} ms after its connection closed (how the "
+                  "server retries the release is not observable)" if back else
+                  f"the job was not back within {POLL_MS} ms: {reply!r}"[:300],
+                  requirement="BQ-CONN-3", kind="observation", actual=waited)
+    finally:
+        await _cleanup(other, queue)
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+async def webhook_http(ctx: CaseContext) -> None:
+    """Observation: is a plain http URL to a public host accepted? (https is for production)"""
+    conn = await ctx.connect()
+    reply = await conn.request({"cmd": "AddWebhook", "url": f"http://example.com/{ctx.var('queue')}",
+                                "events": ["job.completed"]})
+    hook = ((reply or {}).get("data") or {}).get("webhookId") if _is_ok(reply) else None
+    if hook:
+        await conn.request({"cmd": "RemoveWebhook", "webhookId": hook})
+    ctx.check(_is_ok(reply) or _is_error(reply), "a plain http webhook URL was "
+              f"{'accepted' if _is_ok(reply) else 'refused: ' + repr((reply or {}).get('error'))}",
+              requirement="BQ-WEBHOOK-2", kind="observation", actual=reply)
+
+
+# -- MessagePack numbers in replies -------------------------------------------------------------
+def _wide_ints(raw: bytes) -> list[int]:
+    """Offsets of 64-bit integer formats (uint64 cf, int64 d3) in one MessagePack object."""
+    out: list[int] = []
+    pos = 0
+
+    def skip(n: int = 1) -> None:
+        nonlocal pos
+        for _ in range(n):
+            one()
+
+    def one() -> None:
+        nonlocal pos
+        b = raw[pos]
+        pos += 1
+        if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):
+            return
+        if 0x80 <= b <= 0x8F:
+            skip(2 * (b & 0x0F))
+        elif 0x90 <= b <= 0x9F:
+            skip(b & 0x0F)
+        elif 0xA0 <= b <= 0xBF:
+            pos += b & 0x1F
+        elif b in (0xCF, 0xD3):
+            out.append(pos - 1)
+            pos += 8
+        else:
+            sizes = {0xCC: 1, 0xD0: 1, 0xCD: 2, 0xD1: 2, 0xCE: 4, 0xD2: 4, 0xCA: 4, 0xCB: 8,
+                     0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+            if b in sizes:
+                pos += sizes[b]
+            elif b in (0xC4, 0xD9):
+                pos += 1 + raw[pos]
+            elif b in (0xC5, 0xDA):
+                pos += 2 + int.from_bytes(raw[pos:pos + 2], "big")
+            elif b in (0xC6, 0xDB):
+                pos += 4 + int.from_bytes(raw[pos:pos + 4], "big")
+            elif b in (0xC7, 0xC8, 0xC9):
+                n = {0xC7: 1, 0xC8: 2, 0xC9: 4}[b]
+                pos += n + 1 + int.from_bytes(raw[pos:pos + n], "big")
+            elif b == 0xDC:
+                n = int.from_bytes(raw[pos:pos + 2], "big")
+                pos += 2
+                skip(n)
+            elif b == 0xDD:
+                n = int.from_bytes(raw[pos:pos + 4], "big")
+                pos += 4
+                skip(n)
+            elif b == 0xDE:
+                n = int.from_bytes(raw[pos:pos + 2], "big")
+                pos += 2
+                skip(2 * n)
+            elif b == 0xDF:
+                n = int.from_bytes(raw[pos:pos + 4], "big")
+                pos += 4
+                skip(2 * n)
+
+    one()
+    return out
+
+
+async def reply_numbers(ctx: CaseContext) -> None:
+    """Replies write numbers beyond 32 bits (timestamps) as float64, as msgpackr does."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    prefix = len(FrameEncoder(ctx.profile).prefix(0))
+    try:
+        job = await _push(ctx, conn, queue)
+        seen = {}
+        for msg in ({"cmd": "Ping"}, {"cmd": "GetJob", "id": job}):
+            rid = await conn.send(dict(msg))
+            frame = await conn.wait_reply(rid, ctx.deadline())
+            if frame is None:
+                ctx.check(False, f"{msg['cmd']} was not answered", requirement="BQ-MSGPACK-7",
+                          kind="reply")
+                return
+            seen[msg["cmd"]] = _wide_ints(frame.raw[prefix:])
+        bad = {k: v for k, v in seen.items() if v}
+        ctx.check(not bad, "no reply used a 64-bit integer format" if not bad else
+                  f"replies used 64-bit integer formats (uint64/int64) at payload offsets "
+                  f"{bad}; a JavaScript peer decodes those as BigInt", requirement="BQ-MSGPACK-7",
+                  kind="behaviour", actual=bad)
+    finally:
+        await _cleanup(conn, queue)
+
+
+# -- the HTTP API -------------------------------------------------------------------------------
+HTTP_PROBES = (  # (requirement, method, path): document 000's table
+    ("BQ-HTTP-2", "GET", "/health"), ("BQ-HTTP-3", "GET", "/healthz"),
+    ("BQ-HTTP-4", "GET", "/ready"), ("BQ-HTTP-5", "GET", "/prometheus"),
+    ("BQ-HTTP-6", "GET", "/stats"), ("BQ-HTTP-9", "GET", "/jobs/qw-none"),
+    ("BQ-HTTP-7", "POST", "/queues/{queue}/jobs"), ("BQ-HTTP-8", "GET", "/queues/{queue}/jobs"),
+    ("BQ-HTTP-10", "POST", "/jobs/qw-none/ack"), ("BQ-HTTP-11", "POST", "/jobs/qw-none/fail"),
+    ("BQ-HTTP-12", "GET", "/ws"), ("BQ-HTTP-13", "GET", "/events"),
+)
+
+
+def _http(method: str, url: str, timeout: float) -> tuple[int | None, str]:
+    body = b'{"data": {"qw": 1}}' if method == "POST" else None
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"content-type": "application/json"} if body else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - a probe
+            return resp.status, resp.headers.get("content-type", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("content-type", "")
+    except (OSError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+async def http_api(ctx: CaseContext) -> None:
+    """Observation: the HTTP API on the default HTTP port of the target's host."""
+    port = ctx.profile.model.default_http_port
+    base = f"http://{ctx.host}:{port}"
+    loop = asyncio.get_running_loop()
+    status, note = await loop.run_in_executor(None, _http, "GET", base + "/healthz", 1.0)
+    if status is None:
+        ctx.check(True, f"no HTTP API answered at {base} ({note}); an embedded or non-default "
+                  "deployment serves it elsewhere or not at all", requirement="BQ-HTTP-1",
+                  kind="observation", actual=note)
+        return
+    results = {}
+    for rid, method, path in HTTP_PROBES:
+        url = base + path.format(queue=ctx.var("queue"))
+        code, ctype = await loop.run_in_executor(None, _http, method, url, 2.0)
+        results[path] = code
+        ctx.check(True, f"{method} {path} answered HTTP {code} ({ctype})", requirement=rid,
+                  kind="observation", actual={"status": code, "content_type": ctype})
+    ctx.check(True, f"an HTTP API answered at {base}: {results}", requirement="BQ-HTTP-1",
+              kind="observation", actual=results)
+    await _cleanup(await ctx.connect(), ctx.var("queue"))

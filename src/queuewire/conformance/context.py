@@ -1,0 +1,527 @@
+"""The per-case runtime: variables, checks, connections. ``ctx`` of Python cases, and the state
+the YAML step interpreters work on.
+
+A :class:`CaseContext` is made fresh for each case by the runner and closed at its end (every
+connection it opened is closed). It holds the case's :class:`~.model.Transcript`, the list of
+:class:`~.model.Check` objects the verdict is computed from, the variables (``${queue}``,
+``save:`` results, ...) and the connections, numbered from 1 in the order they are opened.
+:class:`Conn` wraps a recorded :class:`~.wire.Connection` with what both the interpreters and
+Python cases need: bunqueue requests get a ``reqId`` and their replies are matched by it (an
+inbox keeps every frame received and not yet claimed, so pipelined and out-of-order replies
+and unsolicited frames are all found); quicx frames are taken in arrival order. Waiting is
+always bounded by a deadline, never a fixed sleep. Subset matching (``$any``, ``$type``,
+``$gte``, ``$lte``) and spec error-string matching live here too, shared by both protocols.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ..codecs.bunqueue import FrameEncoder
+from ..codecs.quicx import QuicxEncoder
+from ..spec import Profile
+from .model import Case, Check, Transcript
+from .wire import Closed, Connection, Frame, Garbled, record_send
+
+VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_LEVEL_RANK = {"MAY": 0, "SHOULD": 1, "MUST": 2}
+QUEUE_PREFIX = "qw-"
+
+
+class CaseAbort(Exception):
+    """Stop the case's steps: a check already decided it (not an ERROR)."""
+
+
+class StepError(Exception):
+    """The case could not be run as written (an ERROR of the case, with this message)."""
+
+
+class Conn:
+    """One connection of a case, as cases use it. ``num`` counts from 1 within the case."""
+
+    def __init__(self, ctx: CaseContext, wire: Connection):
+        self.ctx = ctx
+        self.wire = wire
+        self.num = wire.num
+        self.role = wire.role
+        self.inbox: list[tuple[int, Frame]] = []  # (sequence number, frame) not yet claimed
+        self.garbled: list[tuple[int, Garbled]] = []
+        self.closed: str | None = None  # why the peer closed, once seen
+        self.seq = 0                    # items taken from the wire so far
+        self.close_seq: int | None = None
+        self.pending: set[Any] = set()  # reqIds sent and not yet answered (bunqueue)
+        self._next_req = 0
+        if ctx.protocol == "bunqueue":
+            self._encoder: Any = FrameEncoder(ctx.profile)
+        else:
+            self._encoder = QuicxEncoder(ctx.profile)
+
+    # -- Python-case API ------------------------------------------------------------------------
+    def next_reqid(self) -> str:
+        self.ctx._reqs += 1
+        return f"r{self.ctx._reqs}"
+
+    async def send(self, msg: Any = None, /, **fields: Any) -> Any:
+        """Send one message. bunqueue: a map (a ``reqId`` is added if absent; returned).
+        quicx: ``send("MSG_SUBMIT", task_type=..., payload=...)`` or ``send({type, fields})``."""
+        if self.ctx.protocol == "bunqueue":
+            msg = dict(msg or {}, **fields)
+            if "reqId" not in msg:
+                msg["reqId"] = self.next_reqid()
+            await self.send_message(msg)
+            return msg["reqId"]
+        name, values = quicx_message(msg, fields)
+        await self.send_quicx(name, values)
+        return None
+
+    async def request(self, msg: Any = None, /, timeout: float | None = None, **fields: Any) -> Any:
+        """bunqueue: send and return the reply map matched by reqId; quicx: send and return
+        the next message (a ``codecs.quicx.Message``). None when nothing came in time or the
+        connection closed (see ``closed``)."""
+        deadline = self.ctx.deadline(timeout)
+        if self.ctx.protocol == "bunqueue":
+            rid = await self.send(msg, **fields)
+            frame = await self.wait_reply(rid, deadline)
+            return None if frame is None else frame.value
+        await self.send(msg, **fields)
+        frame = await self.wait_next(deadline, since=None)
+        return None if frame is None else frame.value
+
+    async def recv(self, timeout: float | None = None) -> Any:
+        """The next frame that answers no pending request (bunqueue map / quicx Message),
+        or None."""
+        frame = await self.wait_next(self.ctx.deadline(timeout), since=None, unsolicited=True)
+        return None if frame is None else frame.value
+
+    async def send_raw(self, data: bytes | str, note: str = "", split: int = 0) -> None:
+        if isinstance(data, str):
+            data = bytes.fromhex(re.sub(r"\s+", "", data))
+        await self._send(data, None, note or "raw bytes", split)
+
+    async def close(self) -> None:
+        await self.wire.close()
+
+    async def wait_closed(self, timeout: float | None = None) -> bool:
+        """Whether the peer closes the connection within ``timeout``."""
+        return await self.wait_close(self.ctx.deadline(timeout))
+
+    # -- sending (recorded) ---------------------------------------------------------------------
+    async def send_message(self, msg: Mapping, split: int = 0) -> None:
+        data = self._encode(msg)
+        if "reqId" in msg:
+            self.pending.add(_hashable(msg["reqId"]))
+        await self._send(data, _view(msg), "", split)
+
+    async def send_messages(self, msgs: list[Mapping], split: int = 0) -> None:
+        """Several frames in one write (or in ``split``-byte pieces); each is recorded."""
+        parts = []
+        for m in msgs:
+            if "reqId" in m:
+                self.pending.add(_hashable(m["reqId"]))
+            parts.append(self._encode(m))
+        self._require_open()
+        for m, p in zip(msgs, parts):
+            record_send(self.ctx.transcript, self.num, p, _view(m),
+                        f"written in {split}-byte pieces" if split else "")
+        await self.wire.write(b"".join(parts), split)
+
+    def _encode(self, msg: Mapping) -> bytes:
+        try:
+            return self._encoder.encode(msg)
+        except Exception as exc:  # noqa: BLE001 - the encoder's refusal is the case's mistake
+            raise StepError(f"cannot encode {str(_view(msg))[:120]}: {exc}") from None
+
+    async def send_quicx(self, name: str, fields: Mapping[str, Any]) -> None:
+        try:
+            data = self._encoder.encode(name, **fields)
+        except Exception as exc:  # noqa: BLE001 - the encoder's refusal is the case's mistake
+            raise StepError(f"cannot encode {name}: {exc}") from None
+        await self._send(data, {"type": name, "fields": _view(fields)}, "")
+
+    async def _send(self, data: bytes, decoded: Any, note: str, split: int = 0) -> None:
+        self._require_open()
+        await self.wire.send(data, decoded, note, split)
+
+    def _require_open(self) -> None:
+        if self.closed is not None or self.wire.closed_by_peer is not None:
+            raise StepError(f"connection {self.num} was closed by the server "
+                            f"({self.closed or self.wire.closed_by_peer}); use another conn:")
+        if self.wire.closed_by_us:
+            raise StepError(f"connection {self.num} was closed by the tester")
+
+    # -- receiving ------------------------------------------------------------------------------
+    async def pull(self, deadline: float) -> bool:
+        """Take one item from the wire into the inbox; False when the deadline passed first
+        or the connection is closed."""
+        if self.closed is not None:
+            return False
+        item = await self.wire.next_item(deadline - time.monotonic())
+        if item is None:
+            return False
+        self.seq += 1
+        if isinstance(item, Frame):
+            self.inbox.append((self.seq, item))
+        elif isinstance(item, Garbled):
+            self.garbled.append((self.seq, item))
+        elif isinstance(item, Closed):
+            self.closed = item.reason
+            self.close_seq = self.seq
+        return True
+
+    def _take(self, pred) -> Frame | None:
+        for i, (seq, f) in enumerate(self.inbox):
+            if pred(seq, f):
+                del self.inbox[i]
+                rid = reqid_of(f.value)
+                if rid is not None:
+                    self.pending.discard(rid)
+                return f
+        return None
+
+    async def wait_reply(self, rid: Any, deadline: float) -> Frame | None:
+        """The frame whose reqId is ``rid`` (None: deadline, close or garbage first)."""
+        key = _hashable(rid)
+        while True:
+            f = self._take(lambda _s, fr: reqid_of(fr.value) == key)
+            if f is not None:
+                return f
+            if not await self.pull(deadline):
+                return None
+
+    async def wait_next(self, deadline: float, since: int | None, unsolicited: bool = False
+                        ) -> Frame | None:
+        """The first unclaimed frame (received after item ``since`` when given; answering no
+        pending request when ``unsolicited``)."""
+        def pred(seq: int, fr: Frame) -> bool:
+            if since is not None and seq <= since:
+                return False
+            return not (unsolicited and self.ctx.protocol == "bunqueue"
+                        and reqid_of(fr.value) in self.pending)
+        while True:
+            f = self._take(pred)
+            if f is not None:
+                return f
+            if not await self.pull(deadline):
+                return None
+
+    async def wait_close(self, deadline: float) -> bool:
+        while self.closed is None:
+            if not await self.pull(deadline):
+                break
+        return self.closed is not None
+
+    async def wait_anything(self, deadline: float) -> bool:
+        """Whether any new item (frame, garbage, close) arrives before the deadline."""
+        start = self.seq
+        if self.closed is not None:
+            return False
+        await self.pull(deadline)
+        return self.seq > start
+
+    def frames_since(self, seq: int) -> list[Frame]:
+        return [f for s, f in self.inbox if s > seq]
+
+    def garbled_since(self, seq: int) -> list[Garbled]:
+        return [g for s, g in self.garbled if s > seq]
+
+
+class CaseContext:
+    """What a case runs with. Python cases get it as ``ctx``."""
+
+    def __init__(self, case: Case, profile: Profile, host: str, port: int, *,
+                 timeout: float = 5.0, auth_token: str | None = None,
+                 http_target: tuple[str, int] | None = None):
+        self.case = case
+        self.http_target = http_target  # the server's HTTP API (--http-target), when known
+        self.profile = profile
+        self.protocol = profile.protocol
+        self.host, self.port = host, port
+        self.timeout = timeout
+        self.auth_token = auth_token
+        self.transcript = Transcript()
+        self.checks: list[Check] = []
+        self.conns: dict[int, Conn] = {}
+        self.unimplemented = False
+        self.info = case.info  # a logic case may decide at run time that it only observed
+        self.step: int | None = None  # the step being run (checks record it)
+        self.cleaning = False  # running the case's cleanup: checks become transcript notes
+        self._reqs = 0
+        self._queues = 3
+        slug = re.sub(r"[^a-zA-Z0-9_.:-]", "-", case.id)[:60]
+        tag = uuid.uuid4().hex[:8]
+        self.vars: dict[str, Any] = {
+            "queue": f"{QUEUE_PREFIX}{slug}-{tag}",
+            "queue2": f"{QUEUE_PREFIX}{slug}-{tag}-2",
+            "queue3": f"{QUEUE_PREFIX}{slug}-{tag}-3",
+            "profile": profile.name,
+        }
+
+    # -- variables ------------------------------------------------------------------------------
+    def var(self, name: str) -> Any:
+        """A variable's value (built-ins are made on demand: ``now``, ``uuid``, ``token``)."""
+        if name == "now":
+            return int(time.time() * 1000)
+        if name == "uuid":
+            return str(uuid.uuid4())
+        if name == "token":
+            if not self.auth_token:
+                raise StepError("the case uses ${token} but no --auth-token was given")
+            return self.auth_token
+        try:
+            return self.vars[name]
+        except KeyError:
+            raise StepError(f"variable ${{{name}}} is not set (a save: that failed, or a typo)") \
+                from None
+
+    def new_queue(self) -> str:
+        """Another unique queue name for this case (beyond ``queue``, ``queue2``, ``queue3``)."""
+        self._queues += 1
+        return f"{self.vars['queue']}-{self._queues}"
+
+    def set_var(self, name: str, value: Any) -> None:
+        self.vars[name] = value
+
+    def subst(self, node: Any, extra: Mapping[str, Any] | None = None) -> Any:
+        """``node`` with every ``${name}`` replaced (a whole-string reference keeps its type)."""
+        if isinstance(node, str):
+            if "${" not in node:
+                return node
+            m = VAR.fullmatch(node)
+            if m:
+                return self._lookup(m.group(1), extra)
+            return VAR.sub(lambda mm: str(self._lookup(mm.group(1), extra)), node)
+        if isinstance(node, dict):
+            return {self.subst(k, extra): self.subst(v, extra) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [self.subst(v, extra) for v in node]
+        return node
+
+    def _lookup(self, name: str, extra: Mapping[str, Any] | None) -> Any:
+        if extra and name in extra:
+            return extra[name]
+        return self.var(name)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def level_of(self, requirement: str | None) -> str:
+        req = self.profile.requirements.get(requirement) if requirement else None
+        return req.level if req is not None else "MUST"
+
+    def default_requirement(self) -> str | None:
+        return self.case.requirements[0] if self.case.requirements else None
+
+    def check(self, ok: bool, message: str, *, requirement: str | None = None,
+              level: str | None = None, kind: str = "behaviour", expected: Any = None,
+              actual: Any = None) -> Check:
+        """Record one judged expectation (defaults: the case's first requirement, its level)."""
+        rid = requirement or self.default_requirement()
+        c = Check(rid, level or self.level_of(rid), bool(ok), kind, message,
+                  _view(expected), _view(actual), self.step)
+        if self.cleaning:  # only what went wrong is worth a note; the bytes are recorded
+            if not ok:
+                self.note(f"cleanup (not judged): {message}")
+            return c
+        self.checks.append(c)
+        return c
+
+    def note(self, text: str, conn: int = 0) -> None:
+        """A transcript note (``conn`` 0: about the case, not one connection)."""
+        self.transcript.add(conn, "note", note=text)
+
+    def deadline(self, timeout: float | None = None) -> float:
+        return time.monotonic() + (self.timeout if timeout is None else timeout)
+
+    # -- connections ----------------------------------------------------------------------------
+    async def connect(self, role: str | None = None, *, auth: bool = True) -> Conn:
+        """Open a new connection (numbered after the existing ones). bunqueue: with an
+        ``--auth-token``, it authenticates first unless ``auth=False``. quicx: ``role``
+        (default producer) chooses how replies are decoded."""
+        num = max(self.conns, default=0) + 1
+        return await self._open(num, role, auth)
+
+    async def conn(self, num: int = 1, role: str | None = None, auth: bool = True) -> Conn:
+        """Connection ``num``, opened on first use. During cleanup a connection that was
+        closed (by either side) is opened again under the same number."""
+        c = self.conns.get(num)
+        if c is not None and self.cleaning and (
+                c.closed is not None or c.wire.closed_by_peer is not None or c.wire.closed_by_us):
+            c = None
+        if c is None:
+            c = await self._open(num, role or (self.conns[num].role if num in self.conns else None),
+                                 auth)
+        return c
+
+    async def _open(self, num: int, role: str | None, auth: bool) -> Conn:
+        if self.protocol == "quicx":
+            role = role or "producer"
+        wire = Connection(self.transcript, num, self.host, self.port, self.protocol,
+                          self.profile, role)
+        await wire.open(self.timeout)
+        c = Conn(self, wire)
+        self.conns[num] = c
+        if self.protocol == "bunqueue" and auth and self.auth_token:
+            rid = f"auth{num}"
+            await c.send_message({"cmd": "Auth", "token": self.auth_token, "reqId": rid})
+            reply = await c.wait_reply(rid, self.deadline())
+            if reply is None or not (isinstance(reply.value, dict) and reply.value.get("ok") is True):
+                got = "no reply" if reply is None else reply.view
+                raise StepError(f"connection {num}: Auth with --auth-token was refused: {got}")
+        return c
+
+    async def http(self, method: str, path: str, *, json: Any = None,
+                   headers: Mapping[str, str] | None = None, auth: bool = True,
+                   stream: bool = False, timeout: float | None = None) -> Any:
+        """One request to the HTTP target, recorded (an ``httpapi.HttpReply``; its ``error``
+        says why no response came). A StepError when the run has no HTTP target."""
+        from . import httpapi
+
+        if self.http_target is None:
+            raise StepError("the case makes an HTTP request but the run has no --http-target")
+        return await httpapi.request(self.transcript, self.http_target, method, path,
+                                     json_body=json, headers=dict(headers or {}),
+                                     token=self.auth_token if auth else None, stream=stream,
+                                     timeout=self.timeout if timeout is None else timeout)
+
+    async def close_all(self) -> None:
+        for c in list(self.conns.values()):
+            await c.close()
+
+
+# ------------------------------------------------------------------------------ matching
+
+def reqid_of(value: Any) -> Any:
+    return _hashable(value.get("reqId")) if isinstance(value, dict) else None
+
+
+def _hashable(v: Any) -> Any:
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
+def _view(obj: Any) -> Any:
+    """A JSON-able view of a value for checks and transcripts."""
+    if obj is None:
+        return None
+    from ..codecs.validation import jsonable
+    try:
+        return jsonable(obj)
+    except Exception:  # noqa: BLE001 - a display fallback, never a verdict
+        return repr(obj)
+
+
+TYPES = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, list),
+    "map": lambda v: isinstance(v, dict),
+    "bool": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "bytes": lambda v: isinstance(v, (bytes, bytearray)),
+}
+OPERATORS = {"$any", "$type", "$gte", "$lte", "$absent"}
+
+
+def subset_mismatch(expected: Any, actual: Any, path: str = "") -> str | None:
+    """Why ``actual`` does not contain ``expected`` (None: it does). See cases/README.md."""
+    here = path or "reply"
+    if isinstance(expected, dict) and expected and set(expected) <= OPERATORS:
+        if expected.get("$any"):
+            return None
+        if "$type" in expected:
+            types = expected["$type"] if isinstance(expected["$type"], list) else [expected["$type"]]
+            if not any(TYPES.get(t, lambda v: False)(actual) for t in types):
+                return f"{here} is {_short(actual)}, not of type {'|'.join(types)}"
+        num = isinstance(actual, (int, float)) and not isinstance(actual, bool)
+        if "$gte" in expected and not (num and actual >= expected["$gte"]):
+            return f"{here} is {_short(actual)}, not >= {expected['$gte']}"
+        if "$lte" in expected and not (num and actual <= expected["$lte"]):
+            return f"{here} is {_short(actual)}, not <= {expected['$lte']}"
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return f"{here} is {_short(actual)}, not a map"
+        for k, v in expected.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if isinstance(v, dict) and v.get("$absent"):
+                if k in actual:
+                    return f"{sub} is present ({_short(actual[k])}) but must be absent"
+                continue
+            if k not in actual:
+                return f"{sub} is missing"
+            why = subset_mismatch(v, actual[k], sub)
+            if why:
+                return why
+        return None
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return f"{here} is {_short(actual)}, not a list"
+        if len(expected) != len(actual):
+            return f"{here} has {len(actual)} items, not {len(expected)}"
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            why = subset_mismatch(e, a, f"{path}.{i}" if path else str(i))
+            if why:
+                return why
+        return None
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        same = type(expected) is type(actual) and expected == actual
+    elif isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
+        same = expected == actual
+    elif isinstance(expected, str) and isinstance(actual, (bytes, bytearray)):
+        if expected.startswith("hex:"):
+            same = re.sub(r"\s+", "", expected[4:]).lower() == bytes(actual).hex()
+        else:
+            same = expected.encode() == actual
+    else:
+        same = type(expected) is type(actual) and expected == actual
+    return None if same else f"{here} is {_short(actual)}, not {_short(expected)}"
+
+
+def _short(v: Any, n: int = 80) -> str:
+    text = repr(_view(v)) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def error_pattern(message: str) -> re.Pattern[str]:
+    """A spec error string as a regex: ``{placeholders}`` match anything, the rest verbatim."""
+    parts = re.split(r"\{[A-Za-z_][A-Za-z0-9_]*\}", message)
+    return re.compile("(?s)" + ".*".join(re.escape(p) for p in parts))
+
+
+def get_path(value: Any, path: str) -> Any:
+    """``jobs.0.id`` of a decoded reply; KeyError when a part is missing."""
+    node = value
+    for part in str(path).split(".") if path != "" else []:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            node = node[int(part)]
+        elif hasattr(node, "fields") and part in getattr(node, "fields", {}):
+            node = node.fields[part]
+        else:
+            raise KeyError(path)
+    return node
+
+
+def strongest(levels: list[str]) -> str:
+    return max(levels, key=lambda lv: _LEVEL_RANK.get(lv, 2)) if levels else "MUST"
+
+
+def quicx_message(msg: Any, fields: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    if isinstance(msg, str):
+        return msg, dict(fields)
+    if isinstance(msg, dict) and "type" in msg:
+        return msg["type"], dict(msg.get("fields") or {}, **fields)
+    raise StepError(f"a quicx message is a type name or {{type, fields}}, not {msg!r}")
+
+
+async def sleep_ms(ms: float) -> None:
+    await asyncio.sleep(max(ms, 0) / 1000.0)

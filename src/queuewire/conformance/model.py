@@ -1,0 +1,255 @@
+"""The conformance runner's vocabulary: cases, checks, verdicts, transcripts and results.
+
+A *case* is what a tester does to a server and what the server may do in answer. It is data
+(YAML under ``cases/``) or, where it needs logic, a Python function; both become a
+:class:`Case`. Running a case against a target gives a :class:`CaseResult`: a list of
+:class:`Check` objects (each tied to a requirement id and its level), the wire
+:class:`Transcript` of every connection, and a :class:`Verdict` derived from the checks by
+:func:`verdict_of` and nothing else. Reports (console, JSON, JUnit, HTML) read only these
+classes, so every output says the same thing.
+
+Verdict rules, in order (the first that applies wins):
+
+* ``ERROR``: the run itself broke (the target was unreachable, a case raised, a step timed out
+  before the target could be judged). Never counted as a pass or a failure of the target.
+* ``UNIMPLEMENTED``: the target answered the command under test with the protocol's
+  "unknown command" reply. Counts as a failure of the case's MUST requirements only under
+  ``--strict``; the report lists it on its own.
+* ``FAIL``: a check at level MUST did not hold.
+* ``NON-STRICT``: only SHOULD (or MAY) checks did not hold.
+* ``INFO``: the case only observes (``Case.info``) and records what it saw.
+* ``PASS``: every check held, and there was at least one check (a case that checked nothing
+  is an ``ERROR``: a pass must have looked at bytes on the wire).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Level = Literal["MUST", "SHOULD", "MAY"]
+
+
+class Verdict(enum.StrEnum):
+    PASS = "PASS"
+    NON_STRICT = "NON-STRICT"  # a SHOULD (or MAY) not followed
+    FAIL = "FAIL"  # a MUST violated
+    UNIMPLEMENTED = "UNIMPLEMENTED"  # the target does not know the command
+    INFO = "INFO"  # observation only
+    ERROR = "ERROR"  # the run itself broke
+
+
+# Order used by reports (worst first) and by exit-code logic.
+VERDICT_ORDER: tuple[Verdict, ...] = (Verdict.FAIL, Verdict.ERROR, Verdict.UNIMPLEMENTED,
+                                      Verdict.NON_STRICT, Verdict.INFO, Verdict.PASS)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case.
+
+    ``id`` is a stable dotted name (``bunqueue.push.priority-order``) that ``--select`` /
+    ``--skip`` globs and the known-failing file match. ``requirements`` are the spec ids the
+    case exercises (coverage counts them). ``steps`` is the YAML step list (see
+    ``cases/README.md``); ``logic`` is ``"module:function"`` for a Python case instead.
+    ``profiles``: the profiles the case applies to (empty: every profile of ``protocol``).
+    ``command``: the command under test, when there is one (for UNIMPLEMENTED).
+    ``cleanup``: steps run after ``steps`` (or ``logic``) whatever happened, recorded in the
+    transcript but never judged (see ``cases/README.md``).
+    """
+
+    id: str
+    title: str
+    protocol: str
+    requirements: tuple[str, ...]
+    steps: tuple[Any, ...] = ()
+    logic: str | None = None
+    profiles: tuple[str, ...] = ()
+    command: str | None = None
+    info: bool = False
+    tags: tuple[str, ...] = ()
+    params: Any = None  # free data for logic cases and generated cases
+    source: str = ""  # file (and index) the case came from, for error messages
+    cleanup: tuple[Any, ...] = ()  # steps always run afterwards; never judged
+
+    def applies_to(self, profile: str) -> bool:
+        return not self.profiles or profile in self.profiles
+
+
+@dataclass
+class Check:
+    """One judged expectation. ``ok`` is whether it held.
+
+    ``kind``: ``reply`` (a reply matched or not), ``schema`` (reply validated against the
+    spec's response schema), ``missing-field`` / ``extra-field`` (reported separately; an
+    extra field is never a failure, it is recorded with ``ok=True``), ``close`` (the
+    connection was or was not closed), ``unimplemented``, ``behaviour`` (a logic check), ...
+    ``expected`` / ``actual`` are JSON-able descriptions for the report.
+    """
+
+    requirement: str | None
+    level: Level
+    ok: bool
+    kind: str
+    message: str
+    expected: Any = None
+    actual: Any = None
+    step: int | None = None  # index of the step that produced it
+
+
+@dataclass
+class WireEvent:
+    """One thing seen on a connection: bytes sent or received, a close, or a note.
+
+    ``t`` is seconds since the case started; ``conn`` numbers the case's connections from 1;
+    ``decoded`` is the JSON-able decoding of ``data`` (a message, or an error description).
+    """
+
+    t: float
+    conn: int
+    direction: Literal["send", "recv", "close", "open", "note"]
+    data: bytes = b""
+    decoded: Any = None
+    note: str = ""
+
+
+@dataclass
+class Transcript:
+    started: float = field(default_factory=time.monotonic)
+    events: list[WireEvent] = field(default_factory=list)
+
+    def add(self, conn: int, direction: str, data: bytes = b"", decoded: Any = None,
+            note: str = "") -> WireEvent:
+        ev = WireEvent(time.monotonic() - self.started, conn, direction, bytes(data), decoded, note)
+        self.events.append(ev)
+        return ev
+
+    def sent(self, conn: int | None = None) -> bytes:
+        """Every byte the tester sent (on one connection or all), in order: what replay sends."""
+        return b"".join(e.data for e in self.events
+                        if e.direction == "send" and (conn is None or e.conn == conn))
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    verdict: Verdict
+    checks: list[Check]
+    transcript: Transcript
+    duration: float
+    error: str | None = None  # for ERROR: what broke
+    reproduction: str = ""  # one shell line that reruns this case alone
+    known_failing: bool = False  # listed in --known-failing
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+@dataclass
+class Coverage:
+    """Requirement coverage of one run.
+
+    ``applicable``: the profile's requirement ids a server can be tested on (subject not a
+    client role). ``exercised``: those cited by at least one case that ran and was judged
+    (verdict PASS, FAIL, NON-STRICT or UNIMPLEMENTED). ``observed``: applicable ids cited only
+    by cases whose verdict was INFO (looked at, not judged; they are also in
+    ``not_exercised``). ``out_of_scope``: ids about clients, not servers.
+    """
+
+    applicable: tuple[str, ...]
+    exercised: tuple[str, ...]
+    out_of_scope: tuple[str, ...]
+    observed: tuple[str, ...] = ()
+
+    @property
+    def not_exercised(self) -> tuple[str, ...]:
+        done = set(self.exercised)
+        return tuple(r for r in self.applicable if r not in done)
+
+    @property
+    def unobserved(self) -> tuple[str, ...]:
+        """Applicable ids no case ran on at all (neither judged nor observed)."""
+        seen = set(self.exercised) | set(self.observed)
+        return tuple(r for r in self.applicable if r not in seen)
+
+    @property
+    def ratio(self) -> float:
+        return len(self.exercised) / len(self.applicable) if self.applicable else 1.0
+
+
+@dataclass
+class TargetRun:
+    """Every case result of one target (one protocol and profile)."""
+
+    target: str  # "HOST:PORT" or "embedded"
+    protocol: str
+    profile: str
+    results: list[CaseResult]
+    coverage: Coverage
+    started_at: str  # ISO 8601 UTC
+    duration: float
+    strict: bool = False
+    server_info: Any = None  # e.g. the Hello reply, when the protocol has one
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in VERDICT_ORDER}
+        for r in self.results:
+            out[r.verdict.value] += 1
+        return out
+
+    def failing(self) -> list[CaseResult]:
+        """Results that make the run fail (see :func:`run_failed`)."""
+        return [r for r in self.results if _fails_run(r, self.strict)]
+
+
+def _fails_run(r: CaseResult, strict: bool) -> bool:
+    if r.known_failing:
+        # A known-failing case that passes makes the list stale: that fails the run.
+        return r.verdict is Verdict.PASS
+    if r.verdict in (Verdict.FAIL, Verdict.ERROR):
+        return True
+    return strict and r.verdict in (Verdict.NON_STRICT, Verdict.UNIMPLEMENTED)
+
+
+def run_failed(runs: Iterable[TargetRun]) -> bool:
+    """Exit status rule: True when any MUST case failed (or, with strict, any SHOULD)."""
+    return any(run.failing() for run in runs)
+
+
+def verdict_of(checks: Sequence[Check], *, error: str | None = None,
+               unimplemented: bool = False, info: bool = False) -> Verdict:
+    """The verdict the module docstring defines, from the checks alone."""
+    if error is not None:
+        return Verdict.ERROR
+    if unimplemented:
+        return Verdict.UNIMPLEMENTED
+    if any(not c.ok and c.level == "MUST" for c in checks):
+        return Verdict.FAIL
+    if any(not c.ok for c in checks):
+        return Verdict.NON_STRICT
+    if info:
+        return Verdict.INFO
+    if not checks:
+        return Verdict.ERROR
+    return Verdict.PASS
+
+
+def jsonable_result(r: CaseResult) -> dict[str, Any]:
+    """A CaseResult as plain JSON data (bytes as hex), for the JSON report and replay files."""
+    d = {
+        "id": r.case.id, "title": r.case.title, "protocol": r.case.protocol,
+        "requirements": list(r.case.requirements), "verdict": r.verdict.value,
+        "known_failing": r.known_failing, "duration": round(r.duration, 6), "error": r.error,
+        "reproduction": r.reproduction,
+        "checks": [asdict(c) for c in r.checks],
+        "transcript": [
+            {"t": round(e.t, 6), "conn": e.conn, "direction": e.direction, "hex": e.data.hex(),
+             "decoded": e.decoded, "note": e.note}
+            for e in r.transcript.events
+        ],
+    }
+    return d

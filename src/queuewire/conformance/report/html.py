@@ -1,0 +1,275 @@
+"""The HTML report: one static, self-contained file (inline CSS and a few lines of JS).
+
+Sections: a summary matrix (one column per run: counts per verdict, coverage, result), the
+requirement coverage of each run with the ids not exercised, a case x run verdict matrix
+linking to the details, and per run every case as a ``<details>`` element: title, verdict,
+requirement ids with their level and text from the spec, expected vs actual of every check,
+the error and reproduction line, and the wire transcript of every connection (time since the
+case started, connection, direction, a hex dump and the decoded view, both directions).
+Checkboxes filter cases by verdict; without JS every case is still there (FAIL and ERROR
+open). Every string from a run is escaped with :func:`html.escape`, since servers under test
+choose the bytes. Hex dumps and decoded views are capped per event so a 64 MiB frame does
+not make a 200 MB page; the cap is stated where it applies.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import VERDICT_ORDER, CaseResult, Check, TargetRun, Verdict, WireEvent
+from . import exit_status, label, reproduction, requirement_info
+from .junit import reason
+
+HEX_CAP = 1024  # bytes of hex dump shown per event
+DECODED_CAP = 8000  # characters of decoded JSON shown per event
+EVENTS_CAP = 400  # events shown per case
+
+COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "ERROR": "#8250df", "NON-STRICT": "#bf8700",
+         "UNIMPLEMENTED": "#0969da", "INFO": "#57606a", "STALE": "#cf222e"}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;
+  margin:0 auto;
+  max-width:1400px;
+  padding:1em 2em;
+  color:#1f2328}
+h1{font-size:1.6em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.n{text-align:right}
+.v{display:inline-block;
+  border-radius:4px;
+  padding:0 6px;
+  color:#fff;
+  font-weight:600;
+  font-size:.85em;
+  white-space:nowrap}
+pre{margin:0;
+  font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+  white-space:pre-wrap;
+  word-break:break-all}
+details.case{border:1px solid #d0d7de;border-radius:6px;margin:.4em 0;padding:.3em .8em}
+details.case>summary{cursor:pointer}details.case[open]>summary{margin-bottom:.5em}
+.ok{color:#1a7f37}.bad{color:#cf222e}.dim{color:#57606a}
+tr.send td{background:#f0f7ff}tr.recv td{background:#f4fff4}
+tr.close td,tr.open td,tr.note td{background:#fafafa}
+.filters label{margin-right:1em}code{font-size:.95em}
+.idlist code{display:inline-block;margin:0 .4em .2em 0}
+"""
+
+JS = """
+function qwFilter(){
+  var on={};document.querySelectorAll('.filters input').forEach(function(b){on[b.value]=b.checked;});
+  document.querySelectorAll('[data-verdict]').forEach(function(e){e.style.display=on[e.dataset.verdict]===false?'none':'';});
+}
+document.addEventListener('DOMContentLoaded',function(){
+  document.querySelectorAll('.filters input').forEach(function(b){b.addEventListener('change',qwFilter);});
+});
+"""
+
+
+def e(value: Any) -> str:
+    """Escape anything for HTML text or attribute values."""
+    return html.escape(value if isinstance(value, str) else str(value), quote=True)
+
+
+def hexdump(data: bytes, cap: int = HEX_CAP) -> str:
+    """Offset, 16 hex bytes and their ASCII per line (plain text, not yet escaped)."""
+    lines = []
+    for off in range(0, min(len(data), cap), 16):
+        chunk = data[off:off + 16]
+        hx = " ".join(f"{b:02x}" for b in chunk)
+        asc = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {hx:<47}  {asc}")
+    if len(data) > cap:
+        lines.append(f"... {len(data) - cap} more bytes ({len(data)} in all)")
+    return "\n".join(lines)
+
+
+def _json(value: Any, cap: int = DECODED_CAP) -> str:
+    if value is None:
+        return ""
+    s = value if isinstance(value, str) else json.dumps(value, indent=1, default=str,
+                                                        ensure_ascii=False)
+    return s if len(s) <= cap else s[:cap] + f"\n... ({len(s)} characters in all)"
+
+
+def badge(verdict: str) -> str:
+    return f'<span class="v" style="background:{COLOR.get(verdict, "#57606a")}">{e(verdict)}</span>'
+
+
+def _shown_verdict(r: CaseResult) -> str:
+    return "STALE" if r.known_failing and r.verdict is Verdict.PASS else r.verdict.value
+
+
+def _anchor(i: int, case_id: str) -> str:
+    return f"r{i}-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in case_id)
+
+
+def _summary(runs: Sequence[TargetRun]) -> str:
+    head = "".join(f"<th>{e(label(r))}</th>" for r in runs)
+    rows = []
+    for v in VERDICT_ORDER:
+        cells = "".join(f'<td class="n">{r.counts()[v.value]}</td>' for r in runs)
+        rows.append(f"<tr><th>{badge(v.value)}</th>{cells}</tr>")
+    rows.append("<tr><th>cases</th>" + "".join(f'<td class="n">{len(r.results)}</td>' for r in runs)
+                + "</tr>")
+    rows.append("<tr><th>requirement coverage</th>" + "".join(
+        f'<td class="n">{len(r.coverage.exercised)}/{len(r.coverage.applicable)} '
+        f"({r.coverage.ratio:.0%})</td>" for r in runs) + "</tr>")
+    rows.append("<tr><th>duration</th>" + "".join(f'<td class="n">{r.duration:.1f} s</td>'
+                                                   for r in runs) + "</tr>")
+    rows.append("<tr><th>result</th>" + "".join(
+        f'<td>{badge("FAIL") + " " + str(len(r.failing())) + " failing" if r.failing() else badge("PASS")}'
+        f"{' (strict)' if r.strict else ''}</td>" for r in runs) + "</tr>")
+    return f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _coverage(i: int, run: TargetRun) -> str:
+    cov = run.coverage
+    missing = cov.not_exercised
+    items = []
+    for rid in missing:
+        info = requirement_info(run.profile, rid)
+        items.append(f'<code title="{e(info["level"] + ": " + info["text"])}">{e(rid)}</code>')
+    observed = set(cov.observed)
+    body = (f"<p>{len(cov.exercised)} of {len(cov.applicable)} applicable requirement ids "
+            f"exercised, i.e. judged ({cov.ratio:.1%}); {len(observed)} observed only (cited by "
+            f"INFO cases alone); {len(cov.out_of_scope)} out of scope (client "
+            f"requirements).</p>")
+    unseen = [item for rid, item in zip(missing, items) if rid not in observed]
+    seen = [item for rid, item in zip(missing, items) if rid in observed]
+    if unseen:
+        body += (f'<details open><summary>not exercised ({len(unseen)})</summary>'
+                 f'<p class="idlist">{"".join(unseen)}</p></details>')
+    if seen:
+        body += (f'<details open><summary>observed only, not judged ({len(seen)})</summary>'
+                 f'<p class="idlist">{"".join(seen)}</p></details>')
+    if cov.out_of_scope:
+        body += (f'<details><summary>out of scope ({len(cov.out_of_scope)})</summary><p class="idlist">'
+                 + "".join(f"<code>{e(x)}</code>" for x in cov.out_of_scope) + "</p></details>")
+    return f'<h3 id="cov{i}">{e(label(run))}</h3>{body}'
+
+
+def _matrix(runs: Sequence[TargetRun]) -> str:
+    ids: list[str] = []
+    seen: set[str] = set()
+    for run in runs:
+        for r in run.results:
+            if r.case.id not in seen:
+                seen.add(r.case.id)
+                ids.append(r.case.id)
+    by_run = [{r.case.id: r for r in run.results} for run in runs]
+    head = "".join(f"<th>{e(label(r))}</th>" for r in runs)
+    rows = []
+    for cid in ids:
+        cells = []
+        worst = None
+        for i, m in enumerate(by_run):
+            r = m.get(cid)
+            if r is None:
+                cells.append('<td class="dim">-</td>')
+                continue
+            shown = _shown_verdict(r)
+            worst = shown if worst is None or shown != "PASS" else worst
+            cells.append(f'<td><a href="#{_anchor(i, cid)}">{badge(shown)}</a></td>')
+        rows.append(f'<tr data-verdict="{e(worst or "PASS")}"><td><code>{e(cid)}</code></td>'
+                    f'{"".join(cells)}</tr>')
+    return f'<table><tr><th>case</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def _check_row(c: Check) -> str:
+    mark = '<span class="ok">✓</span>' if c.ok else '<span class="bad">✗</span>'
+    return (f"<tr><td>{mark}</td><td><code>{e(c.requirement or '-')}</code></td><td>{e(c.level)}</td>"
+            f"<td>{e(c.kind)}</td><td>{e(c.message)}"
+            f"{'' if c.step is None else ' <span class=dim>(step ' + e(c.step) + ')</span>'}</td>"
+            f"<td><pre>{e(_json(c.expected))}</pre></td><td><pre>{e(_json(c.actual))}</pre></td></tr>")
+
+
+def _event_row(ev: WireEvent) -> str:
+    arrow = {"send": "tester → server", "recv": "server → tester", "close": "close",
+             "open": "open", "note": "note"}.get(ev.direction, ev.direction)
+    data = hexdump(ev.data) if ev.data else ""
+    decoded = _json(ev.decoded)
+    note = f'<div class="dim">{e(ev.note)}</div>' if ev.note else ""
+    size = f" <span class=dim>({len(ev.data)} B)</span>" if ev.data else ""
+    return (f'<tr class="{e(ev.direction)}"><td class="n">{ev.t * 1000:.1f} ms</td>'
+            f"<td>{ev.conn}</td><td>{e(arrow)}{size}</td><td><pre>{e(data)}</pre>{note}</td>"
+            f"<td><pre>{e(decoded)}</pre></td></tr>")
+
+
+def _case(i: int, run: TargetRun, r: CaseResult) -> str:
+    shown = _shown_verdict(r)
+    reqs = []
+    for rid in r.case.requirements:
+        info = requirement_info(run.profile, rid)
+        reqs.append(f"<li><code>{e(rid)}</code> <b>{e(info['level'])}</b> {e(info['text'])}"
+                    f"{' <span class=dim>(' + e(info['cite']) + ')</span>' if info['cite'] else ''}</li>")
+    parts = [f"<p><b>{e(r.case.title)}</b> <span class=dim>({r.duration * 1000:.0f} ms"
+             f"{', ' + e(r.case.source) if r.case.source else ''})</span></p>",
+             f"<ul>{''.join(reqs)}</ul>" if reqs else ""]
+    if shown == "STALE":
+        parts.append('<p class="bad">Listed as known-failing but passed: remove it from the list.</p>')
+    elif r.known_failing:
+        parts.append('<p class="dim">Listed as known-failing.</p>')
+    if r.error:
+        parts.append(f'<p class="bad">error:</p><pre>{e(r.error)}</pre>')
+    if r.checks:
+        parts.append("<table><tr><th></th><th>requirement</th><th>level</th><th>kind</th>"
+                     "<th>check</th><th>expected</th><th>actual</th></tr>"
+                     + "".join(_check_row(c) for c in r.checks) + "</table>")
+    if r.verdict is not Verdict.PASS:
+        parts.append(f"<p>reproduce: <code>{e(reproduction(run, r))}</code></p>")
+    events = r.transcript.events
+    if events:
+        rows = "".join(_event_row(ev) for ev in events[:EVENTS_CAP])
+        more = (f'<p class="dim">... {len(events) - EVENTS_CAP} more events '
+                f"(see the JSON report)</p>" if len(events) > EVENTS_CAP else "")
+        parts.append(f"<details{' open' if r.verdict is not Verdict.PASS else ''}><summary>wire "
+                     f"transcript ({len(events)} events)</summary><table><tr><th>time</th>"
+                     f"<th>conn</th><th>direction</th><th>bytes (hex)</th><th>decoded</th></tr>"
+                     f"{rows}</table>{more}</details>")
+    is_open = " open" if shown in ("FAIL", "ERROR", "STALE") else ""
+    why = reason(r) if r.verdict is not Verdict.PASS else ""
+    return (f'<details class="case" id="{_anchor(i, r.case.id)}" data-verdict="{e(shown)}"{is_open}>'
+            f"<summary>{badge(shown)} <code>{e(r.case.id)}</code> {e(r.case.title)}"
+            f"{' — <span class=dim>' + e(why) + '</span>' if why else ''}</summary>"
+            f"{''.join(parts)}</details>")
+
+
+def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance report") -> str:
+    """The whole report as one HTML document."""
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    status = exit_status(runs)
+    verdicts = [v.value for v in VERDICT_ORDER] + ["STALE"]
+    filters = "".join(f'<label><input type="checkbox" value="{e(v)}" checked> {badge(v)}</label>'
+                      for v in verdicts)
+    cases = []
+    for i, run in enumerate(runs):
+        order = {v: k for k, v in enumerate(VERDICT_ORDER)}
+        results = sorted(run.results, key=lambda r: (order[r.verdict], r.case.id))
+        cases.append(f'<h3 id="run{i}">{e(label(run))} <span class=dim>({e(run.protocol)}, '
+                     f"started {e(run.started_at)})</span></h3>"
+                     + "".join(_case(i, run, r) for r in results))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{e(title)}</title><style>{CSS}</style><script>{JS}</script></head>
+<body>
+<h1>{e(title)}</h1>
+<p>Generated {e(now)} by <code>queuewire conform</code>. Result: {badge("FAIL") + " exit status 1"
+ if status else badge("PASS") + " exit status 0"}.</p>
+<h2>Summary</h2>
+{_summary(runs)}
+<h2>Requirement coverage</h2>
+{"".join(_coverage(i, run) for i, run in enumerate(runs))}
+<h2>Cases</h2>
+<p class="filters">Show: {filters}</p>
+<details{' open' if len(runs) > 1 else ''}><summary>case × target matrix</summary>{_matrix(runs)}</details>
+{"".join(cases)}
+</body></html>
+"""

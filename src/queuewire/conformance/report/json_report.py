@@ -1,0 +1,86 @@
+"""The JSON report: every run, every case, coverage and the exit status, as one document.
+
+The document is plain JSON built from the model alone: each case is
+:func:`~queuewire.conformance.model.jsonable_result` (checks, transcript with bytes as hex),
+each run carries its verdict counts, its requirement coverage (exercised, not exercised,
+observed-only and out-of-scope ids, and the ratio) and the cases that fail it. ``exit_status`` at the top is
+what ``queuewire conform server`` exits with, so a CI job can read one field. Nothing is
+lost or reformatted (``json.loads(dumps(runs)) == build(runs)``) except the bytes of very
+large events: an event's hex is cut at ``EVENT_BYTES_CAP`` bytes (``bytes`` keeps the full
+length, ``truncated`` says it was cut), and a decoded view or check value whose JSON is
+longer than ``VALUE_CHARS_CAP`` becomes ``{"$truncated": n, "head": ...}``, so the framing
+and limit probes (up to 64 MiB) do not make a report of hundreds of MB. The per-case
+replay files keep every recorded byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import TargetRun, jsonable_result
+from . import exit_status, label, reproduction
+
+FORMAT = "queuewire-conformance-report/1"
+EVENT_BYTES_CAP = 64 * 1024  # bytes of one transcript event kept in the report
+VALUE_CHARS_CAP = 64 * 1024  # JSON characters of one decoded view / check value kept
+
+
+def _cap(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = json.dumps(value, default=_default, ensure_ascii=False)
+    if len(text) <= VALUE_CHARS_CAP:
+        return value
+    return {"$truncated": len(text), "head": text[:VALUE_CHARS_CAP]}
+
+
+def build_run(run: TargetRun) -> dict[str, Any]:
+    cov = run.coverage
+    results = []
+    for r in run.results:
+        doc = jsonable_result(r)
+        doc["reproduction"] = reproduction(run, r)
+        for check in doc["checks"]:
+            check["expected"] = _cap(check["expected"])
+            check["actual"] = _cap(check["actual"])
+        for ev in doc["transcript"]:
+            ev["decoded"] = _cap(ev["decoded"])
+            size = len(ev["hex"]) // 2
+            ev["bytes"] = size
+            if size > EVENT_BYTES_CAP:
+                ev["hex"] = ev["hex"][:2 * EVENT_BYTES_CAP]
+                ev["truncated"] = True
+        results.append(doc)
+    return {
+        "label": label(run), "target": run.target, "protocol": run.protocol,
+        "profile": run.profile, "strict": run.strict, "started_at": run.started_at,
+        "duration": round(run.duration, 6), "server_info": run.server_info,
+        "counts": run.counts(), "total": len(run.results),
+        "failing": [r.case.id for r in run.failing()],
+        "coverage": {
+            "applicable": len(cov.applicable), "exercised": len(cov.exercised),
+            "ratio": round(cov.ratio, 6), "exercised_ids": list(cov.exercised),
+            "not_exercised_ids": list(cov.not_exercised), "out_of_scope_ids": list(cov.out_of_scope),
+            "observed": len(cov.observed), "observed_ids": list(cov.observed),
+        },
+        "cases": results,
+    }
+
+
+def build(runs: Sequence[TargetRun]) -> dict[str, Any]:
+    """The report document of ``runs``."""
+    return {"format": FORMAT, "exit_status": exit_status(runs),
+            "runs": [build_run(run) for run in runs]}
+
+
+def dumps(runs: Sequence[TargetRun]) -> str:
+    # default=str: a decoded value a runner left non-JSON (a timestamp, bytes) still prints.
+    return json.dumps(build(runs), indent=2, default=_default, ensure_ascii=False) + "\n"
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    return str(value)

@@ -1,0 +1,315 @@
+"""Runs conformance cases against one target and collects a :class:`~.model.TargetRun`.
+
+:func:`run_target` loads the profile's cases (or takes a given list), filters them with
+``--select`` / ``--skip`` globs (``fnmatch`` on the case id), connects to ``HOST:PORT`` or
+starts the embedded reference server, and runs the cases one after another. Each case gets a
+fresh :class:`~.context.CaseContext` (its own connections, transcript, variables and unique
+queue names), is bounded by a wall-clock limit, then runs its ``cleanup`` steps whatever
+happened (:func:`run_cleanup`: recorded, never judged, the verdict is fixed before), and has
+every connection closed at its end, so one case cannot leak into the next. A case that raises,
+cannot connect, or checks nothing is an ERROR with a one-line message; otherwise its verdict
+is :func:`~.model.verdict_of` of its checks. Every result carries a one-line reproduction
+command. For bunqueue the run first sends ``Hello`` once and keeps the reply as
+``server_info``. ``http_target`` (or the embedded bunqueue server's own HTTP API) is where
+``http:`` steps go; without one they make their case INFO. Coverage counts the profile's
+requirement ids whose subject is not a client role (those are out of scope for a server) and,
+among them, those cited by a case that ran and was judged (PASS, FAIL, NON-STRICT,
+UNIMPLEMENTED) as *exercised*, and those cited only by INFO cases as *observed*. ``progress``
+receives ``("start", n)``, ``("case", CaseResult)`` per case and ``("done", TargetRun)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import fnmatch
+import shlex
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..spec import Profile, default_profile, load_profile
+from . import steps_bunqueue, steps_quicx
+from .context import CaseAbort, CaseContext, StepError
+from .httpapi import parse_http_target
+from .loader import CaseError, load_dir, resolve_function
+from .loader import load_cases as _load_cases
+from .model import Case, CaseResult, Coverage, TargetRun, Transcript, Verdict, verdict_of
+from .targets import EMBEDDED, embedded_target, parse_target
+from .wire import ConnectError
+
+__all__ = ["CaseError", "load_cases", "load_dir", "run_case", "run_cleanup", "run_target",
+           "run_target_sync",
+           "select_cases", "coverage_of", "reproduction"]
+
+Progress = Callable[[str, Any], None]
+CLIENT_ROLES = {"client"}  # bunqueue's client subject; quicx adds its peer roles
+LOGIC_TIMEOUTS = 12        # a Python case may take this many --timeout periods
+STEP_SLACK = 4             # a YAML case may take (steps + this) --timeout periods
+# verdicts that judged the target: a requirement cited by such a case counts as exercised
+JUDGED = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED})
+
+
+def load_cases(protocol: str, profile: str | Profile | None = None) -> list[Case]:
+    """Every packaged case of ``protocol`` applying to ``profile`` (default: the protocol's)."""
+    return _load_cases(protocol, profile)
+
+
+def select_cases(cases: Iterable[Case], select: Sequence[str] = (),
+                 skip: Sequence[str] = ()) -> list[Case]:
+    """Cases whose id matches a ``select`` glob (all when none) and no ``skip`` glob."""
+    out = []
+    for c in cases:
+        if select and not any(fnmatch.fnmatchcase(c.id, g) for g in select):
+            continue
+        if any(fnmatch.fnmatchcase(c.id, g) for g in skip):
+            continue
+        out.append(c)
+    return out
+
+
+def reproduction(case: Case, protocol: str, target: str, profile: str, *,
+                 auth_token: str | None = None, strict: bool = False,
+                 timeout: float = 5.0, http_target: str | None = None) -> str:
+    """The shell line that reruns ``case`` alone against ``target`` (a token is not echoed)."""
+    parts = ["queuewire", "conform", "server", "--protocol", protocol, "--target", target,
+             "--profile", profile]
+    if http_target and target != EMBEDDED:
+        parts += ["--http-target", http_target]
+    if auth_token:
+        parts += ["--auth-token", '"$QUEUEWIRE_AUTH_TOKEN"']
+    if strict:
+        parts.append("--strict")
+    if timeout != 5.0:
+        parts += ["--timeout", f"{timeout:g}"]
+    line = " ".join(p if p.startswith('"$') else shlex.quote(p) for p in parts)
+    sel = f"'{case.id}'" if "'" not in case.id else shlex.quote(case.id)
+    return f"{line} --select {sel}"
+
+
+def coverage_of(profile: Profile, results: Iterable[CaseResult]) -> Coverage:
+    client_roles = set(CLIENT_ROLES)
+    if profile.protocol == "quicx":
+        client_roles |= set(profile.model.peer_roles)
+    applicable = tuple(r for r, req in profile.requirements.items()
+                       if req.subject not in client_roles)
+    out = tuple(r for r, req in profile.requirements.items() if req.subject in client_roles)
+    results = list(results)
+    judged = {rid for res in results if res.verdict in JUDGED for rid in res.case.requirements}
+    seen = {rid for res in results if res.verdict is Verdict.INFO
+            for rid in res.case.requirements}
+    exercised = tuple(r for r in applicable if r in judged)
+    observed = tuple(r for r in applicable if r in seen and r not in judged)
+    return Coverage(applicable, exercised, out, observed)
+
+
+async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeout: float = 5.0,
+                   auth_token: str | None = None, reproduction_line: str = "",
+                   known_failing: bool = False,
+                   http_target: tuple[str, int] | None = None) -> CaseResult:
+    """Run one case on a fresh context; never raises for a problem of the case or target.
+    ``http_target``: the server's HTTP API for ``http:`` steps (None: those cases are INFO)."""
+    ctx = CaseContext(case, profile, host, port, timeout=timeout, auth_token=auth_token,
+                      http_target=http_target)
+    start = time.monotonic()
+    error: str | None = None
+    limit = timeout * (LOGIC_TIMEOUTS if case.logic else len(case.steps) + STEP_SLACK)
+    try:
+        await asyncio.wait_for(_body(ctx), limit)
+    except CaseAbort:
+        pass
+    except ConnectError as exc:
+        error = str(exc)
+    except StepError as exc:
+        error = f"step {ctx.step}: {exc}" if ctx.step is not None and not case.logic else str(exc)
+    except CaseError as exc:
+        error = str(exc)
+    except TimeoutError:
+        error = f"the case did not finish within {limit:g} s"
+    except Exception as exc:  # noqa: BLE001 - a case that raises is an ERROR, never a crash
+        error = _one_line(exc, case)
+    # the verdict is decided here: cleanup below can add transcript events, nothing else
+    checks, unimplemented, info = list(ctx.checks), ctx.unimplemented, ctx.info
+    try:
+        await run_cleanup(ctx)
+    finally:
+        try:
+            await ctx.close_all()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+    ctx.checks = checks
+    verdict = verdict_of(checks, error=error, unimplemented=unimplemented, info=info)
+    if verdict is Verdict.ERROR and error is None:
+        error = "the case checked nothing (a pass must look at bytes on the wire)"
+    return CaseResult(case, verdict, checks, ctx.transcript, time.monotonic() - start,
+                      error, reproduction_line, known_failing)
+
+
+async def run_cleanup(ctx: CaseContext) -> None:
+    """Run the case's ``cleanup`` steps, each on its own, whatever the steps did.
+
+    Nothing here is judged: the context turns checks into transcript notes, and a step that
+    fails (an error, a timeout, a closed connection, a variable never saved) is a note too."""
+    case = ctx.case
+    if not case.cleanup:
+        return
+    ctx.cleaning = True
+    run_step = steps_bunqueue.run_step if case.protocol == "bunqueue" else steps_quicx.run_step
+    first = len(case.steps)
+    try:
+        for n, step in enumerate(case.cleanup, 1):
+            ctx.step = first + n
+            conn = int(step.get("conn", 1)) if isinstance(step, dict) else 0
+            limit = max(float(step.get("timeout", ctx.timeout)), ctx.timeout) + 1.0 \
+                if isinstance(step, dict) else ctx.timeout
+            try:
+                await asyncio.wait_for(run_step(ctx, dict(step)), limit)
+            except CaseAbort:
+                pass  # the failed check is already a note
+            except TimeoutError:
+                ctx.note(f"cleanup (not judged): step {ctx.step} did not finish within "
+                         f"{limit:g} s", conn)
+            except Exception as exc:  # noqa: BLE001 - cleanup never changes the verdict
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                ctx.note(f"cleanup (not judged): step {ctx.step} could not run: {text}", conn)
+    finally:
+        ctx.cleaning = False
+
+
+async def _body(ctx: CaseContext) -> None:
+    case = ctx.case
+    if case.logic:
+        fn = resolve_function(case.logic, case.source or case.id, "logic", want_async=True)
+        await fn(ctx)
+        return
+    if case.protocol == "bunqueue":
+        await steps_bunqueue.run_steps(ctx)
+    else:
+        await steps_quicx.run_steps(ctx)
+
+
+def _one_line(exc: BaseException, case: Case) -> str:
+    tb = exc.__traceback__
+    where = ""
+    while tb is not None:
+        where = f" (at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    kind = "the logic function raised" if case.logic else "the case raised"
+    return f"{kind} {type(exc).__name__}: {text}{where}"
+
+
+async def _preflight(host: str, port: int, timeout: float) -> str | None:
+    """None when ``host:port`` accepts a connection, else the one-line reason."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError) as exc:
+        what = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+        return f"cannot connect to {host}:{port}: {what}"
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+    return None
+
+
+async def _server_info(profile: Profile, host: str, port: int, timeout: float,
+                       auth_token: str | None) -> Any:
+    """bunqueue: the Hello reply (None when the target does not answer one)."""
+    if profile.protocol != "bunqueue" or "Hello" not in profile.model.commands:
+        return None
+    probe = Case("queuewire.hello", "Hello", "bunqueue", ())
+    ctx = CaseContext(probe, profile, host, port, timeout=timeout, auth_token=auth_token)
+    try:
+        conn = await ctx.connect()
+        reply = await conn.request({"cmd": "Hello",
+                                    "protocolVersion": profile.model.protocol_version})
+    except Exception:  # noqa: BLE001 - no server info is not an error of the run
+        return None
+    finally:
+        await ctx.close_all()
+    if isinstance(reply, dict) and reply.get("ok") is True:
+        from ..codecs.validation import jsonable
+        return jsonable(reply)
+    return None
+
+
+async def run_target(protocol: str, target: str, *, profile: str | Profile | None = None,
+                     auth_token: str | None = None, strict: bool = False,
+                     select: Sequence[str] = (), skip: Sequence[str] = (),
+                     known_failing: Iterable[str] = (), timeout: float = 5.0,
+                     progress: Progress | None = None,
+                     cases: Sequence[Case] | None = None, jobs: int = 1,
+                     http_target: str | None = None) -> TargetRun:
+    """Run the suite (or ``cases``) against ``target`` ("HOST:PORT" or "embedded").
+
+    ``http_target`` ("HOST:PORT"): the server's HTTP API, for the ``http:`` cases; the
+    embedded bunqueue server sets its own. Without one those cases are INFO.
+
+    ``jobs`` > 1 runs that many cases at once (each still has its own connections and
+    transcript; results keep the suite's order, progress reports them as they finish). Only
+    for targets and suites whose cases do not observe server-wide state."""
+    prof = profile if isinstance(profile, Profile) else load_profile(
+        profile or default_profile(protocol))
+    if prof.protocol != protocol:
+        raise ValueError(f"profile {prof.name} is for {prof.protocol}, not {protocol}")
+    where = parse_target(target)
+    http_addr = parse_http_target(http_target) if http_target else None
+    pool = list(cases) if cases is not None else load_cases(protocol, prof)
+    chosen = select_cases((c for c in pool if c.protocol == protocol and c.applies_to(prof.name)),
+                          select, skip)
+    known = set(known_failing)
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    notify = progress or (lambda kind, value: None)
+    notify("start", len(chosen))
+    label = EMBEDDED if where == EMBEDDED else f"{where[0]}:{where[1]}"
+
+    async def run_one(case: Case, host: str, port: int, unreachable: str | None) -> CaseResult:
+        repro = reproduction(case, protocol, label, prof.name, auth_token=auth_token,
+                             strict=strict, timeout=timeout, http_target=http_target)
+        if unreachable is not None:
+            res = CaseResult(case, Verdict.ERROR, [], Transcript(), 0.0, unreachable, repro,
+                             case.id in known)
+        else:
+            res = await run_case(case, prof, host, port, timeout=timeout, auth_token=auth_token,
+                                 reproduction_line=repro, known_failing=case.id in known,
+                                 http_target=http_addr)
+        notify("case", res)
+        return res
+
+    async def run_all(host: str, port: int) -> tuple[list[CaseResult], Any]:
+        unreachable = await _preflight(host, port, timeout)
+        info = None if unreachable else await _server_info(prof, host, port, timeout, auth_token)
+        if jobs <= 1 or unreachable:
+            return [await run_one(c, host, port, unreachable) for c in chosen], info
+        gate = asyncio.Semaphore(jobs)
+
+        async def gated(c: Case) -> CaseResult:
+            async with gate:
+                return await run_one(c, host, port, None)
+        return list(await asyncio.gather(*(gated(c) for c in chosen))), info
+
+    if where == EMBEDDED:
+        tokens = (auth_token,) if auth_token else ()
+        async with embedded_target(protocol, prof, auth_tokens=tokens) as emb:
+            if http_addr is None:
+                http_addr = emb.http
+            results, info = await run_all(emb.host, emb.port)
+    else:
+        results, info = await run_all(*where)
+    run = TargetRun(target=label, protocol=protocol, profile=prof.name, results=results,
+                    coverage=coverage_of(prof, results), started_at=started_at,
+                    duration=time.monotonic() - t0, strict=strict, server_info=info)
+    notify("done", run)
+    return run
+
+
+def run_target_sync(protocol: str, target: str, **kwargs: Any) -> TargetRun:
+    """:func:`run_target` in a fresh event loop."""
+    return asyncio.run(run_target(protocol, target, **kwargs))
+
+
+def empty_transcript() -> Transcript:  # for callers building results by hand (replay)
+    return Transcript()

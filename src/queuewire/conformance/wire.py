@@ -1,0 +1,288 @@
+"""A recorded asyncio TCP connection: every byte the tester sends or receives goes in the case
+transcript, decoded.
+
+:class:`Connection` owns one socket and one background reader task. The reader feeds what
+arrives to the protocol's sans-IO decoder (bunqueue ``FrameDecoder``, or ``QuicxDecoder`` for
+the connection's client role), records each complete frame as a ``recv`` event holding the
+frame's exact bytes and a JSON-able view of it, and queues it for the step interpreters; a
+decoding error becomes a ``note`` (and, when the decoder cannot go on, the remaining bytes are
+recorded raw); end of stream or a reset becomes a ``close`` event and a :class:`Closed` item.
+Interpreters take items with :meth:`Connection.next_item` (a timeout gives ``None``), so no
+step ever sleeps longer than it must. Sends are recorded before they are written. The bytes of
+a send are kept whole up to :data:`RECORD_LIMIT` (16 MiB: every job-data limit probe, so its
+replay file replays exactly); a bigger send (the 64 MiB framing probes) is kept by its first
+:data:`RECORD_LIMIT` bytes and a note giving its size and whether the rest was all zero bytes
+(then a replay can still send it exactly). The *decoded views* are for people, not for replay:
+:func:`cap_view` shortens strings over :data:`VIEW_TEXT_MAX` characters and lists over
+:data:`VIEW_ITEMS_MAX` items (and cuts nesting deeper than :data:`VIEW_DEPTH_MAX`) with a
+visible marker, so a 10 MiB job-data probe does not make
+tens of MB of JSON per case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..codecs.bunqueue import FrameDecoder
+from ..codecs.errors import ProtocolError
+from ..codecs.quicx import QuicxDecoder
+from ..codecs.validation import jsonable
+from ..spec import Profile
+from .model import Transcript
+
+RECORD_LIMIT = 16 << 20  # bytes of one send kept in the transcript; the rest is noted
+VIEW_TEXT_MAX = 1024     # characters of one string kept in a decoded view
+VIEW_ITEMS_MAX = 1000    # items of one list kept in a decoded view
+VIEW_DEPTH_MAX = 64      # levels of nesting kept in a decoded view
+CHUNK = 1 << 16
+# the note of a send kept in part; replay.py reads it (keep the two in step)
+TRUNCATED_NOTE = "{size} bytes sent; the transcript keeps the first {kept}"
+ZERO_TAIL_NOTE = "; the other {rest} are zero bytes"
+
+
+def cap_view(value: Any, depth: int = 0) -> Any:
+    """A decoded view with long strings and lists shortened (a marker says by how much), and
+    nesting deeper than :data:`VIEW_DEPTH_MAX` levels (the nesting-limit probes) cut."""
+    if isinstance(value, str):
+        if len(value) > VIEW_TEXT_MAX:
+            return f"{value[:VIEW_TEXT_MAX]}…[{len(value)} characters, shortened]"
+        return value
+    if isinstance(value, (dict, list)) and depth >= VIEW_DEPTH_MAX:
+        return f"…[nested deeper than {VIEW_DEPTH_MAX} levels, shortened]"
+    if isinstance(value, dict):
+        return {k: cap_view(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [cap_view(v, depth + 1) for v in value[:VIEW_ITEMS_MAX]]
+        if len(value) > VIEW_ITEMS_MAX:
+            items.append(f"…[{len(value)} items, shortened]")
+        return items
+    return value
+
+
+def record_send(transcript: Transcript, conn: int, data: bytes, decoded: Any, note: str) -> None:
+    """Record one send: its bytes (capped, see the module docstring) and its capped view."""
+    if len(data) > RECORD_LIMIT:
+        rest = len(data) - RECORD_LIMIT
+        extra = TRUNCATED_NOTE.format(size=len(data), kept=RECORD_LIMIT)
+        if data.count(0, RECORD_LIMIT) == rest:
+            extra += ZERO_TAIL_NOTE.format(rest=rest)
+        note = f"{note}; {extra}" if note else extra
+        data = data[:RECORD_LIMIT]
+    transcript.add(conn, "send", data, cap_view(decoded), note)
+
+
+@dataclass
+class Frame:
+    """A decoded frame as the interpreters see it."""
+
+    value: Any            # bunqueue: the decoded map; quicx: a codecs.quicx.Message
+    view: Any             # JSON-able view (what the transcript holds)
+    raw: bytes
+    t: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Closed:
+    """The peer closed the connection (EOF) or reset it."""
+
+    reason: str
+
+
+@dataclass
+class Garbled:
+    """Bytes that could not be decoded (the decoder's error, as a dict)."""
+
+    error: dict[str, Any]
+
+
+class ConnectError(Exception):
+    """The target could not be reached."""
+
+
+class Connection:
+    """One tester connection of a case (``num`` counts from 1 within the case)."""
+
+    def __init__(self, transcript: Transcript, num: int, host: str, port: int, protocol: str,
+                 profile: Profile, role: str | None = None):
+        self.transcript = transcript
+        self.num = num
+        self.host, self.port = host, port
+        self.protocol = protocol
+        self.profile = profile
+        self.role = role
+        self.items: deque[Frame | Closed | Garbled] = deque()
+        self._wake = asyncio.Event()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task | None = None
+        self.closed_by_peer: str | None = None
+        self.closed_by_us = False
+        if protocol == "bunqueue":
+            self._decoder: Any = FrameDecoder(profile)  # a reply beyond the limit is noted
+        else:
+            self._decoder = QuicxDecoder(profile, role or "producer")
+        self._dead = False  # the decoder stopped: record raw bytes from now on
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def open(self, timeout: float) -> Connection:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), timeout)
+        except (TimeoutError, OSError) as exc:
+            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else str(exc) or type(exc).__name__
+            raise ConnectError(f"cannot connect to {self.host}:{self.port}: {what}") from None
+        note = f"connected to {self.host}:{self.port}"
+        if self.role:
+            note += f" as {self.role}"
+        self.transcript.add(self.num, "open", note=note)
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+        return self
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None and not self.closed_by_us and self.closed_by_peer is None
+
+    async def close(self) -> None:
+        """Close our side (idempotent); recorded once."""
+        if self._writer is None or self.closed_by_us:
+            return
+        self.closed_by_us = True
+        if self.closed_by_peer is None:
+            self.transcript.add(self.num, "close", note="closed by the tester")
+        try:
+            self._writer.close()
+            await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+        except (TimeoutError, OSError):
+            pass
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the reader is gone either way
+                pass
+
+    # -- sending --------------------------------------------------------------------------------
+    async def send(self, data: bytes, decoded: Any = None, note: str = "", split: int = 0) -> None:
+        """Write ``data`` (in ``split``-byte pieces when given), recording it first."""
+        if self._writer is None:
+            raise RuntimeError(f"connection {self.num} is not open")
+        if self.closed_by_us:
+            raise RuntimeError(f"connection {self.num} was closed by the tester")
+        record_send(self.transcript, self.num, data, decoded, note)
+        await self.write(data, split)
+
+    async def write(self, data: bytes, split: int = 0) -> None:
+        """Write without recording (the caller recorded it). A reset is recorded as a close."""
+        assert self._writer is not None
+        try:
+            if split and split > 0:
+                for i in range(0, len(data), split):
+                    self._writer.write(data[i:i + split])
+                    await self._writer.drain()
+            else:
+                view = memoryview(data)
+                for i in range(0, len(data), CHUNK * 16):
+                    self._writer.write(view[i:i + CHUNK * 16])
+                    await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._peer_closed(f"write failed: {exc.__class__.__name__}: {exc}")
+
+    # -- receiving ------------------------------------------------------------------------------
+    async def next_item(self, timeout: float) -> Frame | Closed | Garbled | None:
+        """The next received item, waiting at most ``timeout`` seconds (None: nothing came)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not self.items:
+            if self.closed_by_peer is not None and self._task is not None and self._task.done():
+                return None  # the close item was already taken
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return None
+        return self.items.popleft()
+
+    def push_back(self, item: Frame | Closed | Garbled) -> None:
+        """Return an item an interpreter took but did not use (it stays first in line)."""
+        self.items.appendleft(item)
+        self._wake.set()
+
+    def _put(self, item: Frame | Closed | Garbled) -> None:
+        self.items.append(item)
+        self._wake.set()
+
+    def _peer_closed(self, reason: str) -> None:
+        if self.closed_by_peer is not None or self.closed_by_us:
+            return
+        self.closed_by_peer = reason
+        self.transcript.add(self.num, "close", note=reason)
+        self._put(Closed(reason))
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                try:
+                    data = await self._reader.read(CHUNK)
+                except (ConnectionError, OSError) as exc:
+                    self._peer_closed(f"connection reset by the peer ({exc.__class__.__name__})")
+                    return
+                if not data:
+                    self._eof()
+                    self._peer_closed("closed by the peer (EOF)")
+                    return
+                self._feed(data)
+        except asyncio.CancelledError:
+            raise
+
+    def _feed(self, data: bytes) -> None:
+        if self._dead:
+            self.transcript.add(self.num, "recv", data, None, "undecoded (the decoder stopped)")
+            return
+        while True:
+            try:
+                frames = self._decode(data)
+            except ProtocolError as exc:
+                for f in getattr(exc, "frames", None) or []:
+                    self._record_frame(f)
+                err = exc.as_dict()
+                self.transcript.add(self.num, "note", decoded=err, note=f"decode error: {exc}")
+                self._put(Garbled(err))
+                if exc.reaction == "reply":
+                    data = b""  # the decoder consumed the bad frame; go on with what it holds
+                    continue
+                self._dead = True
+                return
+            for f in frames:
+                self._record_frame(f)
+            return
+
+    def _decode(self, data: bytes) -> list[Any]:
+        if self.protocol == "bunqueue":
+            return self._decoder.feed_frames(data)
+        return self._decoder.feed(data)
+
+    def _record_frame(self, f: Any) -> None:
+        if self.protocol == "bunqueue":
+            raw = self._decoder._prefix.pack(f.length) + f.payload
+            view = cap_view(jsonable(f.value))
+            value = f.value
+        else:
+            raw, view, value = f.raw, cap_view(f.as_dict()), f
+        self.transcript.add(self.num, "recv", raw, view)
+        self._put(Frame(value, view, raw))
+
+    def _eof(self) -> None:
+        if self._dead:
+            return
+        try:
+            self._decoder.eof()
+        except ProtocolError as exc:
+            self.transcript.add(self.num, "note", decoded=exc.as_dict(), note=f"decode error: {exc}")
+            self._put(Garbled(exc.as_dict()))

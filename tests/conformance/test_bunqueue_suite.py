@@ -1,0 +1,206 @@
+"""The bunqueue conformance suite against the reference server, and against broken ones.
+
+The whole suite runs once against the embedded reference server (no FAIL, no ERROR, at least
+MIN_CASES cases, at least MIN_COVERAGE of the profile's server requirements). Then servers
+each broken in one rule, made by subclassing the reference server or its engine (never by
+editing it), run a slice of the suite: exactly the cases that judge that rule must FAIL and
+every other case of the slice must not. The Auth cases run against a reference server with a
+token configured, correct and with its authentication gate removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import pytest
+
+from queuewire.codecs.bunqueue import UNDEFINED
+from queuewire.conformance.model import TargetRun, Verdict
+from queuewire.conformance.runner import load_cases, run_target, run_target_sync
+from queuewire.conformance.targets import EMBEDDED_TICK
+from queuewire.reference_server.bunqueue import BunqueueServer
+from queuewire.reference_server.bunqueue_engine import BunqueueEngine
+from queuewire.spec import load_profile, profile_names
+
+PROFILE = "bunqueue/v2"
+MIN_CASES = 300
+MIN_COVERAGE = 0.90
+TOKEN = "qw-test-token"
+BAD = (Verdict.FAIL, Verdict.ERROR)
+
+
+def _summary(run: TargetRun, verdicts: Iterable[Verdict] = BAD) -> list[str]:
+    out = []
+    for r in run.results:
+        if r.verdict in verdicts:
+            why = r.error or "; ".join(c.message for c in r.failed_checks[:2])
+            out.append(f"{r.verdict} {r.case.id}: {why[:300]}")
+    return out
+
+
+async def _run(server: BunqueueServer, select: tuple[str, ...], **kwargs) -> TargetRun:
+    async with server:
+        return await run_target("bunqueue", f"127.0.0.1:{server.port}", profile=PROFILE,
+                                select=select, **kwargs)
+
+
+def _failing(run: TargetRun) -> set[str]:
+    return {r.case.id for r in run.results if r.verdict is Verdict.FAIL}
+
+
+@pytest.fixture(scope="module")
+def embedded_run() -> TargetRun:
+    return run_target_sync("bunqueue", "embedded", profile=PROFILE)
+
+
+def test_reference_server_passes_every_must_case(embedded_run: TargetRun) -> None:
+    assert not _summary(embedded_run), "\n".join(_summary(embedded_run))
+    assert len(embedded_run.results) >= MIN_CASES
+
+
+def test_requirement_coverage(embedded_run: TargetRun) -> None:
+    cov = embedded_run.coverage
+    assert cov.ratio >= MIN_COVERAGE, f"not exercised: {cov.not_exercised}"
+    profile = load_profile(PROFILE)
+    server_ids = {r for r, q in profile.requirements.items() if q.subject != "client"}
+    cited = {rid for c in load_cases("bunqueue", PROFILE) for rid in c.requirements}
+    assert len(server_ids & cited) / len(server_ids) >= MIN_COVERAGE
+
+
+def test_every_command_has_a_shape_case() -> None:
+    profile = load_profile(PROFILE)
+    cases = load_cases("bunqueue", PROFILE)
+    shaped = {c.command for c in cases if "shape" in c.tags}
+    judged = {c.command for c in cases if c.command}
+    for name in profile.model.commands:
+        assert name in shaped or name in judged, f"no case sends {name}"
+
+
+def test_every_bunqueue_profile_loads() -> None:
+    for name in profile_names("bunqueue"):
+        cases = load_cases("bunqueue", name)
+        assert len(cases) >= MIN_CASES, name
+
+
+def test_every_limit_use_is_probed() -> None:
+    profile = load_profile(PROFILE)
+    ids = {c.id for c in load_cases("bunqueue", PROFILE)}
+    for limit in profile.limits.values():
+        if any(use[1][0] in ("definitions", "commands") for use in limit.uses):
+            assert any(i.startswith(f"bunqueue.limit.{limit.name}.") for i in ids), limit.name
+
+
+# -- broken servers -----------------------------------------------------------------------------
+SLICE = ("bunqueue.env.*", "bunqueue.frame.single", "bunqueue.frame.coalesced",
+         "bunqueue.shape.*", "bunqueue.lock.*", "bunqueue.hello.*", "bunqueue.job.push-pull-ack",
+         "bunqueue.job.priority-order", "bunqueue.queue.pause-resume",
+         "bunqueue.limit.queue_name_length.PUSH.*", "bunqueue.limit.queue_name_length.Pause.*",
+         "bunqueue.limit.priority.PUSH.*")
+
+
+class _AsciiReqIdServer(BunqueueServer):
+    """Breaks BQ-ENV-2: a reqId is echoed with its non-ASCII characters replaced."""
+
+    @staticmethod
+    def _with_req_id(request, reply):
+        reply = BunqueueServer._with_req_id(request, reply)
+        rid = reply.get("reqId", UNDEFINED)
+        if isinstance(rid, str):
+            reply["reqId"] = rid.encode("ascii", "replace").decode("ascii")
+        return reply
+
+
+class _LongQueueNameServer(BunqueueServer):
+    """Breaks BQ-LIMIT-1: queue names longer than the limit are accepted."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._validator = _LenientValidator(self._validator, "BQ-LIMIT-1")
+
+
+class _LenientValidator:
+    def __init__(self, inner, dropped: str):
+        self.inner, self.dropped = inner, dropped
+
+    def request_is_valid(self, msg) -> bool:
+        return not self.request_violations(msg)
+
+    def request_violations(self, msg):
+        return tuple(v for v in self.inner.request_violations(msg)
+                     if v.requirement != self.dropped)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _NoLockEngine(BunqueueEngine):
+    """Breaks BQ-LOCK-2: ACK, ACKB and FAIL ignore lock tokens."""
+
+    def _check_lock(self, job, token, now):
+        return None
+
+
+class _HelloV3Engine(BunqueueEngine):
+    """Breaks BQ-HELLO-2: Hello announces the next protocol version."""
+
+    def handle(self, conn_id, request):
+        reply = super().handle(conn_id, request)
+        if isinstance(reply, dict) and request.get("cmd") == "Hello" and reply.get("ok"):
+            reply = dict(reply, protocolVersion=reply["protocolVersion"] + 1)
+        return reply
+
+
+class _NoAuthGateServer(BunqueueServer):
+    """Breaks BQ-AUTH-2: with tokens configured, commands before Auth are served anyway."""
+
+    def _answer(self, conn, request):
+        conn.authenticated = True
+        return super()._answer(conn, request)
+
+
+def _server(cls=BunqueueServer, engine_cls=None, **kwargs) -> BunqueueServer:
+    engine = engine_cls(PROFILE) if engine_cls else None
+    return cls(PROFILE, "127.0.0.1", 0, tick_interval=EMBEDDED_TICK, engine=engine, **kwargs)
+
+
+BROKEN = {
+    "reqid-not-verbatim": (lambda: _server(_AsciiReqIdServer), {"bunqueue.env.reqid-echo"}),
+    "long-queue-names": (lambda: _server(_LongQueueNameServer),
+                         {"bunqueue.limit.queue_name_length.PUSH.queue",
+                          "bunqueue.limit.queue_name_length.Pause.queue"}),
+    "lock-tokens-ignored": (lambda: _server(engine_cls=_NoLockEngine),
+                            {"bunqueue.lock.ack-without-token", "bunqueue.lock.ack-wrong-token",
+                             "bunqueue.lock.fail-wrong-token", "bunqueue.lock.other-jobs-token",
+                             "bunqueue.lock.pullb-tokens", "bunqueue.lock.ackb-without-tokens"}),
+    "hello-version": (lambda: _server(engine_cls=_HelloV3Engine), {"bunqueue.hello.version"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_server_fails_exactly_the_matching_cases(name: str) -> None:
+    make, expected = BROKEN[name]
+    run = asyncio.run(_run(make(), SLICE))
+    assert len(run.results) > 80
+    errors = _summary(run, (Verdict.ERROR,))
+    assert not errors, "\n".join(errors)
+    assert _failing(run) == expected, "\n".join(_summary(run))
+    for r in run.results:
+        if r.case.id in expected:
+            assert any(c.requirement for c in r.failed_checks if c.level == "MUST")
+
+
+def test_auth_cases_with_a_token() -> None:
+    run = asyncio.run(_run(_server(auth_tokens=(TOKEN,)),
+                           ("bunqueue.auth.*", "bunqueue.job.push-pull-ack", "bunqueue.env.*"),
+                           auth_token=TOKEN))
+    assert not _summary(run), "\n".join(_summary(run))
+    assert {r.case.id for r in run.results} >= {"bunqueue.auth.required",
+                                                "bunqueue.auth.invalid-token"}
+
+
+def test_auth_gate_removed_is_detected() -> None:
+    run = asyncio.run(_run(_server(_NoAuthGateServer, auth_tokens=(TOKEN,)),
+                           ("bunqueue.auth.*", "bunqueue.job.push-pull-ack"), auth_token=TOKEN))
+    assert _failing(run) == {"bunqueue.auth.required", "bunqueue.auth.invalid-token"}, \
+        "\n".join(_summary(run))
