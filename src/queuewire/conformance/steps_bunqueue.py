@@ -318,12 +318,18 @@ def _match_one(o: dict, obs: Observation, spec_errors) -> bool:
         return obs.reply is not None and subset_mismatch(o["frame"] or {}, rep) is None
     if "error" in o:
         return obs.reply is not None and _error_matches(o["error"], rep, spec_errors)
+    return match_transport(o, obs, lambda want, value: _error_matches(want, value, spec_errors))
+
+
+def match_transport(o: dict, obs: Observation, is_error: Any) -> bool:
+    """The outcomes both protocols share: ``close`` (optionally after an error frame, judged by
+    ``is_error(want, value)``) and ``none``; False for any other outcome."""
     if "close" in o:
         if obs.closed is None:
             return False
         if isinstance(o["close"], dict):
             want = o["close"]["after_error"]
-            return any(_error_matches(want, f.value, spec_errors) for f in obs.frames)
+            return any(is_error(want, f.value) for f in obs.frames)
         return True
     if "none" in o:
         return obs.nothing
@@ -524,10 +530,10 @@ def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
     """The bytes of a ``send_raw`` step and a note describing them."""
     body = ctx.subst(body)
     if isinstance(body, str):
-        return _hex(body), "raw bytes"
+        return hex_bytes(body), "raw bytes"
     if "hex" in body:
         n = int(body.get("repeat", 1))
-        return _hex(body["hex"]) * n, f"raw bytes x{n}" if n != 1 else "raw bytes"
+        return hex_bytes(body["hex"]) * n, f"raw bytes x{n}" if n != 1 else "raw bytes"
     encoder = FrameEncoder(ctx.profile)
     if "frame" in body:
         payload = encoder.payload(body["frame"])
@@ -545,7 +551,7 @@ def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
     raise StepError(f"step {ctx.step}: send_raw: nothing to send in {sorted(body)}")
 
 
-def _hex(text: str) -> bytes:
+def hex_bytes(text: str) -> bytes:
     try:
         return bytes.fromhex(re.sub(r"\s+", "", text))
     except ValueError:

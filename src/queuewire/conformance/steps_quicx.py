@@ -22,7 +22,7 @@ from typing import Any
 
 from ..codecs.quicx import QuicxEncoder
 from .context import CaseAbort, CaseContext, Conn, StepError, sleep_ms, strongest, subset_mismatch
-from .steps_bunqueue import Observation, _expected, _fill, _save
+from .steps_bunqueue import Observation, _expected, _fill, _save, hex_bytes, match_transport
 
 ERROR_FIELD = "error_code"  # the MSG_ERROR layout field the codecs name the error code
 
@@ -86,16 +86,16 @@ def _bytes(v: str) -> bytes:
 def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
     body = ctx.subst(body)
     if isinstance(body, str):
-        return _hex(body), "raw bytes"
+        return hex_bytes(body), "raw bytes"
     if "hex" in body:
         n = int(body.get("repeat", 1))
-        return _hex(body["hex"]) * n, "raw bytes" + (f" x{n}" if n != 1 else "")
+        return hex_bytes(body["hex"]) * n, "raw bytes" + (f" x{n}" if n != 1 else "")
     if "header" in body or "payload" in body:
         spec = ctx.profile.model
         head = body.get("header") or {}
         payload = body.get("payload", "")
         payload = _bytes(payload) if isinstance(payload, str) and payload.startswith("hex:") \
-            else _hex(payload) if isinstance(payload, str) else bytes(payload)
+            else hex_bytes(payload) if isinstance(payload, str) else bytes(payload)
         t = head.get("type")
         if isinstance(t, str):
             if t not in spec.messages:
@@ -107,13 +107,6 @@ def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
                                                length=head.get("length"))
         return data, f"hand-made header {head}"
     raise StepError(f"send_raw: nothing to send in {sorted(body)}")
-
-
-def _hex(text: str) -> bytes:
-    try:
-        return bytes.fromhex(re.sub(r"\s+", "", text))
-    except ValueError:
-        raise StepError(f"send_raw: {text[:40]!r} is not hex") from None
 
 
 async def observe(conn: Conn, outcomes: list[dict], mark: int, timeout: float) -> Observation:
@@ -160,16 +153,7 @@ def _match_one(spec, o: dict, obs: Observation) -> bool:
             subset_mismatch(want.get("fields") or {}, value.fields) is None
     if "error" in o:
         return value is not None and _is_error(spec, value, o["error"])
-    if "close" in o:
-        if obs.closed is None:
-            return False
-        if isinstance(o["close"], dict):
-            want = o["close"]["after_error"]
-            return any(_is_error(spec, f.value, want) for f in obs.frames)
-        return True
-    if "none" in o:
-        return obs.nothing
-    return False
+    return match_transport(o, obs, lambda want, frame_value: _is_error(spec, frame_value, want))
 
 
 def describe(o: dict) -> str:
