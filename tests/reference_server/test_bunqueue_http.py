@@ -353,3 +353,249 @@ def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
             await rx.cleanup()
 
     run(go())
+
+
+# =============================================================================================
+# Server-Sent Events (BQ-HTTP-13) and WebSocket (BQ-HTTP-12)
+# =============================================================================================
+class Sse:
+    """Reads one text/event-stream response block by block."""
+
+    def __init__(self, response: aiohttp.ClientResponse):
+        self.response = response
+
+    async def block(self) -> dict[str, str]:
+        """The next block's fields (a comment line is kept under ``":"``); {} at the end."""
+        fields: dict[str, str] = {}
+        while True:
+            line = await asyncio.wait_for(self.response.content.readline(), 5.0)
+            if not line:
+                return fields
+            text = line.decode().rstrip("\n")
+            if not text:
+                if fields:
+                    return fields
+                continue
+            name, _, value = text.partition(":")
+            fields[name or ":"] = value[1:] if value.startswith(" ") else value
+
+    async def event(self) -> tuple[str, dict]:
+        """The next named event (heartbeats skipped) as (name, data)."""
+        while True:
+            fields = await self.block()
+            assert fields, "the stream ended"
+            if "event" in fields:
+                return fields["event"], json.loads(fields["data"])
+
+    async def until(self, name: str, job_id: str) -> list[tuple[str, dict]]:
+        """Every event up to and including ``name`` about ``job_id``."""
+        seen = []
+        while True:
+            seen.append(await self.event())
+            if seen[-1][0] == name and seen[-1][1].get("jobId") == job_id:
+                return seen
+
+
+async def open_sse(http: aiohttp.ClientSession, url: str, **kwargs: Any) -> Sse:
+    response = await http.get(url, **kwargs)
+    assert response.status == 200
+    assert response.content_type == "text/event-stream"
+    sse = Sse(response)
+    hello = await sse.block()
+    assert json.loads(hello["data"])["connected"] is True and int(hello["retry"]) > 0
+    return sse
+
+
+def test_sse_streams_job_events_filtered_by_queue_and_heartbeats():
+    async def go():
+        server, url = await started()
+        tcp = await Tcp.open(server.port)
+        try:
+            async with aiohttp.ClientSession() as http:
+                every = await open_sse(http, f"{url}/events")
+                only_a = await open_sse(http, f"{url}/events/queues/a")
+                assert server.http.event_streams == 2
+                b_id = (await tcp.call("PUSH", queue="b", data={}))["id"]
+                a_id = (await tcp.call("PUSH", queue="a", data={}))["id"]
+                pulled = await tcp.call("PULL", queue="a")
+                assert pulled["job"]["id"] == a_id
+                assert (await tcp.call("ACK", id=a_id, result={"r": 1}))["ok"] is True
+                seen = await every.until("job:completed", a_id)
+                names = [(name, data["jobId"]) for name, data in seen]
+                assert ("job:waiting", b_id) in names and ("job:waiting", a_id) in names
+                assert names.index(("job:waiting", a_id)) < names.index(("job:completed",
+                                                                          a_id))
+                assert seen[-1][1]["queue"] == "a" and isinstance(seen[-1][1]["timestamp"],
+                                                                  float)
+                filtered = await only_a.until("job:completed", a_id)
+                assert {data["queue"] for _, data in filtered} == {"a"}  # b came first
+                assert ("job:waiting", a_id) in [(n, d["jobId"]) for n, d in filtered]
+                # a quiet stream gets heartbeat comments
+                server.http.heartbeat = 0.05
+                async with http.get(f"{url}/events") as r:
+                    sse = Sse(r)
+                    await sse.block()  # retry + connected
+                    assert ":" in await sse.block()
+                every.response.close()
+                only_a.response.close()
+                await until(lambda: server.http.event_streams == 0)  # nothing left behind
+        finally:
+            await tcp.close()
+            await server.stop()
+
+    run(go())
+
+
+def test_stopping_the_server_ends_open_streams_and_websockets():
+    async def go():
+        server, url = await started()
+        async with aiohttp.ClientSession() as http:
+            sse = await open_sse(http, f"{url}/events")
+            ws = await http.ws_connect(f"{url}/ws")
+            assert server.http.event_streams == 2
+            await server.stop()
+            assert await sse.block() == {}  # the response ended
+            closing = await asyncio.wait_for(ws.receive(), 5.0)
+            assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            sse.response.close()
+
+    run(go())
+
+
+class Ws:
+    """A /ws client: replies matched by reqId; pushed events kept apart."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse):
+        self.ws, self.events, self.replies = ws, [], []
+        self.ids = itertools.count(1)
+
+    async def next(self) -> dict:
+        msg = await asyncio.wait_for(self.ws.receive(), 5.0)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        body = json.loads(msg.data)
+        if "ok" not in body:
+            self.events.append(body)
+        return body
+
+    async def reply(self, req_id: Any) -> dict:
+        while True:
+            for i, body in enumerate(self.replies):
+                if body.get("reqId") == req_id:
+                    return self.replies.pop(i)
+            body = await self.next()
+            if "ok" in body:
+                self.replies.append(body)
+
+    async def call(self, cmd: str, **fields: Any) -> dict:
+        req_id = f"w{next(self.ids)}"
+        await self.ws.send_json({"cmd": cmd, **fields, "reqId": req_id})
+        return await self.reply(req_id)
+
+    async def raw(self, text: str) -> dict:
+        await self.ws.send_str(text)
+        while True:
+            body = await self.next()
+            if "ok" in body:
+                return body
+
+
+def test_websocket_speaks_the_tcp_commands_and_pushes_events():
+    async def go():
+        server, url = await started()
+        tcp = await Tcp.open(server.port)
+        try:
+            async with aiohttp.ClientSession() as http:
+                ws = Ws(await http.ws_connect(f"{url}/ws"))
+                pushed = await ws.call("PUSH", queue="w", data={"x": 1}, priority=3)
+                assert pushed["ok"] is True and pushed["reqId"] == "w1"
+                got = await ws.call("GetJob", id=pushed["id"])
+                assert got["ok"] is True and got["job"]["data"] == {"x": 1}
+                assert got["job"]["priority"] == 3
+                # the same gate as a TCP frame
+                assert await ws.raw("not json") == {
+                    "ok": False, "error": message("invalid_command_format")}
+                assert await ws.raw("[1, 2]") == {"ok": False,
+                                                  "error": message("invalid_command")}
+                assert await ws.call("Nope") == {
+                    "ok": False, "error": message("unknown_command", cmd="Nope"),
+                    "reqId": "w3"}
+                bad = await ws.call("PUSH", data={})  # no queue
+                assert bad["ok"] is False and bad["reqId"] == "w4"
+                prefix = message("invalid_request", detail="").strip()
+                assert bad["error"].startswith(prefix), bad
+                # a long poll is parked and woken by a TCP push
+                await ws.ws.send_json({"cmd": "PULL", "queue": "late", "timeout": 4000,
+                                       "reqId": "poll"})
+                await until(lambda: server.http._room.parked == 1)
+                late_id = (await tcp.call("PUSH", queue="late", data={}))["id"]
+                polled = await ws.reply("poll")
+                assert polled["ok"] is True and polled["job"]["id"] == late_id
+                # events are pushed as {eventType, queue, jobId, timestamp}
+                while not any(e.get("jobId") == late_id for e in ws.events):
+                    await ws.next()
+                event = next(e for e in ws.events if e.get("jobId") == late_id)
+                assert event["eventType"] == "waiting" and event["queue"] == "late"
+                # closing the WebSocket returns the job it pulled to waiting (as TCP)
+                await ws.ws.close()
+                await until(lambda: server.http.event_streams == 0)
+                state = await tcp.call("GetState", id=late_id)
+                assert state["state"] == "waiting"
+        finally:
+            await tcp.close()
+            await server.stop()
+
+    run(go())
+
+
+def test_websocket_and_events_need_the_bearer_token():
+    async def go():
+        server, url = await started(auth_tokens=["s3cret"])
+        try:
+            async with aiohttp.ClientSession() as http:
+                for path in ("/events", "/events/queues/q"):
+                    async with http.get(url + path) as r:
+                        assert r.status == 401
+                        assert (await r.json())["error"] == message("not_authenticated")
+                for headers in ({}, {"Authorization": "Bearer wrong"}):
+                    try:
+                        await http.ws_connect(f"{url}/ws", headers=headers)
+                    except aiohttp.WSServerHandshakeError as exc:
+                        assert exc.status == 401
+                    else:
+                        raise AssertionError("the upgrade was accepted without a token")
+                good = {"Authorization": "Bearer s3cret"}
+                sse = await open_sse(http, f"{url}/events", headers=good)
+                sse.response.close()
+                ws = Ws(await http.ws_connect(f"{url}/ws", headers=good))
+                assert (await ws.call("PUSH", queue="q", data={}))["ok"] is True
+                assert await ws.call("Auth", token="wrong") == {
+                    "ok": False, "error": message("invalid_token"), "reqId": "w2"}
+                assert (await ws.call("Auth", token="s3cret"))["ok"] is True
+                await ws.ws.close()
+        finally:
+            await server.stop()
+
+    run(go())
+
+
+def test_websocket_subscribe_events_where_the_profile_has_them():
+    profile = load_profile("bunqueue/2.9.5")
+
+    async def go():
+        server = BunqueueServer(profile, "127.0.0.1", 0, http_port=0)
+        await server.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                ws = Ws(await http.ws_connect(f"{server.http.url}/ws"))
+                assert (await ws.call("SubscribeEvents", queue="s"))["ok"] is True
+                job_id = (await ws.call("PUSH", queue="s", data={}))["id"]
+                while not any(e.get("type") == "event" for e in ws.events):
+                    await ws.next()
+                frame = next(e for e in ws.events if e.get("type") == "event")
+                assert frame["event"]["eventType"] == "pushed"
+                assert frame["event"]["jobId"] == job_id and "reqId" not in frame
+                await ws.ws.close()
+        finally:
+            await server.stop()
+
+    run(go())

@@ -50,7 +50,14 @@ from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
 from ._service import TcpService
 from ._waits import WaitRoom
-from .bunqueue_engine import BunqueueEngine, EngineConfig, Event, Wait, check_token
+from .bunqueue_engine import (
+    BunqueueEngine,
+    EngineConfig,
+    Event,
+    Wait,
+    check_token,
+    request_refusal,
+)
 from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
 from .bunqueue_store import NullStore
 
@@ -495,15 +502,9 @@ class BunqueueServer(TcpService):
         cmd = request.get("cmd")
         if self._tokens and not conn.authenticated and cmd != "Auth":
             return self._error("not_authenticated")                  # BQ-AUTH-2
-        validator = self._validator
-        if not validator.request_is_valid(request):
-            violations = validator.request_violations(request)
-            if violations:
-                if type(cmd) is not str or not cmd:
-                    return self._error("invalid_command")
-                if cmd not in self.profile.model.commands:
-                    return self._error("unknown_command", cmd=cmd)
-                return self._error("invalid_request", detail=str(violations[0]))
+        refusal = request_refusal(self.engine, self._validator, request)
+        if refusal is not None:
+            return refusal
         if cmd == "Auth" and self._tokens:
             if check_token(self._tokens, request.get("token")):     # BQ-AUTH-4
                 conn.authenticated = True

@@ -198,6 +198,25 @@ class WebhookDelivery:
 # =============================================================================================
 # Helpers the shell uses too
 # =============================================================================================
+def request_refusal(engine: BunqueueEngine, validator: Any, request: dict) -> dict | None:
+    """The spec's error reply for a request ``validator`` (a BunqueueValidator) refuses, else
+    None: no command name, an unknown one, or a schema violation cited by requirement. The
+    one gate every shell (TCP, HTTP, WebSocket) puts before :meth:`BunqueueEngine.handle`."""
+    if validator.request_is_valid(request):
+        return None
+    violations = validator.request_violations(request)
+    if not violations:
+        return None
+    cmd = request.get("cmd")
+    if type(cmd) is not str or not cmd:
+        name, fields = "invalid_command", {}
+    elif cmd not in engine.profile.model.commands:
+        name, fields = "unknown_command", {"cmd": cmd}
+    else:
+        name, fields = "invalid_request", {"detail": str(violations[0])}
+    return {"ok": False, "error": engine.error_message(name, **fields)}
+
+
 def check_token(tokens: Iterable[str], token: Any) -> bool:
     """Whether ``token`` is one of ``tokens``, compared in constant time (BQ-AUTH-4): every
     configured token is compared, and a match does not end the loop early."""

@@ -15,6 +15,8 @@ connection, so it is released by its lock/stall timers, not by a disconnect):
 ``/jobs/{id}``            GET     GetJob -> ``{ok, job}``
 ``/jobs/{id}/ack``        POST    ACK with the body's ``result``/``token``
 ``/jobs/{id}/fail``       POST    FAIL with the body's ``error``/``token``
+``/events``               GET     Server-Sent Events: the engine's events as they happen
+``/ws``                   GET     WebSocket: JSON commands as over TCP, plus pushed events
 ========================  ======  ===========================================================
 
 Every built request is checked with :class:`~queuewire.codecs.validation.BunqueueValidator`;
@@ -25,6 +27,31 @@ exists but is not active is 409; any other refusal is 400. With auth tokens, eve
 but the Kubernetes probes (``/healthz``, ``/ready``) needs ``Authorization: Bearer <token>``,
 compared in constant time (:func:`~.bunqueue_engine.check_token`), else 401
 ``not_authenticated`` / ``invalid_token``.
+
+Events (BQ-HTTP-12, BQ-HTTP-13), shaped after bunqueue 2.9.5's ``sseHandler`` and
+``wsHandler``: the source is the engine's ``notify`` seam, the one this frontend already
+chains for long polls and webhook wake-ups, so there is no second event bus: ``_notify`` hands
+each :class:`~.bunqueue_engine.Event` to every open stream (an :class:`_EventStream`, a
+bounded inbox: a reader that falls behind loses events, as bunqueue drops them under
+backpressure, and never slows the engine). An event about a job is named ``job:<reason>``,
+one about a queue ``queue:<reason>`` (the reason's words joined by ``-``: ``job:waiting``,
+``job:left-active``, ``job:completed``, ``queue:resumed``), with the data
+``{queue, jobId, timestamp}``. ``/events`` (and ``/events/queues/{queue}``, bunqueue's
+filter: that queue's events only) answers ``text/event-stream``: first ``retry`` and a
+``{"connected":true,"clientId":...}`` data line, then ``id:``/``event:``/``data:`` blocks
+and a ``:heartbeat`` comment when ``heartbeat`` seconds pass without one. ``/ws`` (and
+``/ws/queues/{queue}``) is a WebSocket connection of its own to the engine
+(``connection_opened``/``connection_closed``: a job it pulled goes back to waiting when it
+closes, as over TCP): each text (or UTF-8 binary) message is one JSON command map answered
+through the same gate as a TCP frame (``invalid_command``, ``unknown_command``,
+``invalid_request``, Auth, then ``engine.handle``; a long poll is parked in the same
+:class:`~._waits.WaitRoom`), the reply carrying the request's ``reqId``; text that is not JSON
+is answered ``invalid_command_format``. Like bunqueue's "legacy" clients, it is also sent every
+event, as ``{eventType, queue, jobId, timestamp}``, and where the profile has SubscribeEvents
+the engine's ``publish`` frames for it. Both endpoints are behind the Bearer check like every
+other (the upgrade itself is refused with 401), and stopping the frontend ends every stream
+and closes every WebSocket before the runner shuts down; a client that goes away is dropped
+at once (``handler_cancellation``).
 
 Webhooks: a background task drains ``engine.webhook_deliveries()`` and POSTs each payload as
 JSON (``X-Webhook-Signature``: the hex HMAC-SHA256 of the exact body, when the hook has a
@@ -43,6 +70,8 @@ import json
 import logging
 import socket
 import time
+import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -54,7 +83,14 @@ from yarl import URL
 from ..codecs.validation import BunqueueValidator
 from ._service import Service
 from ._waits import WaitRoom
-from .bunqueue_engine import BunqueueEngine, Event, Wait, WebhookDelivery, check_token
+from .bunqueue_engine import (
+    BunqueueEngine,
+    Event,
+    Wait,
+    WebhookDelivery,
+    check_token,
+    request_refusal,
+)
 
 if TYPE_CHECKING:
     from .bunqueue import BunqueueServer
@@ -67,6 +103,11 @@ SIGNATURE_HEADER = "X-Webhook-Signature"
 WEBHOOK_TIMEOUT = 10.0       # seconds per delivery
 WEBHOOK_POLL = 0.05          # seconds between checks of the engine's delivery backlog
 PROBES = frozenset({"/healthz", "/ready"})  # Kubernetes probes carry no token
+SSE_CONTENT_TYPE = "text/event-stream"
+SSE_RETRY_MS = 3000          # bunqueue's SSE_RETRY_MS: the client's reconnection delay
+HEARTBEAT = 30.0             # seconds: bunqueue's SSE_HEARTBEAT_MS
+STREAM_BACKLOG = 1000        # events an open stream may have unread before it loses some
+WS_MAX_MESSAGE = 1024 * 1024  # bunqueue's maxPayloadLength for /ws
 
 
 class WebhookRefused(OSError):
@@ -92,6 +133,37 @@ class _CheckedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+@dataclass(eq=False)
+class _EventStream:
+    """One open ``/events`` stream or ``/ws`` connection hearing engine events: its optional
+    queue filter and a bounded inbox (``None`` in it means the server is stopping)."""
+
+    queue: str | None
+    inbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(STREAM_BACKLOG))
+    dropped: int = 0
+
+    def offer(self, item: dict | None) -> None:
+        try:
+            self.inbox.put_nowait(item)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            if item is None:  # the end must arrive: it takes the oldest event's place
+                self.inbox.get_nowait()
+                self.inbox.put_nowait(None)
+
+
+def _event_record(event: Event) -> dict | None:
+    """The name and data of one engine event as the streams send it (None: not sent)."""
+    if event.queue is None or not event.reason:
+        return None
+    kind = "job" if event.job_id is not None else "queue"
+    data: dict[str, Any] = {"queue": event.queue}
+    if event.job_id is not None:
+        data["jobId"] = event.job_id
+    data["timestamp"] = time.time() * 1000.0
+    return {"event": f"{kind}:{'-'.join(event.reason.split())}", "data": data}
 
 
 def _ip_literal(host: str) -> bool:
@@ -131,6 +203,11 @@ class HttpFrontend(Service):
         self._session: aiohttp.ClientSession | None = None
         self._deliver_wake: asyncio.Event | None = None
         self._ready = False
+        self.heartbeat = HEARTBEAT   # seconds between SSE heartbeats (tests shorten it)
+        self._streams: set[_EventStream] = set()
+        self._sockets: dict[str, tuple[web.WebSocketResponse, _EventStream]] = {}  # open /ws
+        self._event_ids = 0
+        self._chained_publish = None
 
     # -- lifecycle
     async def start(self) -> HttpFrontend:
@@ -147,7 +224,12 @@ class HttpFrontend(Service):
         app.router.add_get("/jobs/{id}", self._get_job)
         app.router.add_post("/jobs/{id}/ack", self._ack)
         app.router.add_post("/jobs/{id}/fail", self._fail)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        app.router.add_get("/events", self._events)
+        app.router.add_get("/events/queues/{queue}", self._events)
+        app.router.add_get("/ws", self._websocket)
+        app.router.add_get("/ws/queues/{queue}", self._websocket)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
         try:
@@ -161,6 +243,8 @@ class HttpFrontend(Service):
             self._port = server.sockets[0].getsockname()[1]
         self._chained_notify = self.engine.notify
         self.engine.notify = self._notify
+        self._chained_publish = self.engine.publish
+        self.engine.publish = self._publish
         self._deliver_wake = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(resolver=_CheckedResolver(self.engine),
@@ -179,6 +263,12 @@ class HttpFrontend(Service):
         self._ready = False
         if self.engine.notify == self._notify:
             self.engine.notify = self._chained_notify
+        if self.engine.publish == self._publish:
+            self.engine.publish = self._chained_publish
+        for stream in self._streams:
+            stream.offer(None)  # ends each /events response and /ws event sender
+        for ws, _ in list(self._sockets.values()):
+            await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
         self._room.cancel_all()
         task, self._delivery_task = self._delivery_task, None
         if task is not None:
@@ -188,6 +278,11 @@ class HttpFrontend(Service):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def event_streams(self) -> int:
+        """How many ``/events`` streams and ``/ws`` connections hear events now."""
+        return len(self._streams)
 
     @property
     def url(self) -> str:
@@ -225,13 +320,15 @@ class HttpFrontend(Service):
             return self._refuse(400, self._message("invalid_command_format"))
         return body
 
+    def _violation(self, request: dict) -> dict | None:
+        """The spec's error reply for a request the validator refuses, else None."""
+        return request_refusal(self.engine, self._validator, request)
+
     async def _call(self, request: dict) -> dict | web.Response:
         """Validate and run one engine request; a violation is a 400 response."""
-        if not self._validator.request_is_valid(request):
-            violations = self._validator.request_violations(request)
-            if violations:
-                return self._refuse(400, self._message("invalid_request",
-                                                       detail=str(violations[0])))
+        refusal = self._violation(request)
+        if refusal is not None:
+            return web.json_response(refusal, status=400)
         reply = self.engine.handle(None, request)
         if isinstance(reply, Wait):
             reply = await self._room.park(None, reply)
@@ -250,8 +347,27 @@ class HttpFrontend(Service):
     def _notify(self, event: Event) -> None:
         self._room.wake(event)
         self._wake_deliveries()
+        if self._streams:
+            record = _event_record(event)
+            if record is not None:
+                for stream in self._streams:
+                    if stream.queue is None or stream.queue == event.queue:
+                        stream.offer(record)
         if self._chained_notify is not None:
             self._chained_notify(event)
+
+    def _publish(self, conn_ids: tuple[str, ...], frame: dict) -> None:
+        """The engine's SubscribeEvents hook: frames for /ws connections go to them, the
+        others to the hook this one chains (the TCP server's)."""
+        rest = []
+        for conn_id in conn_ids:
+            socket_ = self._sockets.get(conn_id)
+            if socket_ is None:
+                rest.append(conn_id)
+            else:  # sent in order with its other events
+                socket_[1].offer({"frame": frame})
+        if rest and self._chained_publish is not None:
+            self._chained_publish(tuple(rest), frame)
 
     # -- endpoints
     async def _health(self, request: web.Request) -> web.Response:
@@ -329,6 +445,127 @@ class HttpFrontend(Service):
     async def _fail(self, request: web.Request) -> web.Response:
         return await self._settle(request, "FAIL", ("error", "token", "unrecoverable",
                                                     "removeOnFail", "stack"))
+
+    # -- events (BQ-HTTP-13) and WebSocket (BQ-HTTP-12)
+    def _event_block(self, record: dict) -> bytes:
+        self._event_ids += 1
+        data = json.dumps(record["data"], separators=(",", ":"))
+        return f"id: {self._event_ids}\nevent: {record['event']}\ndata: {data}\n\n".encode()
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        stream = _EventStream(request.match_info.get("queue"))
+        response = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE,
+                                               "Cache-Control": "no-cache"})
+        self._streams.add(stream)
+        try:
+            await response.prepare(request)
+            hello = json.dumps({"connected": True, "clientId": str(uuid.uuid4())},
+                               separators=(",", ":"))
+            await response.write(f"retry: {SSE_RETRY_MS}\ndata: {hello}\n\n".encode())
+            while True:
+                try:
+                    record = await asyncio.wait_for(stream.inbox.get(), self.heartbeat)
+                except TimeoutError:
+                    await response.write(b":heartbeat\n\n")
+                    continue
+                if record is None:  # the server is stopping
+                    break
+                await response.write(self._event_block(record))
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client went away
+        finally:
+            self._streams.discard(stream)
+        return response
+
+    async def _ws_send(self, ws: web.WebSocketResponse, message: dict) -> None:
+        if ws.closed:
+            return
+        try:
+            await ws.send_str(json.dumps(message, separators=(",", ":")))
+        except (ConnectionResetError, ConnectionError, RuntimeError):
+            pass  # it closed meanwhile: its handler cleans up
+
+    def _ws_command(self, conn_id: str, text: str) -> tuple[Any, dict | Wait]:
+        """The request in one WebSocket message and its reply (without reqId), or the Wait
+        of a long poll: the TCP gate (shape, schema, Auth) and then the engine."""
+        try:
+            request = json.loads(text)
+        except ValueError:
+            return None, {"ok": False, "error": self._message("invalid_command_format")}
+        if type(request) is not dict:
+            return request, {"ok": False, "error": self._message("invalid_command")}
+        refusal = self._violation(request)
+        if refusal is not None:
+            return request, refusal
+        if request.get("cmd") == "Auth" and self._tokens:
+            if check_token(self._tokens, request.get("token")):
+                return request, {"ok": True}
+            return request, {"ok": False, "error": self._message("invalid_token")}
+        reply = self.engine.handle(conn_id, request)
+        self._wake_deliveries()
+        return request, reply
+
+    @staticmethod
+    def _with_req_id(request: Any, reply: dict) -> dict:
+        if type(request) is dict and "reqId" in request:  # echoed verbatim (BQ-ENV-2)
+            return {**reply, "reqId": request["reqId"]}
+        return reply
+
+    async def _ws_park(self, ws: web.WebSocketResponse, conn_id: str, request: dict,
+                       wait: Wait) -> None:
+        reply = await self._room.park(conn_id, wait)
+        await self._ws_send(ws, self._with_req_id(request, reply))
+
+    async def _ws_events(self, ws: web.WebSocketResponse, stream: _EventStream) -> None:
+        while True:
+            record = await stream.inbox.get()
+            if record is None:
+                return
+            if "frame" in record:  # a SubscribeEvents frame, as the engine made it
+                await self._ws_send(ws, record["frame"])
+                continue
+            data = record["data"]
+            await self._ws_send(ws, {"eventType": record["event"].partition(":")[2], **data})
+
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=WS_MAX_MESSAGE)
+        await ws.prepare(request)
+        conn_id = f"ws-{uuid.uuid4()}"
+        stream = _EventStream(request.match_info.get("queue"))
+        self.engine.connection_opened(conn_id)
+        self._sockets[conn_id] = (ws, stream)
+        self._streams.add(stream)
+        tasks: set[asyncio.Task] = {asyncio.create_task(self._ws_events(ws, stream))}
+        try:
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    text = message.data
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    text = message.data.decode("utf-8", "replace")
+                else:
+                    continue
+                req, reply = self._ws_command(conn_id, text)
+                if isinstance(reply, Wait):  # a long poll: answered when it ends
+                    task = asyncio.create_task(self._ws_park(ws, conn_id, req, reply))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                else:  # answered in arrival order
+                    await self._ws_send(ws, self._with_req_id(req, reply))
+        finally:
+            # synchronous first: the handler may be cancelled at its next await (the peer
+            # went away); a cancelled park never reaches engine.retry
+            for task in tasks:
+                task.cancel()
+            released = self.engine.connection_closed(conn_id)
+            if released:
+                log.info("websocket %s closed: %d active jobs back to waiting", conn_id,
+                         len(released))
+            self._sockets.pop(conn_id, None)
+            self._streams.discard(stream)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not ws.closed:
+                await ws.close()
+        return ws
 
     # -- webhooks
     def _wake_deliveries(self) -> None:
