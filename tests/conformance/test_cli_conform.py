@@ -355,3 +355,21 @@ def test_replay_rewrites_server_chosen_ids(cli, tmp_path):
     result = cli("conform", "replay", path, "--target", "embedded", "--timeout", "2")
     assert result.exit_code == 0, result.output
     assert "all 2 received item(s) match in kind" in result.output
+
+
+def test_embedded_run_ends_when_the_server_stops_mid_wakeup(tmp_path):
+    """Regression: this case's retries wake the embedded server's timer and webhook loops just
+    as the run stops the server; with asyncio.wait_for (Python 3.11) a loop swallowed the
+    cancel and the command never exited."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuewire.cli", "conform", "server", "--protocol", "bunqueue",
+         "--target", "embedded", "--select", "bunqueue.job.backoff-exponential",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    assert [c["verdict"] for c in run["cases"]] == ["PASS"]

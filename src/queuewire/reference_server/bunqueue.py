@@ -582,8 +582,9 @@ class BunqueueServer(TcpService):
                 sleep = min(sleep, max(MIN_TICK_SLEEP, (deadline - now) / 1000.0))
             self._tick_at = now + sleep * 1000.0
             wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), sleep)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel
+                async with asyncio.timeout(sleep):
+                    await wake.wait()
             except TimeoutError:
                 pass
             deadline = self.engine.next_deadline()

@@ -464,7 +464,8 @@ class HttpFrontend(Service):
             await response.write(f"retry: {SSE_RETRY_MS}\ndata: {hello}\n\n".encode())
             while True:
                 try:
-                    record = await asyncio.wait_for(stream.inbox.get(), self.heartbeat)
+                    async with asyncio.timeout(self.heartbeat):
+                        record = await stream.inbox.get()
                 except TimeoutError:
                     await response.write(b":heartbeat\n\n")
                     continue
@@ -576,8 +577,9 @@ class HttpFrontend(Service):
         wake = self._deliver_wake
         assert wake is not None
         while True:
-            try:
-                await asyncio.wait_for(wake.wait(), WEBHOOK_POLL)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel
+                async with asyncio.timeout(WEBHOOK_POLL):  # of stop() (the loop never ended)
+                    await wake.wait()
             except TimeoutError:
                 pass
             wake.clear()
