@@ -20,8 +20,6 @@ import asyncio
 import re
 import statistics
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
@@ -212,12 +210,12 @@ async def in_flight_limit(ctx: CaseContext) -> None:
                   actual={"ping_position": pos})
 
 
-async def reply_order(ctx: CaseContext) -> None:
-    """A long poll then a Ping in one write: records the order of their replies (any is fine)."""
+async def _slow_fast_order(ctx: CaseContext, pull_timeout: int) -> list[str]:
+    """Send a long poll ("slow") then a Ping ("fast") in one write; the reqIds in reply order."""
     queue = ctx.var("queue")
     conn = await ctx.connect()
-    await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": 300, "reqId": "slow"},
-                              {"cmd": "Ping", "reqId": "fast"}])
+    await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": pull_timeout,
+                               "reqId": "slow"}, {"cmd": "Ping", "reqId": "fast"}])
     order: list[str] = []
     deadline = ctx.deadline()
     while len(order) < 2 and await conn.pull(deadline):
@@ -225,6 +223,12 @@ async def reply_order(ctx: CaseContext) -> None:
             rid = f.value.get("reqId") if isinstance(f.value, dict) else None
             if rid in ("slow", "fast") and rid not in order:
                 order.append(rid)
+    return order
+
+
+async def reply_order(ctx: CaseContext) -> None:
+    """A long poll then a Ping in one write: records the order of their replies (any is fine)."""
+    order = await _slow_fast_order(ctx, 300)
     ctx.check(len(order) == 2, f"both replies arrived, in the order {order} "
               f"({'out of order' if order[:1] == ['fast'] else 'in request order'})",
               requirement="BQ-PIPE-3", kind="reqid", actual=order)
@@ -232,17 +236,7 @@ async def reply_order(ctx: CaseContext) -> None:
 
 async def no_hello_order(ctx: CaseContext) -> None:
     """Without Hello (protocol v1): records whether pipelined replies come back in order."""
-    queue = ctx.var("queue")
-    conn = await ctx.connect()
-    await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": 200, "reqId": "slow"},
-                              {"cmd": "Ping", "reqId": "fast"}])
-    order: list[str] = []
-    deadline = ctx.deadline()
-    while len(order) < 2 and await conn.pull(deadline):
-        for _, f in list(conn.inbox):
-            rid = f.value.get("reqId") if isinstance(f.value, dict) else None
-            if rid in ("slow", "fast") and rid not in order:
-                order.append(rid)
+    order = await _slow_fast_order(ctx, 200)
     seq = order == ["slow", "fast"]
     ctx.check(len(order) == 2, f"without Hello, pipelined replies came back {order}: "
               f"{'sequential (as v1)' if seq else 'concurrently (as v2)'}",
@@ -803,50 +797,3 @@ async def reply_numbers(ctx: CaseContext) -> None:
                   kind="behaviour", actual=bad)
     finally:
         await _cleanup(conn, queue)
-
-
-# -- the HTTP API -------------------------------------------------------------------------------
-HTTP_PROBES = (  # (requirement, method, path): document 000's table
-    ("BQ-HTTP-2", "GET", "/health"), ("BQ-HTTP-3", "GET", "/healthz"),
-    ("BQ-HTTP-4", "GET", "/ready"), ("BQ-HTTP-5", "GET", "/prometheus"),
-    ("BQ-HTTP-6", "GET", "/stats"), ("BQ-HTTP-9", "GET", "/jobs/qw-none"),
-    ("BQ-HTTP-7", "POST", "/queues/{queue}/jobs"), ("BQ-HTTP-8", "GET", "/queues/{queue}/jobs"),
-    ("BQ-HTTP-10", "POST", "/jobs/qw-none/ack"), ("BQ-HTTP-11", "POST", "/jobs/qw-none/fail"),
-    ("BQ-HTTP-12", "GET", "/ws"), ("BQ-HTTP-13", "GET", "/events"),
-)
-
-
-def _http(method: str, url: str, timeout: float) -> tuple[int | None, str]:
-    body = b'{"data": {"qw": 1}}' if method == "POST" else None
-    req = urllib.request.Request(url, data=body, method=method,
-                                 headers={"content-type": "application/json"} if body else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - a probe
-            return resp.status, resp.headers.get("content-type", "")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("content-type", "")
-    except (OSError, ValueError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-async def http_api(ctx: CaseContext) -> None:
-    """Observation: the HTTP API on the default HTTP port of the target's host."""
-    port = ctx.profile.model.default_http_port
-    base = f"http://{ctx.host}:{port}"
-    loop = asyncio.get_running_loop()
-    status, note = await loop.run_in_executor(None, _http, "GET", base + "/healthz", 1.0)
-    if status is None:
-        ctx.check(True, f"no HTTP API answered at {base} ({note}); an embedded or non-default "
-                  "deployment serves it elsewhere or not at all", requirement="BQ-HTTP-1",
-                  kind="observation", actual=note)
-        return
-    results = {}
-    for rid, method, path in HTTP_PROBES:
-        url = base + path.format(queue=ctx.var("queue"))
-        code, ctype = await loop.run_in_executor(None, _http, method, url, 2.0)
-        results[path] = code
-        ctx.check(True, f"{method} {path} answered HTTP {code} ({ctype})", requirement=rid,
-                  kind="observation", actual={"status": code, "content_type": ctype})
-    ctx.check(True, f"an HTTP API answered at {base}: {results}", requirement="BQ-HTTP-1",
-              kind="observation", actual=results)
-    await _cleanup(await ctx.connect(), ctx.var("queue"))
