@@ -10,7 +10,6 @@ as data, with their requirement ids, and a framing error makes ``decode`` exit 1
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .conformance.known_failing import KNOWN_FAILING_HELP, read_known_failing
 from .spec import SpecError, default_profile, load_profile, profile_names
 
 # Tables are for reading; when stdout is not a terminal, do not squeeze them into 80 columns.
@@ -525,37 +525,6 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
 
 
 # -- conform ----------------------------------------------------------------------------------
-KNOWN_FAILING_HELP = (
-    "File of case ids expected to fail (your server's known deviations): one id per line; "
-    "'#' starts a comment, and text after the id (or a comment on its line) is the reason. "
-    "YAML works too: a list ('- bunqueue.push.x  # reason') or a mapping "
-    "('bunqueue.push.x: reason'). A listed case that fails is reported but does not fail the "
-    "run; a listed case that PASSES fails the run (the list went stale: remove the entry).")
-
-
-_CASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*")
-
-
-def parse_known_failing(text: str, source: str) -> dict[str, str]:
-    """Case id -> reason from a known-failing file (format: ``KNOWN_FAILING_HELP``)."""
-    out: dict[str, str] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        line, _, comment = raw.partition("#")
-        line = line.strip()
-        if not line or line in ("---", "known_failing:", "known-failing:"):
-            continue
-        if line.startswith("- "):
-            line = line[2:].strip()
-        case_id, sep, rest = line.partition(":") if ": " in line or line.endswith(":") \
-            else line.partition(" ")
-        case_id = case_id.strip().strip("'\"")
-        if not _CASE_ID.fullmatch(case_id):
-            raise click.UsageError(f"{source}:{n}: expected a case id, got {raw.strip()!r}")
-        reason = (rest.strip().strip("'\"") or comment.strip())
-        out[case_id] = reason
-    return out
-
-
 def _conform_profiles(protocol: str, profiles: tuple[str, ...]) -> list[str]:
     names = list(profiles) or [default_profile(protocol)]
     for name in names:
@@ -655,10 +624,9 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
     known: dict[str, str] = {}
     if known_failing:
         try:
-            text = open(known_failing, encoding="utf-8").read()  # noqa: SIM115 - read at once
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.UsageError(f"cannot read --known-failing {known_failing}: {exc}") from None
-        known = parse_known_failing(text, known_failing)
+            known = read_known_failing(known_failing)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     runs = []
     with LiveProgress(err_console) as progress:
         for target in targets:

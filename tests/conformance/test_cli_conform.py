@@ -9,7 +9,8 @@ import pytest
 import report_fixtures as fx
 from click.testing import CliRunner
 
-from queuewire.cli import main, parse_known_failing
+from queuewire.cli import main
+from queuewire.conformance.known_failing import parse_known_failing
 from queuewire.conformance.report import case_document, case_filename, write_reports
 
 

@@ -114,3 +114,28 @@ def test_failing_case_fails_with_checks_and_reproduction(pytester, closing_serve
     assert outcomes.get("failed", 0) >= 1
     assert f"reproduce: queuewire conform server --protocol bunqueue --target {target}" in out
     assert "expected:" in out or "error:" in out
+
+
+def test_known_failing_cases_are_xfail_and_a_passing_entry_is_stale(pytester, closing_server):
+    """Against a server that breaks everything, a listed case is xfail; against the embedded
+    reference server the same listed case passes, which fails the run (stale list)."""
+    (case,) = [c for c in load_cases("bunqueue", "bunqueue/v2") if not c.info][:1]
+    known = pytester.path / "known.txt"
+    known.write_text(f"{case.id}  # closes every connection\n")
+    args = ("--queuewire-protocol", "bunqueue", "--queuewire-timeout", "0.5",
+            "--queuewire-known-failing", str(known), *_select([case.id]))
+    broken = pytester.runpytest("-rx", "--queuewire-target", f"127.0.0.1:{closing_server.port}",
+                                *args)
+    broken.assert_outcomes(xfailed=1)
+    assert broken.ret == pytest.ExitCode.OK
+    assert "known failing (closes every connection)" in broken.stdout.str()
+    healthy = pytester.runpytest("--queuewire-target", "embedded", *args)
+    healthy.assert_outcomes(failed=1)
+    assert "the list is stale" in healthy.stdout.str()
+
+
+def test_unreadable_known_failing_file_is_a_usage_error(pytester):
+    result = pytester.runpytest("--queuewire-target", "embedded",
+                                "--queuewire-known-failing", str(pytester.path / "missing.txt"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cannot read known-failing file" in result.stderr.str()

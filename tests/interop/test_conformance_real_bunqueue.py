@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from queuewire.cli import parse_known_failing
+from queuewire.conformance.known_failing import parse_known_failing
 from queuewire.conformance.model import Verdict
 from queuewire.conformance.runner import load_cases, run_target_sync
 

@@ -14,6 +14,8 @@ item then reports its own case: FAIL and ERROR fail with the failed checks (requ
 level, expected, actual) and the reproduction line, NON-STRICT and UNIMPLEMENTED fail only
 with ``--queuewire-strict``, INFO and UNIMPLEMENTED (not strict) are skipped with their
 reason, and NON-STRICT (not strict) passes with a report section saying what was not followed.
+A case listed in ``--queuewire-known-failing`` is xfail while it fails and a failure once it
+passes (the list went stale), as in the CLI.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 _RESULTS = pytest.StashKey[dict]()
+_KNOWN = pytest.StashKey[dict]()  # case id -> reason, from --queuewire-known-failing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Leave out cases whose id matches; repeatable.")
     group.addoption("--queuewire-timeout", type=float, default=5.0, metavar="S",
                     help="Seconds to wait for each expected reply (default: 5).")
+    group.addoption("--queuewire-known-failing", metavar="FILE", default=None,
+                    help="Case ids expected to fail (the CLI's --known-failing format): such a "
+                         "case is reported as xfail; one that passes fails (the list is stale).")
     group.addoption("--queuewire-http-target", metavar="HOST:PORT", default=None,
                     help="The server's HTTP API (bunqueue) for the HTTP cases; without it they "
                          "are INFO ('embedded' sets its own).")
@@ -60,7 +66,8 @@ def _settings(config: pytest.Config) -> dict[str, Any]:
             "auth_token": config.getoption("queuewire_auth_token"),
             "strict": config.getoption("queuewire_strict"),
             "timeout": config.getoption("queuewire_timeout"),
-            "http_target": config.getoption("queuewire_http_target")}
+            "http_target": config.getoption("queuewire_http_target"),
+            "known_failing": config.getoption("queuewire_known_failing")}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection, which runs in this hook too
@@ -80,6 +87,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
             parse_http_target(s["http_target"])
         prof = load_profile(s["profile"])
+        if s["known_failing"]:
+            from .known_failing import read_known_failing
+
+            config.stash[_KNOWN] = read_known_failing(s["known_failing"])
     except (ValueError, SpecError) as exc:
         raise pytest.UsageError(f"queuewire: {exc}") from None
     if prof.protocol != s["protocol"]:
@@ -119,7 +130,8 @@ class ConformanceItem(pytest.Item):
             run = run_target_sync(s["protocol"], s["target"], profile=s["profile"],
                                   auth_token=s["auth_token"], strict=s["strict"],
                                   select=tuple(glob.escape(i) for i in ids),
-                                  timeout=s["timeout"], http_target=s["http_target"])
+                                  timeout=s["timeout"], http_target=s["http_target"],
+                                  known_failing=tuple(config.stash.get(_KNOWN, {})))
             config.stash[_RESULTS] = {"run": run, "by_id": {r.case.id: r for r in run.results}}
         return config.stash[_RESULTS]
 
@@ -135,6 +147,13 @@ class ConformanceItem(pytest.Item):
         v = result.verdict
         self.user_properties.append(("verdict", v.value))
         self.user_properties.append(("requirements", ",".join(self.case.requirements)))
+        if result.known_failing:
+            reason = self.config.stash.get(_KNOWN, {}).get(self.case.id) or "known failing"
+            if v is Verdict.PASS:
+                raise ConformanceFailure(f"{self.case.id}: listed in --queuewire-known-failing "
+                                         f"({reason}) but PASSES: the list is stale, remove it")
+            if v in (Verdict.FAIL, Verdict.ERROR, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED):
+                pytest.xfail(f"known failing ({reason}): {v.value}: {_reason(result)}")
         if v in (Verdict.FAIL, Verdict.ERROR) or (strict and v in (Verdict.NON_STRICT,
                                                                    Verdict.UNIMPLEMENTED)):
             raise ConformanceFailure(_describe(result, reproduction(run, result)))
