@@ -154,7 +154,7 @@ async def run_cleanup(ctx: CaseContext) -> None:
     if not case.cleanup:
         return
     ctx.cleaning = True
-    run_step = steps_bunqueue.run_step if case.protocol == "bunqueue" else steps_quicx.run_step
+    run_step = _STEP_RUNNERS[case.protocol]
     first = len(case.steps)
     try:
         for n, step in enumerate(case.cleanup, 1):
@@ -182,10 +182,14 @@ async def _body(ctx: CaseContext) -> None:
         fn = resolve_function(case.logic, case.source or case.id, "logic", want_async=True)
         await fn(ctx)
         return
-    if case.protocol == "bunqueue":
-        await steps_bunqueue.run_steps(ctx)
-    else:
-        await steps_quicx.run_steps(ctx)
+    run_step = _STEP_RUNNERS[case.protocol]
+    for n, step in enumerate(case.steps, 1):
+        ctx.step = n
+        await run_step(ctx, step)
+
+
+# The step interpreter of each protocol: run_step(ctx, step) runs one YAML step.
+_STEP_RUNNERS = {"bunqueue": steps_bunqueue.run_step, "quicx": steps_quicx.run_step}
 
 
 def _one_line(exc: BaseException, case: Case) -> str:

@@ -81,12 +81,6 @@ class Observation:
         return out
 
 
-async def run_steps(ctx: CaseContext) -> None:
-    for n, step in enumerate(ctx.case.steps, 1):
-        ctx.step = n
-        await run_step(ctx, step)
-
-
 async def run_step(ctx: CaseContext, step: dict) -> None:
     timeout = float(step.get("timeout", ctx.timeout))
     if "http" in step:  # no TCP connection: the HTTP API has its own target

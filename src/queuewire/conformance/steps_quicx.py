@@ -27,12 +27,6 @@ from .steps_bunqueue import Observation, _expected, _fill, _save, hex_bytes, mat
 ERROR_FIELD = "error_code"  # the MSG_ERROR layout field the codecs name the error code
 
 
-async def run_steps(ctx: CaseContext) -> None:
-    for n, step in enumerate(ctx.case.steps, 1):
-        ctx.step = n
-        await run_step(ctx, step)
-
-
 async def run_step(ctx: CaseContext, step: dict) -> None:
     timeout = float(step.get("timeout", ctx.timeout))
     conn = await ctx.conn(int(step.get("conn", 1)), role=step.get("role"))
