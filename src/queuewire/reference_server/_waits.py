@@ -47,6 +47,10 @@ class WaitRoom:
                 return again
             wait = again
 
+    def __bool__(self) -> bool:
+        """Whether any poll is parked (cheap: the notify hot path asks it per event batch)."""
+        return bool(self._waits)
+
     @property
     def parked(self) -> int:
         """How many long polls are parked now."""

@@ -183,6 +183,7 @@ class BunqueueServer(TcpService):
         self._messages = {name: e.message for name, e in spec.errors.items()}
         self._max_frame = spec.max_frame_bytes
         self._validator = BunqueueValidator(self.profile)
+        self._request_is_valid = self._validator.request_is_valid
         self._encoder = FrameEncoder(self.profile)
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[str, _Connection] = {}
@@ -324,9 +325,14 @@ class BunqueueServer(TcpService):
         out: list[bytes] = []
         try:
             slots = conn.slots
+            # whether every slot is held by parked polls; it changes only when this loop parks
+            # a poll or awaits (a parked poll releases its slot while we wait), so it is
+            # asked again only then, not for each request
+            locked = slots.locked()
+            answer, frame, with_req_id = self._answer, self._frame, self._with_req_id
             for request in requests:
                 held = False
-                if slots.locked():  # every slot is held by parked polls
+                if locked and slots.locked():  # every slot is held by parked polls
                     await self._flush(conn, out)
                     if not await self._acquire_slot(conn):  # BQ-PIPE-2: excess requests wait
                         return
@@ -336,7 +342,7 @@ class BunqueueServer(TcpService):
                         slots.release()
                     return
                 try:
-                    reply = self._answer(conn, request)
+                    reply = answer(conn, request)
                 except Exception:  # a bug: close this connection only
                     log.exception("connection %s: error answering a request, closing it",
                                   conn.id)
@@ -351,10 +357,12 @@ class BunqueueServer(TcpService):
                     task = asyncio.create_task(self._park(conn, request, reply))
                     conn.tasks.add(task)
                     task.add_done_callback(conn.tasks.discard)
+                    locked = True  # may be now: asked again before the next request
                     continue
                 if held:
                     slots.release()
-                out.append(self._frame(conn, self._with_req_id(request, reply)))
+                    locked = True  # we waited: ask again
+                out.append(frame(conn, with_req_id(request, reply)))
         finally:
             await self._flush(conn, out)
             self._poke_timer()
@@ -502,9 +510,10 @@ class BunqueueServer(TcpService):
         cmd = request.get("cmd")
         if self._tokens and not conn.authenticated and cmd != "Auth":
             return self._error("not_authenticated")                  # BQ-AUTH-2
-        refusal = request_refusal(self.engine, self._validator, request)
-        if refusal is not None:
-            return refusal
+        if not self._request_is_valid(request):  # the hot path asks only this
+            refusal = request_refusal(self.engine, self._validator, request)
+            if refusal is not None:
+                return refusal
         if cmd == "Auth" and self._tokens:
             if check_token(self._tokens, request.get("token")):     # BQ-AUTH-4
                 conn.authenticated = True
@@ -513,8 +522,10 @@ class BunqueueServer(TcpService):
         return self.engine.handle(conn.id, request)
 
     def _notify(self, event: Event) -> None:
-        """The engine's hook: wake the parked polls this event concerns."""
-        self._room.wake(event)
+        """The engine's hook: wake the parked polls this event concerns. (Called for every
+        job a PUSH or PUSHB adds, so with no poll parked at all it returns at once.)"""
+        if self._room:
+            self._room.wake(event)
         if self._chained_notify is not None:
             self._chained_notify(event)
 

@@ -17,7 +17,9 @@ time-to-live and cron schedules are min-heaps of deadlines whose stale entries a
 when popped. Time enters only through the injected clock ``now_ms`` and through :meth:`tick`,
 which the shell calls on a timer (:meth:`next_deadline` says when) and tests call with a fake
 clock. Defaults, limits, error strings, state names and the protocol version are read from the
-profile, never restated.
+profile, never restated. A bare push (a PUSH, or every entry of a PUSHB, setting only name and
+data) takes ``_create_plain``, which builds the same jobs, events and records as ``_create``
+would, a batch at a time (benchmarks/README.md, "Server benchmark").
 
 Seams for the shell:
 
@@ -68,8 +70,8 @@ import os
 import time
 import urllib.parse
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -261,6 +263,24 @@ def uuid7(now_ms: float) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+_VERSION_7 = bytes(0x70 | (b & 0x0F) for b in range(256))  # byte 6: version 7
+_VARIANT_10 = bytes(0x80 | (b & 0x3F) for b in range(256))  # byte 8: variant 10
+
+
+def uuid7_batch(now_ms: float, n: int) -> list[str]:
+    """``n`` UUIDv7s of the same millisecond, as :func:`uuid7` makes them one at a time: the
+    time prefix is formatted once, and the random bytes of all of them are read, given their
+    version and variant bits (by a translation of every 10th byte) and hexed at once."""
+    t = (int(max(now_ms, 0)) & 0xFFFFFFFFFFFF).to_bytes(6, "big").hex()
+    prefix = f"{t[:8]}-{t[8:12]}-"
+    b = bytearray(_random.take(10 * n))
+    b[0::10] = b[0::10].translate(_VERSION_7)
+    b[2::10] = b[2::10].translate(_VARIANT_10)
+    r = b.hex()
+    return [f"{prefix}{r[i:i + 4]}-{r[i + 4:i + 8]}-{r[i + 8:i + 20]}"
+            for i in range(0, 20 * n, 20)]
+
+
 def webhook_url_error(url: Any, *, allow_private: bool = False) -> str | None:
     """The ``errors`` name of the first rule ``url`` breaks (BQ-WEBHOOK-1), or None.
 
@@ -393,16 +413,35 @@ _OPAQUE_KEYS = frozenset({"data", "result", "results"})  # client payloads: left
 
 
 def _has_undefined(value: Any) -> bool:
-    """Whether an option map or list holds a JavaScript ``undefined`` outside job data."""
+    """Whether an option map or list holds a JavaScript ``undefined`` outside job data. The
+    maps of a list (PUSHB's entries) are scanned here rather than by a call each."""
     if type(value) is dict:
-        for k, v in value.items():
-            if v is UNDEFINED or (type(v) in (dict, list) and k not in _OPAQUE_KEYS
-                                  and _has_undefined(v)):
-                return True
-        return False
+        return _map_has_undefined(value)
     if type(value) is list:
-        return any(v is UNDEFINED or (type(v) in (dict, list) and _has_undefined(v))
-                   for v in value)
+        for v in value:
+            if v is UNDEFINED:
+                return True
+            t = type(v)
+            if t is dict:
+                for k, w in v.items():
+                    if w is UNDEFINED:
+                        return True
+                    tw = type(w)
+                    if (tw is dict or tw is list) and k not in _OPAQUE_KEYS \
+                            and _has_undefined(w):
+                        return True
+            elif t is list and _has_undefined(v):
+                return True
+    return False
+
+
+def _map_has_undefined(value: dict) -> bool:
+    for k, v in value.items():
+        if v is UNDEFINED:
+            return True
+        t = type(v)
+        if (t is dict or t is list) and k not in _OPAQUE_KEYS and _has_undefined(v):
+            return True
     return False
 
 
@@ -482,7 +521,7 @@ class Job:
     has_result: bool = False
     returnvalue: Any = None
     failed_reason: str | None = None
-    timeline: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)  # a shared tuple until the first change
     # -- volatile: never persisted ------------------------------------------------------------
     pending_deps: int = 0            # dependencies not yet completed (recomputed on load)
     lock_token: str | None = None
@@ -514,7 +553,46 @@ _PERSISTED_SET = frozenset(_PERSISTED)
 # request keys that leave every other job option at its default (_create's fast path)
 _PLAIN_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data", "priority", "delay",
                               "maxAttempts", "backoff", "jobId", "customId"})
+# a PUSH / a PUSHB entry with only these keys (and a non-empty name) takes _create_plain: no
+# custom id, uniqueKey or dependency to check, every other option at its default
+_BARE_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data"})
+_BARE_ENTRY_KEYS = frozenset({"name", "data"})
+_NONE: Any = ()  # the depends_on and tags of a job created without any (see _create_plain)
 _persisted_values = operator.attrgetter(*_PERSISTED)
+
+
+def _plain_job_factory() -> Callable[..., Job]:
+    """A constructor for the jobs of ``_create_plain``, generated from ``fields(Job)`` (so it
+    follows the class): the given fields from its arguments, every other one its default.
+    Binding the dataclass ``__init__``'s 43 parameters cost about twice what the stores do;
+    this takes 12 arguments and stores the rest as constants (~0.4 us a job instead of ~1.2)."""
+    given = {"id": "id", "queue": "queue", "name": "name", "data": "data", "seq": "seq",
+             "created_at": "now", "run_at": "now", "last_heartbeat": "now",
+             "priority": "priority", "max_attempts": "max_attempts", "backoff": "backoff",
+             "lifo": "lifo", "remove_on_complete": "roc", "remove_on_fail": "rof",
+             "timeline": "timeline", "depends_on": "none", "tags": "none"}
+    env: dict[str, Any] = {"new": object.__new__, "Job": Job, "WAITING": WAITING}
+    lines = ["def plain_job(id, queue, name, data, seq, now, priority, max_attempts, backoff,",
+             "              lifo, roc, rof, timeline, none):",
+             "    job = new(Job)"]
+    for f in fields(Job):
+        if f.name in given:
+            value = given[f.name]
+        elif f.name == "state":
+            value = "WAITING"
+        elif f.default_factory is not MISSING:
+            env[f"factory_{f.name}"] = f.default_factory
+            value = f"factory_{f.name}()"
+        else:
+            env[f"default_{f.name}"] = f.default
+            value = f"default_{f.name}"
+        lines.append(f"    job.{f.name} = {value}")
+    lines.append("    return job")
+    exec("\n".join(lines), env)  # noqa: S102 - our own source, built from fields(Job)
+    return env["plain_job"]
+
+
+_plain_job = _plain_job_factory()
 _LISTS = ("depends_on", "tags", "stacktrace", "timeline")
 
 
@@ -548,6 +626,32 @@ def job_to_wire(job: Job) -> dict[str, Any]:
 # =============================================================================================
 # Queues, schedules, workers
 # =============================================================================================
+class _Waiting(SortedList):
+    """A queue's pullable jobs in pull order: a SortedList that can also take a run of keys
+    that all sort after its last one (a FIFO batch of one priority, the common PUSHB) in
+    sublist-sized slices instead of one bisection and insertion each."""
+
+    def add_run(self, values: list) -> None:
+        """Add ``values`` (sorted); a run past the current last key is appended."""
+        lists, maxes = self._lists, self._maxes
+        if not values or (maxes and not values[0] > maxes[-1]) \
+                or any(not a < b for a, b in zip(values, values[1:])):
+            self.update(values)  # not a run past the end: the general path
+            return
+        load = self._load
+        start = 0
+        if lists and len(lists[-1]) < load:  # top up the last sublist first
+            start = load - len(lists[-1])
+            lists[-1].extend(values[:start])
+            maxes[-1] = lists[-1][-1]
+        for i in range(start, len(values), load):
+            chunk = values[i:i + load]
+            lists.append(chunk)
+            maxes.append(chunk[-1])
+        self._len += len(values)
+        del self._index[:]  # positions changed: rebuilt when next needed, as _expand does
+
+
 class _Queue:
     __slots__ = ("name", "members", "all", "waiting", "priorities", "unique", "paused",
                  "rate_limit", "concurrency", "pulls")
@@ -556,7 +660,7 @@ class _Queue:
         self.name = name
         self.members: dict[str, dict[str, None]] = {s: {} for s in states}  # by entry order
         self.all: dict[str, None] = {}           # every job of the queue, by creation
-        self.waiting = SortedList()              # (-priority, order, id) of pullable jobs
+        self.waiting = _Waiting()                # (-priority, order, id) of pullable jobs
         self.priorities: Counter = Counter()     # priority -> waiting + delayed jobs
         self.unique: dict[str, str] = {}         # uniqueKey -> id of its unfinished job
         self.paused = False
@@ -713,6 +817,8 @@ class BunqueueEngine:
         self._job_defaults = dict(self._defaults["PUSH"])
         self._pushb_defaults = _request_defaults(
             spec.commands["PUSHB"].request["properties"]["jobs"]["items"])
+        self._push_plain = self._plain_defaults(self._job_defaults)
+        self._pushb_plain = self._plain_defaults(self._pushb_defaults)
         self._delay_max = self.profile.limit("delay").max
         self._hello_server = spec.commands["Hello"].response["properties"]["server"]["const"]
         semantics = self.profile.tree.get("semantics") or {}
@@ -781,14 +887,19 @@ class BunqueueEngine:
     # =========================================================================================
     def handle(self, conn_id: str | None, request: Mapping[str, Any]) -> dict | Wait:
         """Execute one validated request; answer its reply fields and ``ok``, or a Wait."""
-        with self._operation():
+        self._depth += 1  # what _operation() does, without building one per request
+        try:
             cmd = request.get("cmd")
-            handler = self._handlers.get(cmd) if isinstance(cmd, str) else None
+            handler = self._handlers.get(cmd) if type(cmd) is str else None
             if handler is None:
                 return self._error("unknown_command", cmd=cmd)
             if conn_id is not None:
                 self._connections.add(conn_id)
             return self._run(handler, conn_id, _strip_undefined(dict(request)))
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and (self._events or self._outbox):
+                self._flush()
 
     def retry(self, conn_id: str | None, wait: Wait) -> dict | Wait:
         """Try a parked long poll again (after an event it ``wakes_on``)."""
@@ -884,8 +995,10 @@ class BunqueueEngine:
     def _run(self, handler: Callable, conn_id: str | None, req: dict,
              deadline: float | None = None) -> dict | Wait:
         try:
-            now = self._now()
-            self._promote_due(now)
+            now = float(self._clock())  # _now()
+            delayed = self._delayed
+            if delayed and delayed[0][0] <= now:
+                self._promote_due(now)
             if deadline is None:
                 return handler(conn_id, req, now)
             return handler(conn_id, req, now, deadline=deadline)
@@ -913,15 +1026,19 @@ class BunqueueEngine:
                         self.publish(conn_ids, frame)
                     except Exception:  # noqa: BLE001 - the shell's callback must not break us
                         log.exception("bunqueue engine: publish failed")
-            while self._events:
-                event = self._events.popleft()
+            events = self._events
+            while events:  # taken a batch at a time; notify may add more (through retry)
+                batch = list(events)
+                events.clear()
                 if self._collected is not None:
-                    self._collected.append(event)
-                if self.notify is not None:
-                    try:
-                        self.notify(event)
-                    except Exception:  # noqa: BLE001 - the shell's callback must not break us
-                        log.exception("bunqueue engine: notify failed")
+                    self._collected.extend(batch)
+                notify = self.notify
+                if notify is not None:
+                    for event in batch:
+                        try:
+                            notify(event)
+                        except Exception:  # noqa: BLE001 - the shell's callback must not break us
+                            log.exception("bunqueue engine: notify failed")
         finally:
             self._flushing = False
 
@@ -1011,6 +1128,8 @@ class BunqueueEngine:
         if extra:
             entry.update({k: v for k, v in extra.items() if v is not None})
         timeline = job.timeline
+        if type(timeline) is not list:  # the tuple a batch's jobs share (_create_plain)
+            timeline = job.timeline = list(timeline)
         timeline.append(entry)
         if len(timeline) > TIMELINE_MAX:
             del timeline[0]
@@ -1137,6 +1256,69 @@ class BunqueueEngine:
         self._webhook("job.pushed", job, now)
         self._job_event("pushed", job, now)
         return job
+
+    def _plain_defaults(self, d: Mapping[str, Any]) -> tuple | None:
+        """What ``_create`` gives a push that sets nothing but name and data, under the
+        defaults ``d``: (priority, maxAttempts, backoff, lifo, removeOnComplete,
+        removeOnFail); None where such a push is not a plain waiting job (a default delay or
+        durability, or waiting not an initial state), so that ``_create_plain`` is not used."""
+        if d.get("delay", 0) > 0 or bool(d.get("durable", False)) or WAITING not in self._initial:
+            return None
+        return (d.get("priority", 0), max(1, d.get("maxAttempts")), d.get("backoff"),
+                bool(d.get("lifo", False)), bool(d.get("removeOnComplete", False)),
+                bool(d.get("removeOnFail", False)))
+
+    def _create_plain(self, queue: str, entries: Sequence[Mapping[str, Any]], now: float,
+                      plain: tuple) -> list[str]:
+        """``_create`` for pushes that set only a non-empty name and data (a bare PUSH, or
+        each entry of a bare PUSHB), all at once: the same jobs, ids, events, webhooks, job
+        events and records as one ``_create`` per entry, built in one loop, with the queue's
+        sorted waiting list, priority count and push meter updated once for the batch."""
+        priority, max_attempts, backoff, lifo, roc, rof = plain
+        n = len(entries)
+        ids = uuid7_batch(now, n) if n > 1 else [uuid7(now)]
+        q = self._queue(queue)
+        jobs_, all_, members = self._jobs, q.all, q.members[WAITING]
+        seq = self._seq
+        add_event = self._events.append
+        keys = []
+        add_key = keys.append
+        new_event = tuple.__new__
+        order = -1 if lifo else 1
+        rank = -priority
+        # Fewer objects for the collector to track (it walked every live job's): the jobs of
+        # one batch share one timeline, a tuple of its first entry, until _timeline gives a
+        # job its own list at its next state change (entries are never changed once
+        # appended); depends_on and tags are replaced, never appended to, so jobs without
+        # any share one empty tuple
+        first = ({"state": WAITING, "timestamp": now},)
+        created = []
+        plain_job = _plain_job
+        for entry, job_id in zip(entries, ids):
+            s = next(seq)
+            job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                            max_attempts, backoff, lifo, roc, rof, first, _NONE)
+            jobs_[job_id] = job
+            all_[job_id] = None
+            members[job_id] = None
+            add_key((rank, order * s, job_id))  # _wkey(job)
+            add_event(new_event(Event, (queue, job_id, "waiting")))
+            created.append(job)
+        if n == 1:
+            q.waiting.add(keys[0])
+        else:
+            q.waiting.add_run(keys)
+        q.priorities[priority] += n
+        self.total_pushed += n
+        self._push_meter.add(now, n)
+        if self._keeps_jobs:
+            for job in created:
+                self.store.put_job(job.to_record(), durable=False)
+        if self._webhooks or self._subscribers.get(queue):
+            for job in created:
+                self._webhook("job.pushed", job, now)
+                self._job_event("pushed", job, now)
+        return ids
 
     def _name_and_data(self, opts: Mapping[str, Any]) -> tuple[str, Any]:
         """The job's name and data: a top-level name (BQ-NAME-101), else, where the profile
@@ -1585,6 +1767,12 @@ class BunqueueEngine:
     # Commands: core
     # =========================================================================================
     def _cmd_PUSH(self, conn_id: str | None, req: dict, now: float) -> dict:
+        plain = self._push_plain
+        if plain is not None and req.keys() <= _BARE_PUSH_KEYS:
+            name = req.get("name")
+            if type(name) is str and name:
+                return {"ok": True, "id": self._create_plain(req["queue"], (req,), now,
+                                                             plain)[0]}
         self._check_name(req)
         existing = self._check_push(req["queue"], req, "jobId")
         if existing is not None:
@@ -1593,6 +1781,16 @@ class BunqueueEngine:
 
     def _cmd_PUSHB(self, conn_id: str | None, req: dict, now: float) -> dict:
         queue, entries = req["queue"], req["jobs"]
+        plain = self._pushb_plain
+        if plain is not None and entries:
+            for e in entries:  # a loop, not all(): no generator to resume per entry
+                if type(e) is not dict or not e.keys() <= _BARE_ENTRY_KEYS:
+                    break
+                name = e.get("name")
+                if type(name) is not str or not name:
+                    break
+            else:
+                return {"ok": True, "ids": self._create_plain(queue, entries, now, plain)}
         defaults = self._pushb_defaults
         seen: set[str] = set()
         answers: list[str | None] = []

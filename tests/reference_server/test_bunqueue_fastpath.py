@@ -1,0 +1,142 @@
+"""The bunqueue engine's fast path for bare pushes (benchmarks/README.md, issue 3).
+
+A PUSH that sets only name and data, and a PUSHB whose entries all do, skip ``_create`` and
+take ``_create_plain``: jobs built by a generated constructor, ids made a batch at a time,
+the waiting keys appended as a run. These tests hold the fast path to what the general path
+does: the same job (by its wire form, id and clock aside), the same events, the same pull
+order, and well-formed UUIDv7 ids; and the two helpers it rests on against their plain
+equivalents (``Job(...)`` and ``SortedList``).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from queuewire.reference_server.bunqueue_engine import (
+    WAITING,
+    BunqueueEngine,
+    Event,
+    Job,
+    _plain_job,
+    _Waiting,
+    uuid7_batch,
+)
+from queuewire.reference_server.bunqueue_store import MemoryStore
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_700_000_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _engine(store: Any = None) -> tuple[BunqueueEngine, list[Event]]:
+    events: list[Event] = []
+    engine = BunqueueEngine(now_ms=_Clock(), notify=events.append, store=store)
+    return engine, events
+
+
+def _wire(engine: BunqueueEngine, job_id: str) -> dict:
+    job = engine.handle("c1", {"cmd": "GetJob", "id": job_id})["job"]
+    return {k: v for k, v in job.items() if k != "id"}
+
+
+def test_bare_push_matches_the_general_path() -> None:
+    engine, events = _engine()
+    fast = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email",
+                                "data": {"n": 1}})["id"]
+    # priority 0 is the default, but a key outside name/data takes the general path
+    slow = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email",
+                                "data": {"n": 1}, "priority": 0})["id"]
+    assert _wire(engine, fast) | {"createdAt": 0} == _wire(engine, slow) | {"createdAt": 0}
+    assert events == [Event("q", fast, "waiting"), Event("q", slow, "waiting")]
+
+
+def test_bare_pushb_matches_the_general_path_and_keeps_order() -> None:
+    engine, events = _engine()
+    bare = [{"name": "email", "data": {"n": i}} for i in range(250)]
+    fast = engine.handle("c1", {"cmd": "PUSHB", "queue": "q", "jobs": bare})["ids"]
+    general = [dict(e, priority=0) for e in bare[:3]]
+    slow = engine.handle("c1", {"cmd": "PUSHB", "queue": "q", "jobs": general})["ids"]
+    assert len(set(fast)) == 250
+    for a, b in zip(fast[:3], slow):
+        assert _wire(engine, a) | {"data": None} == _wire(engine, b) | {"data": None}
+    assert events == [Event("q", i, "waiting") for i in fast + slow]
+    pulled = engine.handle("c1", {"cmd": "PULLB", "queue": "q", "count": 253})["jobs"]
+    assert [j["id"] for j in pulled] == fast + slow  # FIFO across both paths
+    counts = engine.handle("c1", {"cmd": "GetJobCounts", "queue": "q"})["counts"]
+    assert counts["active"] == 253 and counts["waiting"] == 0
+
+
+def test_bare_pushb_writes_a_record_per_job() -> None:
+    store = MemoryStore()
+    engine, _ = _engine(store)
+    ids = engine.handle("c1", {"cmd": "PUSHB", "queue": "q",
+                               "jobs": [{"name": "a", "data": i} for i in range(5)]})["ids"]
+    records = {r["id"]: r for r in store.iter_jobs()}
+    assert sorted(records) == sorted(ids)
+    assert all(r["state"] == WAITING and r["tags"] == [] and r["depends_on"] == []
+               for r in records.values())
+    again = BunqueueEngine(now_ms=_Clock(), store=store)  # recovered from the records
+    pulled = again.handle("c1", {"cmd": "PULLB", "queue": "q", "count": 5})["jobs"]
+    assert [j["id"] for j in pulled] == ids
+
+
+def test_uuid7_batch_ids_are_version_7_and_distinct() -> None:
+    now = 1_700_000_000_123.0
+    ids = uuid7_batch(now, 500)
+    assert len(set(ids)) == 500
+    for text in ids:
+        u = uuid.UUID(text)
+        assert str(u) == text and u.version == 7 and u.variant == uuid.RFC_4122
+        assert u.int >> 80 == int(now)
+
+
+def test_plain_job_equals_the_dataclass_constructor() -> None:
+    timeline = [{"state": WAITING, "timestamp": 5.0}]
+    fast = _plain_job("j", "q", "n", {"x": 1}, 7, 5.0, 2, 3, 1000, True, True, False,
+                      timeline, ())
+    slow = Job("j", "q", "n", {"x": 1}, 7, WAITING, 5.0, 5.0, 2, 3, 1000, lifo=True,
+               depends_on=(), tags=(), remove_on_complete=True, remove_on_fail=False,
+               last_heartbeat=5.0, timeline=timeline)
+    assert repr(fast) == repr(slow)
+
+
+def test_waiting_add_run_agrees_with_sorted_list() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        waiting, expected = _Waiting(), SortedList()
+        waiting._reset(rng.choice([4, 10, 1000]))
+        top = 0
+        for _ in range(40):
+            roll = rng.random()
+            if roll < 0.5:
+                n = rng.randint(0, 40)
+                if rng.random() < 0.8:  # a run past the end, the PUSHB case
+                    values = list(range(top, top + n))
+                    top += n
+                else:  # anything else takes the general path
+                    values = sorted(rng.sample(range(top + 50), min(n, top + 50)))
+                waiting.add_run(values)
+                expected.update(values)
+            elif roll < 0.7 and expected:
+                value = expected[rng.randrange(len(expected))]
+                waiting.discard(value)
+                expected.discard(value)
+            elif roll < 0.85 and expected:
+                assert waiting.pop(0) == expected.pop(0)
+            else:
+                waiting.add(top)
+                expected.add(top)
+                top += 1
+            assert list(waiting) == list(expected)
+            if expected:
+                i = rng.randrange(len(expected))
+                assert waiting[i] == expected[i]
+            waiting._check()
