@@ -1,18 +1,24 @@
-"""Run ``queuewire serve …`` as a real process for tests, and learn its ephemeral port.
+"""Run servers as real processes for tests: ``queuewire serve …``, and the real bunqueue.
 
 ``start_serve("bunqueue", "--data-path", f)`` starts the daemon on 127.0.0.1 with
 ``--port 0``, reads the bound port from its "listening on" line, and keeps draining its
-output in a thread so a chatty daemon never blocks on a full pipe. ``stop_serve`` ends it
-with SIGTERM (SIGKILL if it does not stop). Shared by the durability and interop tests.
+output in a thread so a chatty daemon never blocks on a full pipe. ``start_real_bunqueue``
+starts npm ``bunqueue`` 2.9.5 under the ``bun`` binary ``make setup`` installs into
+tests/interop/node_modules, on free TCP and HTTP ports, in memory, with its per-connection rate
+limit lifted. ``stop_serve`` ends either with SIGTERM (SIGKILL if it does not stop). Shared by
+the durability and interop tests.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +57,48 @@ def stop_serve(proc: subprocess.Popen) -> int:
             proc.kill()
             proc.wait(timeout=5)
     return proc.returncode
+
+
+INTEROP = Path(__file__).resolve().parent / "interop"
+BUN = INTEROP / "node_modules" / ".bin" / "bun"
+BUNQUEUE_CLI = INTEROP / "node_modules" / "bunqueue" / "dist" / "cli" / "index.js"
+REAL_BUNQUEUE_MISSING = (
+    None if BUN.exists() and BUNQUEUE_CLI.exists() else
+    "bun/bunqueue in tests/interop/node_modules (`make setup`) is missing: the real bunqueue "
+    "server cannot be started")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_real_bunqueue(log: Path, timeout: float = 30.0) -> tuple[subprocess.Popen, int, int]:
+    """The real bunqueue server; returns (process, TCP port, HTTP port). Output goes to ``log``."""
+    port, http_port = _free_port(), _free_port()
+    while http_port == port:
+        http_port = _free_port()
+    env = dict(os.environ)
+    for var in ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH",
+                "BUNQUEUE_STORAGE_DRIVER", "BUNQUEUE_POSTGRES_URL", "AUTH_TOKENS"):
+        env.pop(var, None)
+    env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
+               LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{env.get('PATH', '')}")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(BUN), str(BUNQUEUE_CLI), "start", "--host", "127.0.0.1", "--tcp-port", str(port),
+             "--http-port", str(http_port)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=INTEROP, env=env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"bunqueue exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return proc, port, http_port
+        except OSError:
+            time.sleep(0.1)
+    stop_serve(proc)
+    pytest.fail(f"bunqueue did not listen on 127.0.0.1:{port} within {timeout} s: "
+                f"{log.read_text()[-2000:]}")

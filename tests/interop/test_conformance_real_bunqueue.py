@@ -18,11 +18,7 @@ or the bun/bunqueue install is missing.
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,70 +27,28 @@ import pytest
 from queuewire.conformance.known_failing import parse_known_failing
 from queuewire.conformance.model import Verdict
 from queuewire.conformance.runner import load_cases, run_target_sync
+from serve_process import REAL_BUNQUEUE_MISSING, start_real_bunqueue, stop_serve
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-BUN = HERE / "node_modules" / ".bin" / "bun"
-BUNQUEUE_CLI = HERE / "node_modules" / "bunqueue" / "dist" / "cli" / "index.js"
 KNOWN_FAILING = ROOT / "docs" / "conformance" / "bunqueue-2.9.5-known-failing.txt"
 PROFILE = "bunqueue/v2"
 HOST = "127.0.0.1"
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None or not BUN.exists() or not BUNQUEUE_CLI.exists(),
-    reason="node, or bun/bunqueue in tests/interop/node_modules (`make setup`), is missing: "
-           "the real bunqueue server cannot be started")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"bunqueue exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection((HOST, port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"bunqueue did not listen on {HOST}:{port} within {timeout} s: "
-                f"{log.read_text()[-2000:]}")
+    shutil.which("node") is None or REAL_BUNQUEUE_MISSING is not None,
+    reason=REAL_BUNQUEUE_MISSING or "node is missing: the real bunqueue server cannot be started")
 
 
 @pytest.fixture(scope="module")
 def real_bunqueue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
     """The real bunqueue 2.9.5 server on free ports; yields its TCP and HTTP ports."""
-    port, http_port = _free_port(), _free_port()
-    while http_port == port:
-        http_port = _free_port()
-    env = dict(os.environ)
-    for var in ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH",
-                "BUNQUEUE_STORAGE_DRIVER", "BUNQUEUE_POSTGRES_URL", "AUTH_TOKENS"):
-        env.pop(var, None)
-    env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
-               LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{env.get('PATH', '')}")
     log = tmp_path_factory.mktemp("bunqueue") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(BUN), str(BUNQUEUE_CLI), "start", "--host", HOST, "--tcp-port", str(port),
-             "--http-port", str(http_port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=HERE, env=env)
+    proc, port, http_port = start_real_bunqueue(log)
     try:
-        _wait_port(port, proc, log)
         yield port, http_port
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_serve(proc)
 
 
 def test_real_bunqueue_deviates_only_where_documented(real_bunqueue: tuple[int, int]) -> None:
