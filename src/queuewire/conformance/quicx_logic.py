@@ -99,26 +99,32 @@ async def submit_of_size(ctx: Any) -> None:
     spec = _spec(ctx)
     size, task_type = ctx.case.params["size"], ctx.case.params["task_type"]
     enc = QuicxEncoder(ctx.profile)
-    fixed = len(enc.encode(SUBMIT, task_type=task_type, payload=b"")) - spec.header_size
-    payload = bytes(range(256)) * (size // 256 + 1)
-    payload = payload[:size - fixed]
+    head = enc.encode(SUBMIT, task_type=task_type, payload=b"")[spec.header_size:]
+    payload = (bytes(range(256)) * (size // 256 + 1))[:size - len(head)]
     prod = await ctx.conn(1, role="producer")
-    body = enc.encode(SUBMIT, task_type=task_type, payload=b"")[spec.header_size:] + payload
+    body = head + payload
     await prod.send_raw(enc.frame(spec.message(SUBMIT).code, body),
                         f"MSG_SUBMIT of {len(body)} bytes")
-    msg = await prod.recv()
+    await _accepted_whole_or_too_large(ctx, spec, await prod.recv(),
+                                       f"a {len(body)}-byte MSG_SUBMIT", "the accepted task",
+                                       task_type=task_type, payload=payload)
+
+
+async def _accepted_whole_or_too_large(ctx: Any, spec: Any, msg: Message | None, what: str,
+                                       task: str, **fields: Any) -> None:
+    """``msg`` answers a MSG_SUBMIT: MSG_OK (then a worker must get the task whole with
+    ``fields``, and completes it) or the task-too-large error; anything else fails."""
     too_large = spec.error_names[spec.error_replies["task_too_large"]]
     ok = msg is not None and (msg.name == OK or _is_error(msg, spec, too_large))
-    ctx.check(ok, f"a {len(body)}-byte MSG_SUBMIT is accepted or refused {too_large}",
+    ctx.check(ok, f"{what} is accepted or refused {too_large}",
               kind="reply", expected=[OK, f"{ERROR} {too_large}"], actual=_describe(msg, spec))
     if msg is not None and msg.name == OK:
         worker = await ctx.conn(2, role="worker")
-        task = await worker.request(READY)
-        await _expect(ctx, task, TASK, "the accepted task is handed out whole",
-                      requirement="QX-TASK-2", task_id=msg.fields["task_id"],
-                      task_type=task_type, payload=payload)
-        if task is not None and task.name == TASK:
-            await worker.send(DONE, task_id=task.fields["task_id"])
+        assigned = await worker.request(READY)
+        await _expect(ctx, assigned, TASK, f"{task} is handed out whole",
+                      requirement="QX-TASK-2", task_id=msg.fields["task_id"], **fields)
+        if assigned is not None and assigned.name == TASK:
+            await worker.send(DONE, task_id=assigned.fields["task_id"])
 
 
 async def large_payload(ctx: Any) -> None:
@@ -130,18 +136,9 @@ async def large_payload(ctx: Any) -> None:
     payload = bytes(i % 251 for i in range(size))
     prod = await ctx.conn(1, role=_roles(spec, ERROR, PONG)[0])
     await prod.send(SUBMIT, task_type="big", payload=payload)
-    msg = await prod.recv()
-    name = spec.error_names[spec.error_replies["task_too_large"]]
-    ok = msg is not None and (msg.name == OK or _is_error(msg, spec, name))
-    ctx.check(ok, f"a MSG_SUBMIT with a {size}-byte payload is accepted or refused {name}",
-              kind="reply", expected=[OK, f"{ERROR} {name}"], actual=_describe(msg, spec))
-    if msg is not None and msg.name == OK:
-        worker = await ctx.conn(2, role="worker")
-        task = await worker.request(READY)
-        await _expect(ctx, task, TASK, "the large task is handed out whole", requirement="QX-TASK-2",
-                      task_id=msg.fields["task_id"], payload=payload)
-        if task is not None and task.name == TASK:
-            await worker.send(DONE, task_id=task.fields["task_id"])
+    await _accepted_whole_or_too_large(ctx, spec, await prod.recv(),
+                                       f"a MSG_SUBMIT with a {size}-byte payload",
+                                       "the large task", payload=payload)
     await _pong(ctx, prod, "QX-HDR-7")
 
 
