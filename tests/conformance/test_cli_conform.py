@@ -280,36 +280,11 @@ def test_e2e_stale_known_failing_entry_fails_the_run(cli, tmp_path):
     assert "STALE" in result.output and ids[0] in result.output
 
 
-def test_e2e_broken_server_fails_with_reproduction_and_replays(cli, tmp_path):
-    import socket
-    import threading
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    port = srv.getsockname()[1]
-
-    def serve():  # closes every connection as soon as a request arrives
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(2.0)
-                try:
-                    conn.recv(65536)
-                except OSError:
-                    pass
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        ids = _passing_ids(2)
-        result = cli("conform", "server", "--protocol", "bunqueue", "--target",
-                     f"127.0.0.1:{port}", *_sel(ids), "--timeout", "0.5",
-                     "--report-dir", tmp_path / "out", "--junit", tmp_path / "j.xml")
-    finally:
-        srv.close()
+def test_e2e_broken_server_fails_with_reproduction_and_replays(cli, tmp_path, closing_server):
+    ids = _passing_ids(2)
+    result = cli("conform", "server", "--protocol", "bunqueue", "--target",
+                 f"127.0.0.1:{closing_server.port}", *_sel(ids), "--timeout", "0.5",
+                 "--report-dir", tmp_path / "out", "--junit", tmp_path / "j.xml")
     assert result.exit_code == 1
     for cid in ids:
         assert f"--select '{cid}'" in result.output  # the runner's reproduction line
