@@ -19,8 +19,7 @@ from queuewire.codecs.bunqueue import UNDEFINED
 from queuewire.conformance.model import TargetRun, Verdict
 from queuewire.conformance.runner import load_cases, run_target, run_target_sync
 from queuewire.conformance.targets import EMBEDDED_TICK
-from queuewire.reference_server.bunqueue import BunqueueServer
-from queuewire.reference_server.bunqueue_engine import BunqueueEngine
+from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer
 from queuewire.spec import load_profile, profile_names
 
 PROFILE = "bunqueue/v2"

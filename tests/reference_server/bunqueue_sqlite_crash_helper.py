@@ -10,8 +10,7 @@ id is an answered PUSH. Then it waits to be killed, never flushing or closing th
 import sys
 import time
 
-from queuewire.reference_server.bunqueue_engine import BunqueueEngine
-from queuewire.reference_server.bunqueue_sqlite import SqliteStore
+from queuewire.reference_server.bunqueue import BunqueueEngine, SqliteStore
 
 
 def main() -> None:

@@ -16,16 +16,9 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from queuewire.reference_server.bunqueue_engine import (
-    WAITING,
-    BunqueueEngine,
-    Event,
-    Job,
-    _plain_job,
-    _Waiting,
-    uuid7_batch,
-)
-from queuewire.reference_server.bunqueue_store import MemoryStore
+from queuewire.reference_server.bunqueue import BunqueueEngine, Event, Job, MemoryStore, uuid7_batch
+from queuewire.reference_server.bunqueue.jobs import _plain_job, _Waiting
+from queuewire.reference_server.bunqueue.model import WAITING
 
 
 class _Clock:

@@ -15,17 +15,14 @@ import aiohttp
 from aiohttp import web
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
-from queuewire.reference_server.bunqueue import BunqueueServer
-from queuewire.reference_server.bunqueue_engine import (
+from queuewire.reference_server.bunqueue import (
     BunqueueEngine,
+    BunqueueServer,
     EngineConfig,
+    HttpFrontend,
     WebhookDelivery,
 )
-from queuewire.reference_server.bunqueue_http import (
-    PROMETHEUS_CONTENT_TYPE,
-    SIGNATURE_HEADER,
-    HttpFrontend,
-)
+from queuewire.reference_server.bunqueue.http import PROMETHEUS_CONTENT_TYPE, SIGNATURE_HEADER
 from queuewire.spec import load_profile
 
 PROFILE = load_profile("bunqueue/v2")
@@ -327,7 +324,7 @@ def test_webhook_is_delivered_with_a_valid_hmac_signature():
 
 
 def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
-    caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue_http")
+    caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue.http")
 
     async def go():
         rx, hook_url, got = await receiver()

@@ -16,8 +16,7 @@ import pytest
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
 from queuewire.codecs.validation import BunqueueValidator
-from queuewire.reference_server.bunqueue import BunqueueServer
-from queuewire.reference_server.bunqueue_engine import EngineConfig
+from queuewire.reference_server.bunqueue import BunqueueServer, EngineConfig
 from queuewire.spec import load_profile
 
 EXT = load_profile("bunqueue/2.9.5")

@@ -19,8 +19,7 @@ import pytest
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
 from queuewire.codecs.validation import BunqueueValidator
-from queuewire.reference_server.bunqueue import BunqueueServer
-from queuewire.reference_server.bunqueue_engine import BunqueueEngine
+from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer
 from queuewire.spec import load_profile
 from queuewire.spec.instances import minimal
 

@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from queuewire.codecs.bunqueue import UNDEFINED
-from queuewire.reference_server.bunqueue_engine import BunqueueEngine
-from queuewire.reference_server.bunqueue_sqlite import (
-    SCHEMA_VERSION,
-    SchemaError,
-    SqliteStore,
-)
-from queuewire.reference_server.bunqueue_store import StorageStatus, Store
+from queuewire.reference_server.bunqueue import BunqueueEngine, SqliteStore, StorageStatus, Store
+from queuewire.reference_server.bunqueue.sqlite import SCHEMA_VERSION, SchemaError
 
 HELPER = Path(__file__).with_name("bunqueue_sqlite_crash_helper.py")
 NEVER = 1e12  # a flush interval no test reaches

@@ -1,6 +1,6 @@
 """The bunqueue reference server's asyncio shell: :class:`BunqueueServer`.
 
-All queue semantics live in :mod:`.bunqueue_engine`; this module moves bytes, gates and
+All queue semantics live in :mod:`.engine`; this module moves bytes, gates and
 schedules. ``asyncio.start_server`` gives each connection a handler with its own
 :class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and answers the
 requests of each read in order: one that completes at once (all but a parked long poll) runs
@@ -12,12 +12,12 @@ goes away is still noticed), and replies go out as they finish (out of order, co
 the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
 rate limit (when configured; every frame counts, as bunqueue counts), the authentication gate
 (with tokens configured, everything but Auth is refused until an Auth succeeds; tokens are
-compared by the engine's constant-time :func:`~.bunqueue_engine.check_token`), the schema
+compared by the engine's constant-time :func:`~.engine.check_token`), the schema
 (:class:`~queuewire.codecs.validation.BunqueueValidator`; a violation is answered with the
 spec's ``invalid_request`` message naming the requirement id and path) and then
-:meth:`~.bunqueue_engine.BunqueueEngine.handle`. A :class:`~.bunqueue_engine.Wait` (a long
+:meth:`~.engine.BunqueueEngine.handle`. A :class:`~.engine.Wait` (a long
 poll) parks its task on a future indexed by what it waits for; the engine's ``notify`` hook
-resolves the futures an :class:`~.bunqueue_engine.Event` wakes and each woken task calls
+resolves the futures an :class:`~.engine.Event` wakes and each woken task calls
 ``retry``, or ``expire`` at its deadline. One background task calls ``tick`` at
 ``next_deadline`` (at least every ``tick_interval``), woken early when a request brings the
 deadline forward. A ``reply`` protocol error is answered (bunqueue's transport strings, never
@@ -44,22 +44,18 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
-from ..codecs.errors import EncodeError, ProtocolError
-from ..codecs.validation import BunqueueValidator
-from ..spec import Profile
-from ._service import TcpService
-from ._waits import WaitRoom
-from .bunqueue_engine import (
-    BunqueueEngine,
-    EngineConfig,
-    Event,
-    Wait,
-    check_token,
-    request_refusal,
-)
-from .bunqueue_sqlite import FLUSH_INTERVAL_MS, SqliteStore
-from .bunqueue_store import NullStore
+from ...codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
+from ...codecs.errors import EncodeError, ProtocolError
+from ...codecs.validation import BunqueueValidator
+from ...spec import Profile
+from .._service import TcpService
+from .commands.auth import check_token
+from .engine import BunqueueEngine, request_refusal
+from .http import HttpFrontend
+from .model import EngineConfig, Event, Wait
+from .sqlite import FLUSH_INTERVAL_MS, SqliteStore
+from .store import NullStore
+from .waits import WaitRoom
 
 __all__ = ["BunqueueServer", "tune_gc"]
 
@@ -139,14 +135,14 @@ class BunqueueServer(TcpService):
     ``port=None`` is the profile's ``default_port``; ``port=0`` picks a free port.
     ``auth_tokens``: with any, connections must Auth first (BQ-AUTH-2). ``rate_limit``:
     ``(requests, window_seconds)`` per connection, or None (off; the spec gives no default).
-    ``engine``: a ready :class:`~.bunqueue_engine.BunqueueEngine` (its ``notify`` is chained).
-    ``data_path``: keep jobs in a SQLite file (:class:`~.bunqueue_sqlite.SqliteStore`, WAL):
+    ``engine``: a ready :class:`~.engine.BunqueueEngine` (its ``notify`` is chained).
+    ``data_path``: keep jobs in a SQLite file (:class:`~.sqlite.SqliteStore`, WAL):
     a PUSH with ``durable: true`` is committed before it is answered, other writes within the
     store's flush bound (``FLUSH_INTERVAL_MS``, also run on a timer here); the file is
     recovered on start and closed on stop. ``http_port``: also serve the HTTP API
-    (:class:`~.bunqueue_http.HttpFrontend`, same host, engine and tokens) on that port (0 picks
+    (:class:`~.http.HttpFrontend`, same host, engine and tokens) on that port (0 picks
     a free one), started and stopped with the server; None (the default) serves no HTTP.
-    ``config``: the :class:`~.bunqueue_engine.EngineConfig` of the engine built here (stall
+    ``config``: the :class:`~.engine.EngineConfig` of the engine built here (stall
     interval, lock TTL, ...); None uses the profile's defaults.
     """
 
@@ -207,7 +203,6 @@ class BunqueueServer(TcpService):
         self._server = await asyncio.start_server(self._serve, self.host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
         if self._http_port is not None:
-            from .bunqueue_http import HttpFrontend
             try:
                 self.http = await HttpFrontend(self, self.host, self._http_port).start()
             except BaseException:

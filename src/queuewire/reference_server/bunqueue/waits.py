@@ -14,7 +14,8 @@ import asyncio
 import time
 from typing import Any
 
-from .bunqueue_engine import BunqueueEngine, Event, Wait
+from .engine import BunqueueEngine
+from .model import Event, Wait
 
 
 class WaitRoom:

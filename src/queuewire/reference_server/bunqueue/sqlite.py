@@ -1,4 +1,4 @@
-"""A bunqueue :class:`~.bunqueue_store.Store` on a real SQLite file (the stdlib ``sqlite3``).
+"""A bunqueue :class:`~.store.Store` on a real SQLite file (the stdlib ``sqlite3``).
 
 The database runs in WAL mode with ``synchronous=NORMAL``, and every record is one row,
 ``(key, blob)`` in the table of its kind (jobs also keep ``queue`` and ``state`` columns for
@@ -32,8 +32,8 @@ from typing import Any
 
 import msgspec
 
-from ..codecs.bunqueue import UNDEFINED
-from .bunqueue_store import Record, StorageStatus
+from ...codecs.bunqueue import UNDEFINED
+from .store import Record, StorageStatus
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ SCHEMA_VERSION = 1
 # A non-durable write reaches the disk at the latest at the first of: the shell's flush()
 # timer, the first store call made FLUSH_INTERVAL_MS or more after it was buffered, or the
 # buffer reaching MAX_BUFFERED records / MAX_BUFFERED_BYTES bytes. 10 ms is "every few
-# milliseconds", as bunqueue_store describes bunqueue's own buffer: with the shell's timer at
+# milliseconds", as store.py describes bunqueue's own buffer: with the shell's timer at
 # the same period, a crash loses at most the last ~10-20 ms of non-durable writes, while a busy
 # server still commits many records per transaction instead of one each (a commit, not a
 # row, is what costs). 1000 records bound how long one flush stalls the event loop (a few

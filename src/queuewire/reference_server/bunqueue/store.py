@@ -1,7 +1,7 @@
 """Where the bunqueue engine's state lives between restarts: the ``Store`` protocol and
 ``MemoryStore``.
 
-The engine (:mod:`.bunqueue_engine`) keeps every job, queue and schedule in memory, with its
+The engine (:mod:`.engine`) keeps every job, queue and schedule in memory, with its
 own indexes (priority order, delay and lock timers); that is what makes PUSH, PULL and ACK
 O(log n). A store is the durable copy beside it, written through on every change and read
 back once, when an engine is constructed on it. This is how bunqueue itself works (memory

@@ -25,13 +25,13 @@ a violation is 400 ``{ok:false, error:"Invalid request: ..."}`` (the spec's
 ``invalid_command_format``. An unknown job is 404 (``job_not_found``); ACK/FAIL of a job that
 exists but is not active is 409; any other refusal is 400. With auth tokens, every endpoint
 but the Kubernetes probes (``/healthz``, ``/ready``) needs ``Authorization: Bearer <token>``,
-compared in constant time (:func:`~.bunqueue_engine.check_token`), else 401
+compared in constant time (:func:`~.engine.check_token`), else 401
 ``not_authenticated`` / ``invalid_token``.
 
 Events (BQ-HTTP-12, BQ-HTTP-13), shaped after bunqueue 2.9.5's ``sseHandler`` and
 ``wsHandler``: the source is the engine's ``notify`` seam, the one this frontend already
 chains for long polls and webhook wake-ups, so there is no second event bus: ``_notify`` hands
-each :class:`~.bunqueue_engine.Event` to every open stream (an :class:`_EventStream`, a
+each :class:`~.engine.Event` to every open stream (an :class:`_EventStream`, a
 bounded inbox: a reader that falls behind loses events, as bunqueue drops them under
 backpressure, and never slows the engine). An event about a job is named ``job:<reason>``,
 one about a queue ``queue:<reason>`` (the reason's words joined by ``-``: ``job:waiting``,
@@ -45,7 +45,7 @@ and a ``:heartbeat`` comment when ``heartbeat`` seconds pass without one. ``/ws`
 closes, as over TCP): each text (or UTF-8 binary) message is one JSON command map answered
 through the same gate as a TCP frame (``invalid_command``, ``unknown_command``,
 ``invalid_request``, Auth, then ``engine.handle``; a long poll is parked in the same
-:class:`~._waits.WaitRoom`), the reply carrying the request's ``reqId``; text that is not JSON
+:class:`~.waits.WaitRoom`), the reply carrying the request's ``reqId``; text that is not JSON
 is answered ``invalid_command_format``. Like bunqueue's "legacy" clients, it is also sent every
 event, as ``{eventType, queue, jobId, timestamp}``, and where the profile has SubscribeEvents
 the engine's ``publish`` frames for it. Both endpoints are behind the Bearer check like every
@@ -72,7 +72,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -80,24 +80,25 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
-from ..codecs.validation import BunqueueValidator
-from ._service import Service
-from ._waits import WaitRoom
-from .bunqueue_engine import (
-    BunqueueEngine,
-    Event,
-    Wait,
-    WebhookDelivery,
-    check_token,
-    request_refusal,
-)
+from ...codecs.validation import BunqueueValidator
+from .._service import Service
+from .commands.auth import check_token
+from .engine import BunqueueEngine, request_refusal
+from .model import Event, Wait
+from .waits import WaitRoom
+from .webhook_urls import WebhookDelivery
 
-if TYPE_CHECKING:
-    from .bunqueue import BunqueueServer
+
+class ServesEngine(Protocol):
+    """What the frontend needs of the TCP server it sits beside (no import of that module,
+    which imports this one): its engine, and the auth tokens it was given."""
+
+    engine: BunqueueEngine
+    _tokens: tuple[str, ...]
 
 __all__ = ["HttpFrontend", "WebhookRefused"]
 
-log = logging.getLogger("queuewire.reference_server.bunqueue_http")
+log = logging.getLogger("queuewire.reference_server.bunqueue.http")
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SIGNATURE_HEADER = "X-Webhook-Signature"
 WEBHOOK_TIMEOUT = 10.0       # seconds per delivery
@@ -175,11 +176,11 @@ def _ip_literal(host: str) -> bool:
 
 
 class HttpFrontend(Service):
-    """The HTTP API of a :class:`~.bunqueue.BunqueueServer` (its engine and auth tokens) or
-    of a bare :class:`~.bunqueue_engine.BunqueueEngine` (``auth_tokens`` then given here).
+    """The HTTP API of a :class:`~.tcp.BunqueueServer` (its engine and auth tokens) or
+    of a bare :class:`~.engine.BunqueueEngine` (``auth_tokens`` then given here).
     ``port=0`` picks a free port."""
 
-    def __init__(self, server_or_engine: BunqueueServer | BunqueueEngine,
+    def __init__(self, server_or_engine: ServesEngine | BunqueueEngine,
                  host: str = "127.0.0.1", port: int = 0, *,
                  auth_tokens: tuple[str, ...] | list[str] | None = None):
         if isinstance(server_or_engine, BunqueueEngine):

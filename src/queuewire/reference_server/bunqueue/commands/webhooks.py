@@ -1,0 +1,51 @@
+"""Commands: AddWebhook, RemoveWebhook, ListWebhooks (webhooks.yaml)."""
+
+from __future__ import annotations
+
+from ..jobs import uuid7
+from ..model import _Refused
+from ..webhook_urls import webhook_url_error
+
+
+class WebhooksCommands:
+    """The handlers of these commands (mixed into the engine)."""
+
+    # =========================================================================================
+    # Commands: webhooks
+    # =========================================================================================
+    def _cmd_AddWebhook(self, conn_id: str | None, req: dict, now: float) -> dict:
+        url, events = req["url"], list(req["events"])
+        invalid = [e for e in events if e not in self._webhook_events]
+        if invalid:  # BQ-WEBHOOK-5
+            raise _Refused("webhook_invalid_events", events=", ".join(map(str, invalid)),
+                           valid=", ".join(self._webhook_events))
+        problem = webhook_url_error(url, allow_private=self.config.allow_private_webhooks)
+        if problem is not None:  # BQ-WEBHOOK-1
+            raise _Refused(problem)
+        hook = {"id": uuid7(now), "url": url, "events": events, "queue": req.get("queue"),
+                "secret": req.get("secret"), "createdAt": now, "lastTriggered": None,
+                "successCount": 0, "failureCount": 0, "enabled": True}
+        self._webhooks[hook["id"]] = hook
+        self.store.put_webhook(dict(hook))
+        data = {"webhookId": hook["id"], "url": url, "events": list(events), "createdAt": now}
+        if hook["queue"] is not None:
+            data["queue"] = hook["queue"]
+        return {"ok": True, "data": data}
+
+    def _cmd_RemoveWebhook(self, conn_id: str | None, req: dict, now: float) -> dict:
+        if self._webhooks.pop(req["webhookId"], None) is None:
+            raise _Refused("webhook_not_found")  # BQ-WEBHOOK-4
+        self.store.delete_webhook(req["webhookId"])
+        return {"ok": True, "data": {"removed": True}}
+
+    def _cmd_ListWebhooks(self, conn_id: str | None, req: dict, now: float) -> dict:
+        hooks = []
+        for h in self._webhooks.values():  # never the secret
+            item = {k: h[k] for k in ("id", "url", "createdAt", "lastTriggered",
+                                      "successCount", "failureCount", "enabled")}
+            item["events"] = list(h["events"])
+            if h.get("queue") is not None:
+                item["queue"] = h["queue"]
+            hooks.append(item)
+        return {"ok": True, "data": {"webhooks": hooks, "stats": {
+            "total": len(hooks), "enabled": sum(h["enabled"] for h in hooks)}}}

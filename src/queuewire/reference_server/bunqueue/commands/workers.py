@@ -1,0 +1,54 @@
+"""Commands: RegisterWorker, UnregisterWorker, ListWorkers (workers.yaml)."""
+
+from __future__ import annotations
+
+from ..jobs import _Worker, uuid7
+from ..model import _int, _Refused
+
+
+class WorkersCommands:
+    """The handlers of these commands (mixed into the engine)."""
+
+    # =========================================================================================
+    # Commands: workers
+    # =========================================================================================
+    def _worker_wire(self, w: _Worker, now: float) -> dict:
+        return {"id": w.id, "name": w.name, "queues": list(w.queues),
+                "registeredAt": w.registered_at, "lastSeen": w.last_seen,
+                "activeJobs": self._owner_active.get(w.id, 0), "processedJobs": w.processed,
+                "failedJobs": w.failed, "concurrency": w.concurrency, "hostname": w.hostname,
+                "pid": w.pid,
+                "status": "active" if now - w.last_seen < self.worker_timeout else "stale"}
+
+    def _cmd_RegisterWorker(self, conn_id: str | None, req: dict, now: float) -> dict:
+        wid = req.get("workerId") if isinstance(req.get("workerId"), str) and req["workerId"] \
+            else uuid7(now)
+        started = req.get("startedAt")
+        worker = _Worker(id=wid, name=req["name"], queues=list(req.get("queues") or []),
+                         registered_at=float(started) if isinstance(started, (int, float))
+                         and not isinstance(started, bool) else now,
+                         last_seen=now, concurrency=max(1, _int(req.get("concurrency"), 1)),
+                         hostname=req["hostname"] if isinstance(req.get("hostname"), str)
+                         else "unknown", pid=_int(req.get("pid"), 0), conn_id=conn_id)
+        previous = self._workers.get(wid)
+        if previous is not None:  # re-registration keeps the counters
+            worker.processed, worker.failed = previous.processed, previous.failed
+        self._workers[wid] = worker
+        wire = self._worker_wire(worker, now)
+        data = {"workerId": wid, **{k: v for k, v in wire.items() if k != "id"}}
+        return {"ok": True, "data": data}
+
+    def _cmd_UnregisterWorker(self, conn_id: str | None, req: dict, now: float) -> dict:
+        if self._workers.pop(req["workerId"], None) is None:
+            raise _Refused("worker_not_found")
+        return {"ok": True, "data": {"removed": True}}
+
+    def _cmd_ListWorkers(self, conn_id: str | None, req: dict, now: float) -> dict:
+        workers = [self._worker_wire(w, now) for w in self._workers.values()]
+        stats = {"total": len(workers),
+                 "active": sum(w["status"] == "active" for w in workers),
+                 "totalProcessed": sum(w["processedJobs"] for w in workers),
+                 "totalFailed": sum(w["failedJobs"] for w in workers),
+                 "activeJobs": sum(w["activeJobs"] for w in workers),
+                 "concurrencySlots": sum(w["concurrency"] for w in workers)}
+        return {"ok": True, "data": {"workers": workers, "stats": stats}}
