@@ -54,6 +54,7 @@ run: $(STAMP)
 
 test: $(STAMP) $(NODE_PEERS)
 	$(BIN)/queuewire spec lint
+	$(BIN)/lint-imports
 	$(BIN)/queuewire vectors check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
@@ -68,8 +69,11 @@ docs: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[docs]'
 	$(BIN)/python -m sphinx -q -b html docs docs/_build/html
 
+# ruff, then the import contracts in pyproject.toml ([tool.importlinter]: the layers, and no
+# import cycles between sibling modules).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache tests/interop/node_modules $(REPORTS)

@@ -32,7 +32,8 @@ from queuewire.codecs.quicx import (
 )
 from queuewire.spec import load_profile, profile_names
 from queuewire.spec.quicx import DAEMON, MessageType, QuicxSpec
-from queuewire.vectors_quicx import check_vector, document, file_name, render
+from queuewire.vectors import file_name
+from queuewire.vectors.quicx import check_vector, document, render
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR_DIR = ROOT / "vectors" / "quicx"
@@ -221,7 +222,7 @@ def test_vector_files_are_current_and_deterministic(name):
     text = render(document(name))
     assert text == render(document(name))
     assert (VECTOR_DIR / file_name(name)).read_text(encoding="utf-8") == text, \
-        "stale vectors: run python -m queuewire.vectors_quicx"
+        "stale vectors: run queuewire vectors generate"
 
 
 @pytest.mark.parametrize("vec", VECTORS, ids=[v["id"] for v in VECTORS])

@@ -22,7 +22,7 @@ from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from queuewire.codecs.errors import ProtocolError
 from queuewire.codecs.validation import jsonable
 from queuewire.spec import load_profile
-from queuewire.vectors import bunqueue_vectors
+from queuewire.vectors.bunqueue import bunqueue_vectors
 
 HERE = Path(__file__).parent
 NODE = shutil.which("node")

@@ -1,11 +1,13 @@
 """Sans-IO quicx client sessions: producer, worker and monitor state machines as tables.
 
-Design (after h11's ``_state.py`` and the session layer of document 003). Each session is a
-pure object: the shell feeds it the bytes that arrived (``receive_data``, ``receive_eof``,
-``connection_lost``) and the user's calls (``submit``, ``finish``, ``stop``, ...), and it
-returns :class:`Event` objects and queues the bytes to write (``data_to_send``). It owns no
-socket and no timer: time comes from an injected ``clock``, and the shell calls ``tick()``
-when ``next_tick()`` says a heartbeat or a heartbeat deadline is due.
+Design (after h11's ``_state.py`` and the session layer of document 003). The machinery no
+protocol owns is in :mod:`.session`: the pure-object contract (the shell feeds in the bytes
+that arrived, ``receive_data``, ``receive_eof``, ``connection_lost``, and the user's calls,
+``submit``, ``finish``, ``stop``, ...; the session returns :class:`Event` objects and queues
+the bytes to write, ``data_to_send``; time comes from an injected ``clock`` and ``tick()``),
+the client and request transition tables, heartbeats and closing. This module adds what is
+quicx: decoding and encoding with the profile, what each message means in each state, the
+worker's machine, FIFO correlation, and the quicx errors (subclasses of the generic ones).
 
 Every state change goes through a transition table, a plain dict from ``(state, event)`` to
 the next state; a pair missing from the table is an error (:class:`QuicxStateError` for a
@@ -14,13 +16,13 @@ something the state does not allow, e.g. a MSG_TASK to a busy worker). The lifec
 003: CREATED -> CONNECTING -> (open states) -> STOPPING -> CLOSED. quicx has no negotiation,
 so a connection is open as soon as TCP is. Three machines:
 
-* :data:`CLIENT_TRANSITIONS` for producers and monitors (OPEN while requests may be made;
-  STOPPING refuses new requests and drains the pending ones; CLOSED).
+* :data:`~.session.CLIENT_TRANSITIONS` for producers and monitors (OPEN while requests may be
+  made; STOPPING refuses new requests and drains the pending ones; CLOSED).
 * :data:`WORKER_TRANSITIONS`: IDLE (registered, no READY outstanding), WAITING (READY sent,
   or re-armed by a result where ``ready_required_after_result`` is false), BACKOFF (after a
   MSG_WAIT, until the backoff delay has passed and READY is sent again), BUSY (a task is
   running), STOPPING (a graceful stop waits for the running task's result).
-* :data:`REQUEST_TRANSITIONS` for each producer submission and monitor request: SENT ->
+* :data:`~.session.REQUEST_TRANSITIONS` for each producer submission and monitor request: SENT ->
   ACCEPTED -> DONE | FAILED (the result is awaited only where
   ``forward_results_to_producer`` is true; otherwise ACCEPTED is final), or REFUSED, LOST,
   TIMED_OUT.
@@ -41,18 +43,36 @@ daemon's bytes closes the session (``client_error_reaction``, QX-DIR-2) and is r
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
 from ..spec import Profile, load_profile
 from ..spec.quicx import DAEMON, QuicxSpec
+from .session import (
+    CLIENT_TRANSITIONS,
+    REQUEST_TRANSITIONS,
+    ClientConnectionLost,
+    ClientError,
+    ClientEvent,
+    ClientSessionStopped,
+    ClientState,
+    ClientStateError,
+    ClientTimeout,
+    Closed,
+    Event,
+    HeartbeatSent,
+    Request,
+    RequestEvent,
+    RequestState,
+    Session,
+    Settled,
+)
 
 __all__ = [
     "CLIENT_TRANSITIONS",
@@ -93,11 +113,11 @@ log = logging.getLogger("queuewire.client.quicx")
 
 # ----------------------------------------------------------------------------------- errors
 
-class QuicxClientError(Exception):
+class QuicxClientError(ClientError):
     """Base of the client errors."""
 
 
-class QuicxStateError(QuicxClientError):
+class QuicxStateError(QuicxClientError, ClientStateError):
     """A call the session's state does not allow (a local misuse)."""
 
 
@@ -110,15 +130,15 @@ class QuicxRefused(QuicxClientError):
                          f"({error_code:#04x}): {message}")
 
 
-class QuicxTimeout(QuicxClientError, TimeoutError):
+class QuicxTimeout(QuicxClientError, ClientTimeout):
     """No answer within the timeout."""
 
 
-class QuicxConnectionLost(QuicxClientError, ConnectionError):
+class QuicxConnectionLost(QuicxClientError, ClientConnectionLost):
     """The connection closed (or stopped answering heartbeats) before the answer came."""
 
 
-class QuicxSessionStopped(QuicxClientError):
+class QuicxSessionStopped(QuicxClientError, ClientSessionStopped):
     """The session was stopped before the answer came."""
 
 
@@ -131,40 +151,6 @@ class QuicxProtocolViolation(QuicxClientError):
 
 
 # ------------------------------------------------------------------------------ the tables
-
-class ClientState(enum.Enum):
-    CREATED = "created"
-    CONNECTING = "connecting"
-    OPEN = "open"
-    STOPPING = "stopping"
-    CLOSED = "closed"
-
-
-class ClientEvent(enum.Enum):
-    START = "start"                      # the shell starts connecting
-    CONNECTED = "connected"              # TCP is up
-    STOP = "stop"                        # the user asks for a graceful stop
-    DRAINED = "drained"                  # stopping, and nothing is pending any more
-    CONNECTION_LOST = "connection_lost"  # EOF, reset, or the shell closed the socket
-    PROTOCOL_ERROR = "protocol_error"    # the daemon's bytes broke the protocol
-    HEARTBEAT_MISSED = "heartbeat_missed"  # no MSG_PONG in time
-
-
-_C, _CE = ClientState, ClientEvent
-_CLIENT_LIVE = (_C.CREATED, _C.CONNECTING, _C.OPEN, _C.STOPPING)
-
-#: Producer and monitor sessions.
-CLIENT_TRANSITIONS: Mapping[tuple[ClientState, ClientEvent], ClientState] = {
-    (_C.CREATED, _CE.START): _C.CONNECTING,
-    (_C.CREATED, _CE.STOP): _C.CLOSED,
-    (_C.CONNECTING, _CE.CONNECTED): _C.OPEN,
-    (_C.CONNECTING, _CE.STOP): _C.CLOSED,
-    (_C.OPEN, _CE.STOP): _C.STOPPING,
-    (_C.STOPPING, _CE.DRAINED): _C.CLOSED,
-    **{(s, e): _C.CLOSED for s in _CLIENT_LIVE
-       for e in (_CE.CONNECTION_LOST, _CE.PROTOCOL_ERROR, _CE.HEARTBEAT_MISSED)},
-}
-
 
 class WorkerState(enum.Enum):
     CREATED = "created"
@@ -213,76 +199,13 @@ WORKER_TRANSITIONS: Mapping[tuple[WorkerState, WorkerEvent], WorkerState] = {
 }
 
 
-class RequestState(enum.Enum):
-    SENT = "sent"            # written, no answer yet
-    ACCEPTED = "accepted"    # MSG_OK (final unless the result is forwarded)
-    ANSWERED = "answered"    # a monitor's MSG_STATS_RESPONSE
-    DONE = "done"            # forwarded MSG_DONE
-    FAILED = "failed"        # forwarded MSG_FAILED
-    REFUSED = "refused"      # MSG_ERROR
-    TIMED_OUT = "timed_out"  # given up on; a late answer is still consumed
-    LOST = "lost"            # the session closed first
-
-
-class RequestEvent(enum.Enum):
-    OK = "ok"
-    ANSWER = "answer"
-    DONE = "done"
-    FAILED = "failed"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CLOSED = "closed"
-
-
-_R, _RE = RequestState, RequestEvent
-
-#: Producer submissions and monitor requests.
-REQUEST_TRANSITIONS: Mapping[tuple[RequestState, RequestEvent], RequestState] = {
-    (_R.SENT, _RE.OK): _R.ACCEPTED,
-    (_R.SENT, _RE.ANSWER): _R.ANSWERED,
-    (_R.SENT, _RE.ERROR): _R.REFUSED,
-    (_R.ACCEPTED, _RE.DONE): _R.DONE,
-    (_R.ACCEPTED, _RE.FAILED): _R.FAILED,
-    (_R.SENT, _RE.TIMEOUT): _R.TIMED_OUT,
-    (_R.ACCEPTED, _RE.TIMEOUT): _R.TIMED_OUT,
-    (_R.SENT, _RE.CLOSED): _R.LOST,
-    (_R.ACCEPTED, _RE.CLOSED): _R.LOST,
-    # a tombstone consumes the late answer and stays what it is
-    (_R.TIMED_OUT, _RE.OK): _R.TIMED_OUT,
-    (_R.TIMED_OUT, _RE.ANSWER): _R.TIMED_OUT,
-    (_R.TIMED_OUT, _RE.ERROR): _R.TIMED_OUT,
-    (_R.TIMED_OUT, _RE.CLOSED): _R.TIMED_OUT,
-}
-
-
-def _step(table: Mapping, state: Any, event: Any, what: str) -> Any:
-    try:
-        return table[state, event]
-    except KeyError:
-        raise QuicxStateError(f"{what}: {event.value!r} is not allowed in state {state.value!r}") from None
-
-
 # ----------------------------------------------------------------------------------- values
-
-_request_ids = itertools.count(1)
-
-
-@dataclass(eq=False)
-class Request:
-    """A pending request: its state, and the daemon's answer once there is one."""
-
-    id: int = field(default_factory=lambda: next(_request_ids))
-    state: RequestState = RequestState.SENT
-    error: Exception | None = None
-
-    def fire(self, event: RequestEvent) -> RequestState:
-        self.state = _step(REQUEST_TRANSITIONS, self.state, event, f"request {self.id}")
-        return self.state
-
 
 @dataclass(eq=False)
 class Submission(Request):
     """A MSG_SUBMIT: task type, then the task id (MSG_OK) and the outcome."""
+
+    state_error = QuicxStateError
 
     task_type: str = ""
     task_id: int | None = None
@@ -292,6 +215,8 @@ class Submission(Request):
 @dataclass(eq=False)
 class StatsRequest(Request):
     """A MSG_STATS: the MSG_STATS_RESPONSE fields once answered."""
+
+    state_error = QuicxStateError
 
     fields: dict[str, Any] | None = None
 
@@ -305,22 +230,11 @@ class Assignment:
     payload: bytes
 
 
-class Event:
-    """Base of what a session reports."""
-
-
 @dataclass(frozen=True)
 class Accepted(Event):
     """A submission got its MSG_OK (and, where results are forwarded, still awaits one)."""
 
     submission: Submission
-
-
-@dataclass(frozen=True)
-class Settled(Event):
-    """A request reached its final state (see ``request.state`` and ``request.error``)."""
-
-    request: Request
 
 
 @dataclass(frozen=True)
@@ -342,28 +256,16 @@ class ErrorReceived(Event):
     error: QuicxRefused
 
 
-@dataclass(frozen=True)
-class HeartbeatSent(Event):
-    pass
-
-
-@dataclass(frozen=True)
-class Closed(Event):
-    """The session closed; ``error`` is None after a graceful stop."""
-
-    reason: str
-    error: Exception | None
-
-
 # ---------------------------------------------------------------------------------- session
 
-class _Session:
-    """What every client session shares: decoder, encoder, outbox, heartbeats, closing."""
+class _Session(Session):
+    """What every quicx session shares: the profile, decoder, encoder, MSG_HEARTBEAT and
+    MSG_PONG, MSG_ERROR, and closing on a protocol error (the rest is :class:`.Session`)."""
 
-    role = ""
-    _table: Mapping = CLIENT_TRANSITIONS
-    _states: type[enum.Enum] = ClientState
-    _events: Any = ClientEvent
+    state_error = QuicxStateError
+    lost_error = QuicxConnectionLost
+    stopped_error = QuicxSessionStopped
+    heartbeat_answer = "MSG_PONG"
 
     def __init__(self, profile: Profile | str = "quicx/v1", *,
                  heartbeat_interval: float | None = None, pong_timeout: float = 10.0,
@@ -371,6 +273,8 @@ class _Session:
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
         if self.profile.protocol != "quicx":
             raise ValueError(f"profile {self.profile.name} is not a quicx profile")
+        super().__init__(heartbeat_interval=heartbeat_interval, pong_timeout=pong_timeout,
+                         clock=clock)
         self.spec: QuicxSpec = self.profile.model
         self.decoder = QuicxDecoder(self.profile, self.role)
         self.encoder = QuicxEncoder(self.profile, self.role)
@@ -382,49 +286,9 @@ class _Session:
         #: frames without fields (READY, HEARTBEAT, ...) this role sends: the same bytes each time
         self._constant = {name: self.encoder.encode(name) for name, m in spec.messages.items()
                           if not m.layout and spec.allowed(name, self.role, DAEMON)}
-        self.heartbeat_interval = heartbeat_interval
-        self.pong_timeout = pong_timeout
-        self._clock = clock
-        self.state = self._states["CREATED"]
-        self._outbox = bytearray()
-        self._last_io = clock()
-        self._pong_due: float | None = None
-        self.error: Exception | None = None
-        self.close_reason: str | None = None
 
-    # -- state
-    def _fire(self, event: Any) -> Any:
-        self.state = _step(self._table, self.state, event, f"{self.role} session")
-        return self.state
-
-    @property
-    def closed(self) -> bool:
-        return self.state.name == "CLOSED"
-
-    def now(self) -> float:
-        """The session's clock."""
-        return self._clock()
-
-    def start(self) -> None:
-        """The shell is connecting."""
-        self._fire(self._events.START)
-
-    def connected(self) -> list[Event]:
-        """TCP is up."""
-        self._fire(self._events.CONNECTED)
-        self._last_io = self._clock()
-        return []
-
-    # -- output
-    def _queue(self, frame: bytes) -> None:
-        self._outbox += frame
-        self._last_io = self._clock()
-
-    def data_to_send(self) -> bytes:
-        """The bytes queued since the last call (empty when there are none)."""
-        out = bytes(self._outbox)
-        self._outbox.clear()
-        return out
+    def _heartbeat_frame(self) -> bytes:
+        return self._constant["MSG_HEARTBEAT"]
 
     # -- input
     def receive_data(self, data: bytes) -> list[Event]:
@@ -432,7 +296,7 @@ class _Session:
         events: list[Event] = []
         if self.closed:
             return events
-        self._last_io = self._clock()
+        self._touch()
         while True:
             try:
                 frames = self.decoder.feed(data)
@@ -479,7 +343,7 @@ class _Session:
                 if self._can_pong:
                     self._queue(self._constant["MSG_PONG"])
             elif name == "MSG_PONG":
-                self._pong_due = None
+                self._heartbeat_answered()
             elif name == "MSG_ERROR":
                 fields = msg.fields
                 code = fields["error_code"]
@@ -498,48 +362,6 @@ class _Session:
     def _on_error(self, error: QuicxRefused, events: list[Event]) -> None:
         log.warning("%s session: %s", self.role, error)
         events.append(ErrorReceived(error))
-
-    # -- heartbeats
-    def _heartbeat_live(self) -> bool:
-        return not self.closed and self.state.name not in ("CREATED", "CONNECTING")
-
-    def next_tick(self) -> float | None:
-        """When ``tick()`` has something to do next (clock time), or None."""
-        if not self._heartbeat_live():
-            return None
-        if self._pong_due is not None:
-            return self._pong_due
-        if self.can_heartbeat and self.heartbeat_interval:
-            return self._last_io + self.heartbeat_interval
-        return None
-
-    def tick(self) -> list[Event]:
-        """Send a heartbeat on an idle socket; close if the last one got no MSG_PONG in time."""
-        events: list[Event] = []
-        if not self._heartbeat_live():
-            return events
-        now = self._clock()
-        if self._pong_due is not None:
-            if now >= self._pong_due:
-                error = QuicxConnectionLost(f"no MSG_PONG within {self.pong_timeout} s")
-                self._close(self._events.HEARTBEAT_MISSED, str(error), error, events)
-            return events
-        if self.can_heartbeat and self.heartbeat_interval and now - self._last_io >= self.heartbeat_interval:
-            self._queue(self._constant["MSG_HEARTBEAT"])
-            self._pong_due = now + self.pong_timeout
-            events.append(HeartbeatSent())
-        return events
-
-    # -- closing
-    def _close(self, event: Any, reason: str, error: Exception | None, events: list[Event]) -> None:
-        self._fire(event)
-        self.error, self.close_reason = error, reason
-        self._pong_due = None
-        self._settle_all(error or QuicxSessionStopped("Session stopped"), events)
-        events.append(Closed(reason, error))
-
-    def _settle_all(self, error: Exception, events: list[Event]) -> None:
-        """Settle every pending request with ``error`` (the session closed)."""
 
 
 class _RequestSession(_Session):

@@ -23,9 +23,10 @@ import time
 from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
-from ..vectors import from_json
+from ..vectors.bunqueue import from_json
 from . import steps_bunqueue
-from .context import CaseAbort, CaseContext, Conn, error_pattern
+from .context import CaseAbort, CaseContext, Conn
+from .matching import error_pattern
 
 POLL_MS = 2000  # the longest a case waits for something the server does on its own
 # ... except a lock expiry: a server may find expired locks by a periodic sweep (bunqueue 2.9.5

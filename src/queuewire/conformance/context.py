@@ -10,7 +10,8 @@ Python cases need: bunqueue requests get a ``reqId`` and their replies are match
 inbox keeps every frame received and not yet claimed, so pipelined and out-of-order replies
 and unsolicited frames are all found); quicx frames are taken in arrival order. Waiting is
 always bounded by a deadline, never a fixed sleep. Subset matching (``$any``, ``$type``,
-``$gte``, ``$lte``) and spec error-string matching live here too, shared by both protocols.
+``$gte``, ``$lte``) and spec error-string matching are in :mod:`.matching`, below this
+module, shared by both protocols and the HTTP checks.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
 from ..spec import Profile
+from .matching import view
 from .model import Case, Check, Transcript
 from .wire import Closed, Connection, Frame, Garbled, record_send
 
@@ -115,7 +117,7 @@ class Conn:
         data = self._encode(msg)
         if "reqId" in msg:
             self.pending.add(_hashable(msg["reqId"]))
-        await self._send(data, _view(msg), "", split)
+        await self._send(data, view(msg), "", split)
 
     async def send_messages(self, msgs: list[Mapping], split: int = 0) -> None:
         """Several frames in one write (or in ``split``-byte pieces); each is recorded."""
@@ -126,7 +128,7 @@ class Conn:
             parts.append(self._encode(m))
         self._require_open()
         for m, p in zip(msgs, parts):
-            record_send(self.ctx.transcript, self.num, p, _view(m),
+            record_send(self.ctx.transcript, self.num, p, view(m),
                         f"written in {split}-byte pieces" if split else "")
         await self.wire.write(b"".join(parts), split)
 
@@ -134,14 +136,14 @@ class Conn:
         try:
             return self._encoder.encode(msg)
         except Exception as exc:  # noqa: BLE001 - the encoder's refusal is the case's mistake
-            raise StepError(f"cannot encode {str(_view(msg))[:120]}: {exc}") from None
+            raise StepError(f"cannot encode {str(view(msg))[:120]}: {exc}") from None
 
     async def send_quicx(self, name: str, fields: Mapping[str, Any]) -> None:
         try:
             data = self._encoder.encode(name, **fields)
         except Exception as exc:  # noqa: BLE001 - the encoder's refusal is the case's mistake
             raise StepError(f"cannot encode {name}: {exc}") from None
-        await self._send(data, {"type": name, "fields": _view(fields)}, "")
+        await self._send(data, {"type": name, "fields": view(fields)}, "")
 
     async def _send(self, data: bytes, decoded: Any, note: str, split: int = 0) -> None:
         self._require_open()
@@ -320,7 +322,7 @@ class CaseContext:
         """Record one judged expectation (defaults: the case's first requirement, its level)."""
         rid = requirement or self.default_requirement()
         c = Check(rid, level or self.level_of(rid), bool(ok), kind, message,
-                  _view(expected), _view(actual), self.step)
+                  view(expected), view(actual), self.step)
         if self.cleaning:  # only what went wrong is worth a note; the bytes are recorded
             if not ok:
                 self.note(f"cleanup (not judged): {message}")
@@ -403,97 +405,6 @@ def _hashable(v: Any) -> Any:
         return v
     except TypeError:
         return repr(v)
-
-
-def _view(obj: Any) -> Any:
-    """A JSON-able view of a value for checks and transcripts."""
-    if obj is None:
-        return None
-    from ..codecs.validation import jsonable
-    try:
-        return jsonable(obj)
-    except Exception:  # noqa: BLE001 - a display fallback, never a verdict
-        return repr(obj)
-
-
-TYPES = {
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float": lambda v: isinstance(v, float),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "str": lambda v: isinstance(v, str),
-    "list": lambda v: isinstance(v, list),
-    "map": lambda v: isinstance(v, dict),
-    "bool": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "bytes": lambda v: isinstance(v, (bytes, bytearray)),
-}
-OPERATORS = {"$any", "$type", "$gte", "$lte", "$absent"}
-
-
-def subset_mismatch(expected: Any, actual: Any, path: str = "") -> str | None:
-    """Why ``actual`` does not contain ``expected`` (None: it does). See cases/README.md."""
-    here = path or "reply"
-    if isinstance(expected, dict) and expected and set(expected) <= OPERATORS:
-        if expected.get("$any"):
-            return None
-        if "$type" in expected:
-            types = expected["$type"] if isinstance(expected["$type"], list) else [expected["$type"]]
-            if not any(TYPES.get(t, lambda v: False)(actual) for t in types):
-                return f"{here} is {_short(actual)}, not of type {'|'.join(types)}"
-        num = isinstance(actual, (int, float)) and not isinstance(actual, bool)
-        if "$gte" in expected and not (num and actual >= expected["$gte"]):
-            return f"{here} is {_short(actual)}, not >= {expected['$gte']}"
-        if "$lte" in expected and not (num and actual <= expected["$lte"]):
-            return f"{here} is {_short(actual)}, not <= {expected['$lte']}"
-        return None
-    if isinstance(expected, dict):
-        if not isinstance(actual, dict):
-            return f"{here} is {_short(actual)}, not a map"
-        for k, v in expected.items():
-            sub = f"{path}.{k}" if path else str(k)
-            if isinstance(v, dict) and v.get("$absent"):
-                if k in actual:
-                    return f"{sub} is present ({_short(actual[k])}) but must be absent"
-                continue
-            if k not in actual:
-                return f"{sub} is missing"
-            why = subset_mismatch(v, actual[k], sub)
-            if why:
-                return why
-        return None
-    if isinstance(expected, list):
-        if not isinstance(actual, list):
-            return f"{here} is {_short(actual)}, not a list"
-        if len(expected) != len(actual):
-            return f"{here} has {len(actual)} items, not {len(expected)}"
-        for i, (e, a) in enumerate(zip(expected, actual)):
-            why = subset_mismatch(e, a, f"{path}.{i}" if path else str(i))
-            if why:
-                return why
-        return None
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        same = type(expected) is type(actual) and expected == actual
-    elif isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
-        same = expected == actual
-    elif isinstance(expected, str) and isinstance(actual, (bytes, bytearray)):
-        if expected.startswith("hex:"):
-            same = re.sub(r"\s+", "", expected[4:]).lower() == bytes(actual).hex()
-        else:
-            same = expected.encode() == actual
-    else:
-        same = type(expected) is type(actual) and expected == actual
-    return None if same else f"{here} is {_short(actual)}, not {_short(expected)}"
-
-
-def _short(v: Any, n: int = 80) -> str:
-    text = repr(_view(v)) if not isinstance(v, str) else repr(v)
-    return text if len(text) <= n else text[:n - 3] + "..."
-
-
-def error_pattern(message: str) -> re.Pattern[str]:
-    """A spec error string as a regex: ``{placeholders}`` match anything, the rest verbatim."""
-    parts = re.split(r"\{[A-Za-z_][A-Za-z0-9_]*\}", message)
-    return re.compile("(?s)" + ".*".join(re.escape(p) for p in parts))
 
 
 def get_path(value: Any, path: str) -> Any:

@@ -3,7 +3,7 @@
 Both generators read everything they send from the profile: a command's minimal valid request
 is :func:`queuewire.spec.instances.minimal` of its request schema, its fields that name a job
 are found by their ``$ref`` (``JobId``, ``QueueName``, ``LockToken``), and the limit probes are
-the ones :mod:`queuewire.vectors` makes (``_probe_values`` at limit-1, limit and limit+1 for
+the ones :mod:`queuewire.vectors.bunqueue` makes (``probe_values`` at limit-1, limit and limit+1 for
 each schema keyword a limit substituted, ``Limit.uses`` saying where). What the spec cannot
 say is *which state* a command needs its job in (ACK needs an active job, Promote a delayed
 one): that is the small :data:`SETUP` table below, whose recipes are written in the case
@@ -31,7 +31,7 @@ from typing import Any
 
 from ..spec import Profile, load_profile
 from ..spec.instances import minimal
-from ..vectors import _def_uses, _probe_values, _set_path, from_json
+from ..vectors.bunqueue import def_uses, from_json, probe_values, set_path
 from .model import Case
 
 PROTOCOL = "bunqueue"
@@ -160,7 +160,7 @@ def _named_setup(profile: Profile, kind: str) -> tuple[list[dict], list[dict]]:
 def _set_queues(cmd: Any, request: dict) -> None:
     """Point every QueueName field (and list of them) of ``request`` at ``${queue}``."""
     schema = dict(cmd.request)
-    for path in _def_uses(schema, QUEUE_DEF):
+    for path in def_uses(schema, QUEUE_DEF):
         if len(path) == 1 and path[0] in request:
             request[path[0]] = "${queue}"
         elif len(path) == 2 and path[1] == "*" and path[0] in request:
@@ -171,7 +171,7 @@ def _set_jobs(cmd: Any, request: dict, var: str = "job") -> bool:
     """Point the JobId fields of ``request`` at ``${var}``; whether there was one."""
     schema = dict(cmd.request)
     found = False
-    for path in _def_uses(schema, JOB_DEF):
+    for path in def_uses(schema, JOB_DEF):
         if len(path) == 1 and path[0] in request:
             request[path[0]] = _var(var)
             found = True
@@ -216,7 +216,7 @@ def command_shapes(profile: Profile | str) -> list[Case]:
                 setup, cleanup = _named_setup(profile, LISTS[cmd.name])
         else:
             names_job = _set_jobs(cmd, request)
-            uses_queue = bool(list(_def_uses(dict(cmd.request), QUEUE_DEF)))
+            uses_queue = bool(list(def_uses(dict(cmd.request), QUEUE_DEF)))
             if names_job or uses_queue or cmd.name in JOB_STATE:
                 setup = job_setup(profile, JOB_STATE.get(cmd.name, "waiting"))
         if cmd.name == "Cron":
@@ -254,7 +254,7 @@ def _uses(profile: Profile, limit: Any) -> Iterable[tuple[Any, tuple, str, Any, 
         if path[0] == "definitions":
             node = profile.tree["definitions"][path[1]]
             for cmd in model.commands.values():
-                for field in _def_uses(dict(cmd.request), path[1]):
+                for field in def_uses(dict(cmd.request), path[1]):
                     yield cmd, field, keyword, node[keyword], node
         elif path[0] == "commands" and path[2] == "request":
             cmd = model.commands[path[1]]
@@ -307,14 +307,14 @@ def limit_cases(profile: Profile | str) -> list[Case]:
         for keyword, bound, node in probes:
             rid = (node.get("x-keywordRequirements") or {}).get(keyword) or limit.requirement
             rids.append(rid)
-            for _label, probe, valid in _probe_values(keyword, bound):
+            for _label, probe, valid in probe_values(keyword, bound):
                 n += 1
                 # {"$repeat": [text, n]} stays symbolic here (see EXPANDED)
                 value = probe if isinstance(probe, dict) else from_json(probe)
                 request = _base_request(profile, cmd, named)
                 if valid and queue_field and isinstance(value, str):
                     value = _unique_string(value, "qw")
-                _set_path(dict(cmd.request), request, field, value)
+                set_path(dict(cmd.request), request, field, value)
                 if fresh_job:
                     steps += job_setup(profile, "waiting", var=f"j{n}")
                 step: dict[str, Any] = {"send": request}
@@ -381,7 +381,7 @@ def _pull(profile: Profile) -> dict:
 
 
 def _is_queue_field(cmd: Any, field: tuple) -> bool:
-    return field in set(_def_uses(dict(cmd.request), QUEUE_DEF))
+    return field in set(def_uses(dict(cmd.request), QUEUE_DEF))
 
 
 def _base_request(profile: Profile, cmd: Any, named: tuple | None) -> dict:

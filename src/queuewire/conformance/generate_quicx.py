@@ -3,7 +3,7 @@ the daemon, plus split, coalesced and limit probes built from the profile.
 
 Nothing here writes down an opcode, a limit or an error code: frames come from
 :class:`~queuewire.codecs.quicx.QuicxEncoder` (``frame`` for hostile headers) and from
-:func:`queuewire.vectors_quicx.generate`, whose negative vectors received by the ``daemon``
+:func:`queuewire.vectors.quicx.generate`, whose negative vectors received by the ``daemon``
 role already say which error kind the spec assigns to each malformed stream, its reaction
 (``reply``: the daemon answers MSG_ERROR with the kind's code and goes on; ``close``) and the
 requirement it enforces. Each vector becomes a case that sends its bytes and expects that
@@ -29,7 +29,7 @@ from typing import Any
 from ..codecs.quicx import QuicxEncoder
 from ..spec import Profile, load_profile
 from ..spec.quicx import DAEMON, QuicxSpec
-from ..vectors_quicx import SAMPLE_REST_BYTES, SAMPLE_SIZED_TEXT, generate
+from ..vectors.quicx import SAMPLE_REST_BYTES, SAMPLE_SIZED_TEXT, generate
 from .model import Case
 
 PROTOCOL = "quicx"

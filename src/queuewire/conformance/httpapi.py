@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import subset_mismatch
+from .matching import subset_mismatch
 from .model import Transcript
 from .wire import cap_view
 

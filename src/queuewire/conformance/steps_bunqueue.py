@@ -26,17 +26,8 @@ from typing import Any
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.validation import BunqueueValidator
 from . import httpapi
-from .context import (
-    CaseAbort,
-    CaseContext,
-    Conn,
-    StepError,
-    error_pattern,
-    get_path,
-    sleep_ms,
-    strongest,
-    subset_mismatch,
-)
+from .context import CaseAbort, CaseContext, Conn, StepError, get_path, sleep_ms, strongest
+from .matching import error_pattern, subset_mismatch
 from .wire import Frame, Garbled
 
 IMPLICIT = {"ok": {}}  # a send without expect: the server must accept it

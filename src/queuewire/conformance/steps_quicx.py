@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 from ..codecs.quicx import QuicxEncoder
-from .context import CaseAbort, CaseContext, Conn, StepError, sleep_ms, strongest, subset_mismatch
+from .context import CaseAbort, CaseContext, Conn, StepError, sleep_ms, strongest
+from .matching import subset_mismatch
 from .steps_bunqueue import Observation, _expected, _fill, _save, hex_bytes, match_transport
 
 ERROR_FIELD = "error_code"  # the MSG_ERROR layout field the codecs name the error code

@@ -1,10 +1,16 @@
 """``queuewire.spec``: the spec in ``spec/`` as a typed, immutable model.
 
-``load_profile("bunqueue/v2")`` reads the protocol's base tree, applies the profile's overlays
-(JSON Merge Patch), substitutes ``$limit`` references and builds frozen dataclasses: the
-requirements, limits and sources common to both protocols (``model.py``) and the
-protocol-specific model (``bunqueue.py``, ``quicx.py``) in ``Profile.model``. Profiles are
-cached; they are values. Nothing in Python restates what ``spec/`` says.
+Design: the bottom layer of queuewire (it imports no other part of it; everything else reads
+the protocols through it). ``load_profile("bunqueue/v2")`` reads the protocol's base tree,
+applies the profile's overlays (JSON Merge Patch), substitutes ``$limit`` references and
+builds frozen dataclasses: the requirements, limits and sources common to both protocols
+(``model.py``) and the protocol-specific model (``bunqueue.py``, ``quicx.py``) in
+``Profile.model``. The rooms: ``_load`` knows the files (YAML, merge patches, ``$limit``),
+``model`` the shared shapes and how to build them, ``bunqueue`` and ``quicx`` one protocol's
+model each (loaded lazily by :func:`load_profile`, and never importing this ``__init__``
+back), ``instances`` minimal valid instances of a schema, and ``lint`` the rules every
+profile must satisfy (a consumer of this package's API). Profiles are cached; they are
+values. Nothing in Python restates what ``spec/`` says.
 """
 
 from __future__ import annotations
@@ -139,22 +145,3 @@ def clear_cache() -> None:
     _profiles_file.cache_clear()
     sources.cache_clear()
     load_profile.cache_clear()
-
-
-def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
-    return StateMachine(
-        name=name, doc=raw.get("doc", ""), initial=tuple(raw.get("initial", ())),
-        transitions=tuple(
-            Transition(source=t["from"], event=str(t["event"]), target=t["to"],
-                       requirement=t.get("requirement"))
-            for t in raw.get("transitions", ())
-        ),
-    )
-
-
-def error_kinds(raw: Mapping[str, Any]) -> Mapping[str, ProtocolErrorKind]:
-    return frozen_map({
-        k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
-                             reaction=v.get("reaction", "close"), error_code=v.get("error_code"))
-        for k, v in (raw or {}).items()
-    })

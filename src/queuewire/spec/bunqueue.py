@@ -14,9 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import error_kinds, state_machine
 from ._load import SpecError, walk
-from .model import STRUCT_FORMATS, Profile, ProtocolErrorKind, StateMachine, frozen_map
+from .model import (
+    STRUCT_FORMATS,
+    Profile,
+    ProtocolErrorKind,
+    StateMachine,
+    error_kinds,
+    frozen_map,
+    state_machine,
+)
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFS_PREFIX = "#/$defs/"

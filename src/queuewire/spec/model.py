@@ -114,6 +114,27 @@ class ProtocolErrorKind:
     error_code: str | None = None  # quicx: the error_codes entry a `reply` answers with
 
 
+def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
+    """A state machine from its spec entry (``initial``, ``transitions``)."""
+    return StateMachine(
+        name=name, doc=raw.get("doc", ""), initial=tuple(raw.get("initial", ())),
+        transitions=tuple(
+            Transition(source=t["from"], event=str(t["event"]), target=t["to"],
+                       requirement=t.get("requirement"))
+            for t in raw.get("transitions", ())
+        ),
+    )
+
+
+def error_kinds(raw: Mapping[str, Any]) -> Mapping[str, ProtocolErrorKind]:
+    """The protocol error kinds of a ``protocol_errors`` section."""
+    return frozen_map({
+        k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
+                             reaction=v.get("reaction", "close"), error_code=v.get("error_code"))
+        for k, v in (raw or {}).items()
+    })
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str

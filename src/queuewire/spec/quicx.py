@@ -40,9 +40,8 @@ from construct import (
     this,
 )
 
-from . import error_kinds
 from ._load import SpecError
-from .model import Profile, ProtocolErrorKind, frozen_map
+from .model import Profile, ProtocolErrorKind, error_kinds, frozen_map
 
 #: Integer types of the layout language: construct class and width in bytes (all big-endian).
 INT_TYPES: Mapping[str, tuple[Construct, int]] = frozen_map({

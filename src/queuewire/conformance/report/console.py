@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model import VERDICT_ORDER, CaseResult, TargetRun, Verdict
-from . import label, reproduction
+from .common import label, reproduction
 from .junit import reason
 
 STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.ERROR: "magenta",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import VERDICT_ORDER, CaseResult, Check, TargetRun, Verdict, WireEvent
-from . import exit_status, label, reproduction, requirement_info
+from .common import exit_status, label, reproduction, requirement_info
 from .junit import reason
 
 HEX_CAP = 1024  # bytes of hex dump shown per event

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import TargetRun, jsonable_result
-from . import exit_status, label, reproduction
+from .common import exit_status, label, reproduction
 
 FORMAT = "queuewire-conformance-report/1"
 EVENT_BYTES_CAP = 64 * 1024  # bytes of one transcript event kept in the report

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import CaseResult, TargetRun, Verdict
-from . import label, reproduction
+from .common import label, reproduction
 
 # Everything outside the XML 1.0 Char production.
 _INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

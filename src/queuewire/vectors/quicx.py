@@ -14,25 +14,20 @@ the profile bounds it with a size small enough to write out, every message at ev
 that must refuse it, and the messages of the other profiles of the protocol where their
 opcode, direction or availability differs (refused, or silently read as another message).
 Nothing random is used, so the files are byte-for-byte reproducible:
-``python -m queuewire.vectors_quicx`` (or ``queuewire vectors generate``) rewrites
-``vectors/quicx/<profile>.json`` in the shared format of ``vectors/README.md``
-(``{format, protocol, profile, vectors}``), ``--check`` fails when they are stale, and
-``check_vector`` is what ``queuewire vectors check`` runs on each vector.
+``queuewire vectors generate`` rewrites ``vectors/quicx/<profile>.json`` in the shared format
+of ``vectors/README.md`` (``{format, protocol, profile, vectors}``), ``queuewire vectors
+check`` fails when they are stale and runs ``check_vector`` on each vector.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from .codecs.errors import ProtocolError
-from .codecs.quicx import QuicxDecoder, QuicxEncoder
-from .spec import load_profile, profile_names
-from .spec.quicx import DAEMON, LayoutField, MessageType, QuicxSpec
-from .vectors import FORMAT
+from ..codecs.errors import ProtocolError
+from ..codecs.quicx import QuicxDecoder, QuicxEncoder
+from ..spec import load_profile, profile_names
+from ..spec.quicx import DAEMON, LayoutField, MessageType, QuicxSpec
+from ._common import FORMAT, dump
 
 PROTOCOL = "quicx"
 #: Only limits this small are written out byte for byte (a u32 bound is not).
@@ -42,10 +37,6 @@ SAMPLE_SIZED_TEXT = "send_email"
 SAMPLE_REST_TEXT = "disk full: état ✓"
 SAMPLE_REST_BYTES = b'{"to":"user@gmail.com"}'
 BAD_UTF8 = b"ok\xc3("  # a lead byte followed by a non-continuation byte
-
-
-def file_name(profile_name: str) -> str:
-    return profile_name.replace("/", "_") + ".json"
 
 
 def _sample_int(spec: QuicxSpec, f: LayoutField) -> int:
@@ -339,7 +330,7 @@ def document(profile_name: str) -> dict[str, Any]:
 
 
 def render(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    return dump(doc)
 
 
 def check_vector(profile: Any, vec: dict[str, Any]) -> str | None:
@@ -367,35 +358,3 @@ def check_vector(profile: Any, vec: dict[str, Any]) -> str | None:
     if len(frames) != vec["frames_before"]:
         return f"{len(frames)} frames before the error, expected {vec['frames_before']}"
     return None
-
-
-def default_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "vectors" / PROTOCOL
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m queuewire.vectors_quicx", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=default_dir(), help="directory (default: vectors/quicx)")
-    ap.add_argument("--check", action="store_true", help="fail if the files differ from the spec")
-    args = ap.parse_args(argv)
-    stale = []
-    for name in profile_names(PROTOCOL):
-        path = args.out / file_name(name)
-        doc = document(name)
-        text = render(doc)
-        if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(str(path))
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"{path}: {len(doc['vectors'])} vectors")
-    if stale:
-        print("stale quicx vectors (run python -m queuewire.vectors_quicx):", *stale, sep="\n  ",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,31 +1,27 @@
-"""Language-neutral test vectors, generated from the spec and checked against the codecs.
+"""bunqueue test vectors, generated from the spec and checked against the codecs.
 
-``vectors/`` holds JSON files an implementer in any language can consume (the format is in
-``vectors/README.md``). For bunqueue they are: a minimal request and reply of every command;
-every limit probed at limit-1, limit and limit+1 on a command that uses it, with the
-requirement a violation must cite; byte streams that exercise framing and the MessagePack rules
-(truncation, lying lengths, nesting, UTF-8, extensions), with the expected frames and error;
-and msgpackr's own encodings (map16, undefined, float64 integers) to decode. quicx vectors come
-from ``queuewire.vectors_quicx``. Generation is deterministic; ``check`` regenerates in memory
-to detect a stale file, then runs every vector through the codecs.
+They are: a minimal request and reply of every command; every limit probed at limit-1, limit
+and limit+1 on a command that uses it, with the requirement a violation must cite; byte
+streams that exercise framing and the MessagePack rules (truncation, lying lengths, nesting,
+UTF-8, extensions), with the expected frames and error; and msgpackr's own encodings (map16,
+undefined, float64 integers) to decode. Generation is deterministic. ``set_path``,
+``def_uses`` and ``probe_values`` are public because the conformance generator
+(:mod:`queuewire.conformance.generate_bunqueue`) probes the same limits the same way.
 """
-
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from .codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
-from .codecs.errors import ProtocolError
-from .codecs.validation import BunqueueValidator
-from .codecs.validation import jsonable as to_json
-from .spec import load_profile, profile_names, spec_dir
-from .spec.instances import minimal, resolve
+from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
+from ..codecs.errors import ProtocolError
+from ..codecs.validation import BunqueueValidator
+from ..codecs.validation import jsonable as to_json
+from ..spec import load_profile
+from ..spec.instances import minimal, resolve
+from ._common import FORMAT
 
-FORMAT = 1
 HEX_LIMIT = 1 << 16  # vectors whose frame is larger carry only the value (with $repeat)
 
 
@@ -57,7 +53,7 @@ def _frame(payload: bytes) -> bytes:
 
 
 # -- bunqueue generation ----------------------------------------------------------------------
-def _set_path(schema: dict, instance: dict, path: tuple, value: Any) -> dict:
+def set_path(schema: dict, instance: dict, path: tuple, value: Any) -> dict:
     """Set ``value`` at ``path`` ('*' = first array item, created minimal if needed)."""
     node, sub = instance, resolve(schema, schema)
     for i, part in enumerate(path):
@@ -81,7 +77,7 @@ def _set_path(schema: dict, instance: dict, path: tuple, value: Any) -> dict:
     return instance
 
 
-def _def_uses(schema: dict, definition: str) -> Iterable[tuple]:
+def def_uses(schema: dict, definition: str) -> Iterable[tuple]:
     """Instance paths (with '*') of the properties of ``schema`` that $ref ``definition``."""
     target = f"#/$defs/{definition}"
 
@@ -102,7 +98,7 @@ def _def_uses(schema: dict, definition: str) -> Iterable[tuple]:
     yield from visit(schema, (), 0)
 
 
-def _probe_values(keyword: str, bound: Any) -> list[tuple[str, Any, bool]]:
+def probe_values(keyword: str, bound: Any) -> list[tuple[str, Any, bool]]:
     """(label, value, valid) at limit-1, limit and limit+1 for one schema keyword."""
     if keyword == "minimum":
         return [("min-1", bound - 1, False), ("min", bound, True), ("min+1", bound + 1, True)]
@@ -130,7 +126,7 @@ def _limit_vectors(profile: Any, validator: BunqueueValidator, enc: FrameEncoder
             keyword = path[-1]
             if path[0] == "definitions":
                 targets = [(c, u) for c in model.commands.values()
-                           for u in _def_uses(dict(c.request), path[1])]
+                           for u in def_uses(dict(c.request), path[1])]
                 bound = profile.tree["definitions"][path[1]][keyword]
                 node = profile.tree["definitions"][path[1]]
             elif path[0] == "commands" and path[2] == "request":
@@ -148,9 +144,9 @@ def _limit_vectors(profile: Any, validator: BunqueueValidator, enc: FrameEncoder
             cmd, field = targets[0]  # one command per limit keeps the files readable
             by_kw = node.get("x-keywordRequirements") or {}
             rid = by_kw.get(keyword) or limit.requirement
-            for label, value, valid in _probe_values(keyword, bound):
+            for label, value, valid in probe_values(keyword, bound):
                 request = dict(minimal(dict(cmd.request)))
-                _set_path(dict(cmd.request), request, field, from_json(value))
+                set_path(dict(cmd.request), request, field, from_json(value))
                 vec = {"id": f"bq.limit.{limit.name}.{keyword}.{label}", "kind": "message",
                        "direction": "request", "command": cmd.name,
                        "field": "/" + "/".join(str(p) for p in field),
@@ -304,42 +300,6 @@ def bunqueue_vectors(name: str) -> dict:
     return {"format": FORMAT, "protocol": "bunqueue", "profile": name, "vectors": vectors}
 
 
-# -- files ------------------------------------------------------------------------------------
-def vectors_dir(directory: str | Path | None = None) -> Path:
-    return Path(directory) if directory else spec_dir().resolve().parent / "vectors"
-
-
-def _documents() -> Iterable[tuple[str, str, dict]]:
-    for name in profile_names("bunqueue"):
-        yield "bunqueue", name, bunqueue_vectors(name)
-    try:
-        from . import vectors_quicx
-    except ImportError:  # pragma: no cover - the quicx generator ships with the package
-        return
-    for name in profile_names("quicx"):
-        yield "quicx", name, {"format": FORMAT, "protocol": "quicx", "profile": name,
-                              "vectors": vectors_quicx.generate(name)}
-
-
-def _path(root: Path, protocol: str, name: str) -> Path:
-    return root / protocol / (name.replace("/", "_") + ".json")
-
-
-def _dump(doc: dict) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-
-
-def generate_all(directory: str | Path | None = None) -> list[tuple[Path, int]]:
-    root = vectors_dir(directory)
-    written = []
-    for protocol, name, doc in _documents():
-        path = _path(root, protocol, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_dump(doc), encoding="utf-8")
-        written.append((path, len(doc["vectors"])))
-    return written
-
-
 def check_bunqueue_vector(profile: Any, vec: dict) -> str | None:
     """Run one vector through the codec; a message describing the mismatch, or None."""
     dec = FrameDecoder(profile)
@@ -385,29 +345,3 @@ def check_bunqueue_vector(profile: Any, vec: dict) -> str | None:
         if got != want:
             return f"error {got}, expected {want}"
     return None
-
-
-def check_all(directory: str | Path | None = None) -> tuple[list[str], int]:
-    root = vectors_dir(directory)
-    failures: list[str] = []
-    total = 0
-    for protocol, name, doc in _documents():
-        path = _path(root, protocol, name)
-        if not path.is_file():
-            failures.append(f"{path}: missing (run `make vectors`)")
-            continue
-        on_disk = json.loads(path.read_text(encoding="utf-8"))
-        if on_disk != json.loads(_dump(doc)):
-            failures.append(f"{path}: stale, differs from what the spec generates "
-                            f"(run `make vectors`)")
-        profile = load_profile(name)
-        for vec in on_disk["vectors"]:
-            total += 1
-            if protocol == "bunqueue":
-                problem = check_bunqueue_vector(profile, vec)
-            else:
-                from .vectors_quicx import check_vector
-                problem = check_vector(profile, vec)
-            if problem:
-                failures.append(f"{path.name} {vec['id']}: {problem}")
-    return failures, total

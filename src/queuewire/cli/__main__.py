@@ -1,0 +1,5 @@
+"""``python -m queuewire.cli``: the ``queuewire`` command."""
+
+from . import main
+
+main()
