@@ -27,9 +27,8 @@ from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
 from queuewire.conformance import targets
 from queuewire.conformance.model import TargetRun, Verdict
 from queuewire.conformance.runner import load_cases, run_target
-from queuewire.reference_server import quicx_engine
-from queuewire.reference_server.quicx import QuicxServer
-from queuewire.reference_server.quicx_engine import DEFAULT_POOL_BYTES
+from queuewire.reference_server import quicx as quicx_daemon
+from queuewire.reference_server.quicx import DEFAULT_POOL_BYTES, QuicxServer
 from queuewire.spec import load_profile
 
 PROFILES = ("quicx/v1", "quicx/1.0.3")
@@ -116,13 +115,13 @@ def _check_split(run: TargetRun, must_fail: set[str]) -> None:
 
 def test_daemon_that_never_sends_wait(monkeypatch) -> None:
     """quicx/v1 daemon that holds an idle worker (as quicx/1.0.3 does) instead of MSG_WAIT."""
-    init = quicx_engine.QuicxEngine.__init__
+    init = quicx_daemon.QuicxEngine.__init__
 
     def patched(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self._wait_when_empty = False
 
-    monkeypatch.setattr(quicx_engine.QuicxEngine, "__init__", patched)
+    monkeypatch.setattr(quicx_daemon.QuicxEngine, "__init__", patched)
     # each case waiting for a MSG_WAIT that never comes runs into the timeout: keep it short
     run = _run("embedded", "quicx/v1", ("quicx.worker.*", "quicx.producer.*", "quicx.heartbeat.*"),
                timeout=1.0)
@@ -134,13 +133,13 @@ def test_daemon_that_never_sends_wait(monkeypatch) -> None:
 
 def test_daemon_that_ignores_the_version(monkeypatch) -> None:
     """A daemon whose decoder takes any version byte as the current one."""
-    init = quicx_engine.QuicxConnection.__init__
+    init = quicx_daemon.QuicxConnection.__init__
 
     def patched(self, engine):
         init(self, engine)
         self.decoder._versions = frozenset(range(256))
 
-    monkeypatch.setattr(quicx_engine.QuicxConnection, "__init__", patched)
+    monkeypatch.setattr(quicx_daemon.QuicxConnection, "__init__", patched)
     run = _run("embedded", "quicx/v1")
     must_fail = {c.id for c in load_cases("quicx", "quicx/v1") if "bad_version" in c.tags}
     _check_split(run, must_fail)
@@ -152,14 +151,14 @@ def test_daemon_with_wrong_code_for_unknown_opcodes(monkeypatch, profile: str) -
     spec = load_profile(profile).model
     right = spec.error_replies["unknown_type"]
     wrong = next(e.code for e in spec.error_codes.values() if e.code != right)
-    refuse = quicx_engine.QuicxEngine.refuse
+    refuse = quicx_daemon.QuicxEngine.refuse
 
     def patched(self, conn, error):
         if error.kind == "unknown_type":
-            return [quicx_engine.Send(conn, "MSG_ERROR", self.encoder.error(wrong, "?"))]
+            return [quicx_daemon.Send(conn, "MSG_ERROR", self.encoder.error(wrong, "?"))]
         return refuse(self, conn, error)
 
-    monkeypatch.setattr(quicx_engine.QuicxEngine, "refuse", patched)
+    monkeypatch.setattr(quicx_daemon.QuicxEngine, "refuse", patched)
     select = ("quicx.vector.*", "quicx.coalesced.*", "quicx.heartbeat.*", "quicx.producer.*")
     run = _run("embedded", profile, select)
     must_fail = {c.id for c in load_cases("quicx", profile)
@@ -200,12 +199,12 @@ def test_daemon_with_wrong_code_when_the_pool_is_full(monkeypatch) -> None:
     _small_pool(monkeypatch)
     spec = load_profile("quicx/v1").model
     wrong = spec.error_replies["task_too_large"]
-    refuse = quicx_engine.QuicxEngine._refuse
+    refuse = quicx_daemon.QuicxEngine._refuse
 
     def patched(self, peer, kind, detail):
         return refuse(self, peer, "task_too_large" if kind == "queue_full" else kind, detail)
 
-    monkeypatch.setattr(quicx_engine.QuicxEngine, "_refuse", patched)
+    monkeypatch.setattr(quicx_daemon.QuicxEngine, "_refuse", patched)
     assert wrong != spec.error_replies["queue_full"]
     run = _run("embedded", "quicx/v1", ("quicx.pool.*", "quicx.producer.*", "quicx.limit.*"))
     _check_split(run, {"quicx.pool.queue-full"})

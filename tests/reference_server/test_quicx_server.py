@@ -18,10 +18,12 @@ import sys
 import pytest
 
 from queuewire.codecs.quicx import Message, QuicxDecoder, QuicxEncoder
-from queuewire.reference_server.quicx import QuicxServer
-from queuewire.reference_server.quicx_engine import (
+from queuewire.reference_server.quicx import (
     SMALLEST_CLASS,
+    QuicxConnection,
     QuicxEngine,
+    QuicxServer,
+    Send,
     SizeClassPool,
     default_largest_class,
 )
@@ -159,6 +161,47 @@ def test_largest_class_follows_the_spec_limit(profile):
         assert engine.pool.largest_class == spec.max_payload_bytes
         with pytest.raises(ValueError):
             QuicxEngine(profile, largest_class=spec.max_payload_bytes * 2)
+
+
+# ------------------------------------------------------------ the sans-IO core, no socket
+
+def test_a_connection_hands_out_at_most_max_frames_per_call_in_stream_order():
+    profile = "quicx/v1"
+    spec, enc = spec_of(profile), QuicxEncoder(profile)
+    engine = QuicxEngine(profile, pool_bytes=1 << 20)
+    conn = QuicxConnection(engine)
+    unknown = next(c for c in range(0xFF, 0, -1) if spec.opcode(c) is None)
+    stream = enc.heartbeat() * 500 + enc.frame(unknown) + enc.heartbeat() * 500 + enc.submit("t")
+    conn.receive_data(stream[:-3])
+    assert conn.pending and not conn.in_frame
+    batches = []
+    while conn.pending:
+        batches.append(conn.next_actions(64))
+    assert [len(b) for b in batches] == [64] * 15 + [41]  # 1001 frames, the refused one too
+    sent = [a.message for b in batches for a in b]
+    assert sent == ["MSG_PONG"] * 500 + ["MSG_ERROR"] + ["MSG_PONG"] * 500
+    assert conn.in_frame  # the SUBMIT lacks its last 3 bytes
+    conn.receive_data(stream[-3:])
+    assert [a.message for a in conn.next_actions(64)] == ["MSG_OK"] and not conn.in_frame
+
+
+@pytest.mark.parametrize("profile", [p for p in PROFILES if not spec_of(p).flag("wait_when_empty")])
+def test_a_held_worker_is_pushed_no_task_until_released(profile):
+    enc = QuicxEncoder(profile)
+    decode = QuicxDecoder(profile, DAEMON).feed
+    engine = QuicxEngine(profile, pool_bytes=1 << 20)
+    held, other, producer = engine.open(), engine.open(), engine.open()
+    for conn in (held, held, other):  # three credits, the held worker's first
+        assert engine.handle(conn, decode(enc.ready())[0]) == []
+    engine.hold(held)
+    pushed = [engine.handle(producer, decode(enc.submit("t", bytes([i])))[0]) for i in range(3)]
+    assert [[(a.conn, a.message) for a in out] for out in pushed] == [
+        [(producer, "MSG_OK"), (other, "MSG_TASK")], [(producer, "MSG_OK")], [(producer, "MSG_OK")]]
+    assert engine.stats().queue_depth == 2
+    out = engine.release(held)  # both credits come back: the queued tasks, in order
+    assert [(a.conn, a.message) for a in out] == [(held, "MSG_TASK")] * 2
+    assert all(isinstance(a, Send) for a in out) and engine.stats().queue_depth == 0
+    assert engine.release(held) == []
 
 
 # ---------------------------------------------------------------------- every message type
@@ -776,6 +819,7 @@ def test_cli_bad_options_are_clear_errors():
         assert code == 1 and f"cannot listen on 127.0.0.1:{port}" in text
         assert "Traceback" not in text
         code, text = await cli("--help")
-        for option in ("--host", "--port", "--profile", "--pool-bytes", "--task-types"):
+        for option in ("--host", "--port", "--profile", "--pool-bytes", "--task-types",
+                       "--partial-frame-timeout", "--backlog"):
             assert option in text
     run(scenario())

@@ -274,9 +274,15 @@ class FrameDecoder:
 
 
 class FrameEncoder:
-    """Writes messages as frames the reference implementation (msgpackr) reads correctly."""
+    """Writes messages as frames the reference implementation (msgpackr) reads correctly.
 
-    def __init__(self, profile: Profile | str | None = None):
+    Integers outside the 32-bit ranges are written as float64 (BQ-MSGPACK-7). One a float64
+    cannot hold exactly is refused with an :class:`EncodeError`, unless ``wide_integers`` is
+    set: then it is written unchanged as a 64-bit MessagePack integer. A server sets it, since
+    such an integer can only have come from a client (a reqId to echo, job data to deliver) and
+    BQ-MSGPACK-8 asks for it back as it came rather than for no reply at all."""
+
+    def __init__(self, profile: Profile | str | None = None, *, wide_integers: bool = False):
         self.profile = _profile(profile)
         spec = self.profile.model
         self._errors = spec.protocol_errors
@@ -293,6 +299,7 @@ class FrameEncoder:
         self._prefix = struct.Struct(spec.len_format)
         self._int_min, self._int_max = spec.int_range
         self._safe = spec.safe_integer
+        self._wide = wide_integers
 
     def payload(self, obj: Any) -> bytes:
         """The MessagePack payload of ``obj`` (no length prefix)."""
@@ -325,6 +332,8 @@ class FrameEncoder:
                 return obj
             if -self._safe <= obj <= self._safe:
                 return float(obj)
+            if self._wide:
+                return obj  # BQ-MSGPACK-8: unchanged, as the 64-bit integer it came as
             raise EncodeError(self._errors["encode_error"],
                               f"integer {obj} is beyond float64's exact range (BQ-MSGPACK-7)")
         if type(obj) is dict:

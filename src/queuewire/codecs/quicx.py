@@ -371,6 +371,13 @@ class QuicxDecoder:
         """The ``close`` error that ended this decoder, if any."""
         return self._failed
 
+    @property
+    def in_frame(self) -> bool:
+        """True when the bytes fed so far stop inside a frame: part of a header or payload is
+        buffered, or a refused frame's payload is still being skipped (what :meth:`eof` would
+        call truncated). A daemon times out a peer that goes silent in this state."""
+        return bool(self._skip or self._buf or self._pending is not None)
+
     # -- input
     def feed(self, data: bytes | bytearray | memoryview = b"") -> list[Message]:
         """Add bytes; return the frames they complete. Raises a ProtocolError subclass."""
@@ -407,7 +414,7 @@ class QuicxDecoder:
         if self._failed is not None:
             raise self._again()
         self._ended = True
-        if self._skip or self._buf or self._pending is not None:
+        if self.in_frame:
             start = self._skip_start if self._skip else self._pos
             have = self._pos + len(self._buf) - start
             exc = self._error(QuicxFramingError, "truncated",

@@ -427,10 +427,17 @@ class BunqueueValidator:
     def _violations(self, compiled: _Compiled, msg: Any) -> tuple[Violation, ...]:
         model = to_json_model(msg)
         out = []
-        for err in compiled.validator.iter_errors(model):
-            rid = self._requirement_for(compiled, list(err.schema_path), list(err.instance_path))
-            out.append(Violation(rid, self._level(rid), _pointer(err.instance_path),
-                                 _short(err.message)))
+        try:
+            for err in compiled.validator.iter_errors(model):
+                rid = self._requirement_for(compiled, list(err.schema_path),
+                                            list(err.instance_path))
+                out.append(Violation(rid, self._level(rid), _pointer(err.instance_path),
+                                     _short(err.message)))
+        except ValueError as exc:  # jsonschema-rs: "Recursion limit reached"
+            # a profile whose max_nesting_depth exceeds what jsonschema-rs walks: still a
+            # violation citing the depth rule, never an exception out of the validator
+            return (self._kind_violation("too_deep", "", f"the request nests deeper than the "
+                                         f"validator walks ({exc})"),)
         out.extend(self._size_violations(compiled, msg))
         return tuple(out)
 

@@ -80,6 +80,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from ...codecs.bunqueue import FrameDecoder, FrameEncoder
+from ...codecs.errors import EncodeError, ProtocolError
 from ...codecs.validation import BunqueueValidator
 from .._service import Service
 from .commands.auth import check_token
@@ -196,6 +198,7 @@ class HttpFrontend(Service):
         self._port = port
         self.profile = self.engine.profile
         self._validator = BunqueueValidator(self.profile)
+        self._encoder = FrameEncoder(self.profile, wide_integers=True)  # as the TCP shell's
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._room = WaitRoom(self.engine)  # parked long polls
@@ -315,14 +318,25 @@ class HttpFrontend(Service):
             return {}
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return self._refuse(400, self._message("invalid_command_format"))
         if not isinstance(body, dict):
             return self._refuse(400, self._message("invalid_command_format"))
         return body
 
     def _violation(self, request: dict) -> dict | None:
-        """The spec's error reply for a request the validator refuses, else None."""
+        """The spec's error reply for a request the validator refuses, else None. A JSON
+        request is first written as the MessagePack frame a TCP client would have sent and
+        read back by the profile's decoder: a value the TCP side could never carry (an integer
+        beyond 64 bits, a lone surrogate, nesting past max_nesting_depth) is refused here, when
+        it arrives, rather than accepted and then undeliverable to a TCP worker
+        (BQ-MSGPACK-8)."""
+        try:
+            FrameDecoder(self.profile).feed(self._encoder.encode(request))
+        except ProtocolError as exc:  # EncodeError is one: not writable at all
+            rule = "BQ-MSGPACK-8" if isinstance(exc, EncodeError) else exc.requirement
+            detail = f"[{rule}] {exc.detail}"
+            return {"ok": False, "error": self._message("invalid_request", detail=detail)}
         return request_refusal(self.engine, self._validator, request)
 
     async def _call(self, request: dict) -> dict | web.Response:
@@ -492,7 +506,7 @@ class HttpFrontend(Service):
         of a long poll: the TCP gate (shape, schema, Auth) and then the engine."""
         try:
             request = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None, {"ok": False, "error": self._message("invalid_command_format")}
         if type(request) is not dict:
             return request, {"ok": False, "error": self._message("invalid_command")}

@@ -4,7 +4,8 @@ All queue semantics live in :mod:`.engine`; this module moves bytes, gates and
 schedules. ``asyncio.start_server`` gives each connection a handler with its own
 :class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and answers the
 requests of each read in order: one that completes at once (all but a parked long poll) runs
-inline, without a task, and the replies of one read go out in one write; a long poll gets a
+inline, without a task, and its reply is gathered with the next ones into writes of about
+``FLUSH_BYTES``; a long poll gets a
 task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2) until it is
 answered, so at most that many commands of one connection are in flight, the rest wait in
 arrival order (while all slots are taken one more chunk is read, no further, so a peer that
@@ -24,8 +25,14 @@ deadline forward. A ``reply`` protocol error is answered (bunqueue's transport s
 a reqId) and decoding continues after the bad frame; a ``close`` error (a frame too large) is
 answered once, after the requests before it, and the connection is closed; a stream ending
 inside a frame is closed unanswered. Closing a connection cancels its parked polls and calls
-``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Every write is
-followed by ``drain()``, so a peer that does not read slows only itself; any unexpected
+``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Flow control
+(:mod:`.._flow`): a connection is not read while more than ``OUTPUT_HIGH_WATER`` bytes of its
+replies are unsent (every write is followed by ``drain()``, which waits only then), so a peer
+that does not read costs bounded memory and slows only itself (BQ-FLOW-1); a read's requests
+are handled ``FRAMES_PER_TURN`` at a time with a yield between, so a flood on one connection
+does not starve the others (BQ-FLOW-2); a connection holding a partial frame with no new bytes
+for ``partial_frame_timeout`` is closed (BQ-FLOW-3); an event for a subscriber whose unsent
+output is over the bound closes it (BQ-EVENT-103). Any unexpected
 exception is logged and closes that connection only. Where the profile defines
 ``job_events`` (bunqueue/2.9.5), the engine's ``publish`` hook writes each event frame, without
 reqId, to the connections subscribed to its queue (BQ-EVENT-102). Every error string and limit
@@ -48,6 +55,14 @@ from ...codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from ...codecs.errors import EncodeError, ProtocolError
 from ...codecs.validation import BunqueueValidator
 from ...spec import Profile
+from .._flow import (
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_PARTIAL_FRAME_TIMEOUT,
+    FRAMES_PER_TURN,
+    limit_output,
+    next_turn,
+    output_congested,
+)
 from .._service import TcpService
 from .commands.auth import check_token
 from .engine import BunqueueEngine, request_refusal
@@ -64,6 +79,9 @@ READ_SIZE = 64 * 1024        # bytes per read: one socket buffer's worth
 DEFAULT_TICK_INTERVAL = 1.0  # seconds: the longest the timer sleeps when no deadline is known
 MIN_TICK_SLEEP = 0.001       # seconds: a deadline already due never makes the timer spin
 PREFIX_TAIL = 3              # bytes of earlier reads kept to read back an oversized prefix
+FLUSH_BYTES = 64 * 1024      # replies gathered before one write: a socket buffer's worth, so a
+                             # read of small requests costs one send, and a big reply is written
+                             # (and its memory freed) before the next one is built
 
 
 # The young-generation threshold the serve command sets (CPython's default is 700). Every
@@ -143,7 +161,9 @@ class BunqueueServer(TcpService):
     (:class:`~.http.HttpFrontend`, same host, engine and tokens) on that port (0 picks
     a free one), started and stopped with the server; None (the default) serves no HTTP.
     ``config``: the :class:`~.engine.EngineConfig` of the engine built here (stall
-    interval, lock TTL, ...); None uses the profile's defaults.
+    interval, lock TTL, ...); None uses the profile's defaults. ``partial_frame_timeout``:
+    seconds a connection may hold a partly received frame without sending more before it is
+    closed (BQ-FLOW-3; None or 0: never). ``backlog``: the listen queue's length.
     """
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
@@ -153,7 +173,9 @@ class BunqueueServer(TcpService):
                  tick_interval: float = DEFAULT_TICK_INTERVAL,
                  data_path: str | os.PathLike[str] | None = None,
                  http_port: int | None = None,
-                 config: EngineConfig | None = None):
+                 config: EngineConfig | None = None,
+                 partial_frame_timeout: float | None = DEFAULT_PARTIAL_FRAME_TIMEOUT,
+                 backlog: int = DEFAULT_LISTEN_BACKLOG):
         if engine is not None and (data_path is not None or config is not None):
             raise ValueError("give either an engine or a data_path and config, not both")
         self._sqlite: SqliteStore | None = None
@@ -175,12 +197,18 @@ class BunqueueServer(TcpService):
         if tick_interval <= 0:
             raise ValueError(f"tick_interval must be positive, got {tick_interval!r}")
         self._tick_interval = tick_interval
+        if partial_frame_timeout is not None and partial_frame_timeout < 0:
+            raise ValueError(f"partial_frame_timeout must be >= 0, got {partial_frame_timeout!r}")
+        self._partial_timeout = partial_frame_timeout or None
+        if backlog < 1:
+            raise ValueError(f"backlog must be at least 1, got {backlog!r}")
+        self.backlog = backlog
         self._max_in_flight = int(self.profile.limit("max_in_flight").value)
         self._messages = {name: e.message for name, e in spec.errors.items()}
         self._max_frame = spec.max_frame_bytes
         self._validator = BunqueueValidator(self.profile)
         self._request_is_valid = self._validator.request_is_valid
-        self._encoder = FrameEncoder(self.profile)
+        self._encoder = FrameEncoder(self.profile, wide_integers=True)  # BQ-MSGPACK-8
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[str, _Connection] = {}
         self._handlers: set[asyncio.Task] = set()
@@ -198,10 +226,7 @@ class BunqueueServer(TcpService):
 
     # -- lifecycle
     async def start(self) -> BunqueueServer:
-        if self._server is not None:
-            raise RuntimeError("the server is already started")
-        self._server = await asyncio.start_server(self._serve, self.host, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
+        await self.listen(self._serve)
         if self._http_port is not None:
             try:
                 self.http = await HttpFrontend(self, self.host, self._http_port).start()
@@ -262,15 +287,16 @@ class BunqueueServer(TcpService):
         conn = _Connection(f"c{next(self._ids)}", writer, FrameDecoder(self.profile),
                            self._max_in_flight, rate)
         conn.reader = reader
+        limit_output(writer.transport)  # drain() waits only while over it: BQ-FLOW-1
         self._connections[conn.id] = conn
         reason = "connection closed"
         try:
             self.engine.connection_opened(conn.id)
             while not conn.closing:
-                if conn.next_read is not None:
-                    data, conn.next_read = await conn.next_read, None
-                else:
-                    data = await reader.read(READ_SIZE)
+                data = await self._read(conn)
+                if data is None:
+                    reason = "partial frame idle"
+                    break
                 if not data:
                     await self._on_eof(conn)
                     break
@@ -287,6 +313,26 @@ class BunqueueServer(TcpService):
         finally:
             await self._close(conn, reason)
             self._handlers.discard(task)
+
+    async def _read(self, conn: _Connection) -> bytes | None:
+        """The next chunk from the peer (b"" at its end); None when it held a partial frame
+        and sent nothing for the partial-frame timeout (BQ-FLOW-3): the connection is then
+        closed without a reply, as bunqueue closes a stalled connection."""
+        assert conn.reader is not None
+        read = conn.next_read
+        conn.next_read = None
+        timeout = self._partial_timeout if conn.decoder.buffered else None
+        if read is None and timeout is None:
+            return await conn.reader.read(READ_SIZE)
+        if read is None:
+            read = asyncio.ensure_future(conn.reader.read(READ_SIZE))
+        try:
+            async with asyncio.timeout(timeout):
+                return await read
+        except TimeoutError:
+            log.warning("connection %s: closing it, a partial frame of %d bytes idle for %gs "
+                        "(BQ-FLOW-3)", conn.id, conn.decoder.buffered, timeout)
+            return None
 
     async def _receive(self, conn: _Connection, data: bytes) -> None:
         """Decode a chunk and dispatch its requests; answer its protocol errors."""
@@ -315,9 +361,15 @@ class BunqueueServer(TcpService):
     async def _dispatch(self, conn: _Connection, requests: list[Any]) -> None:
         """Answer the requests of one read. A request that completes at once (all but a
         parked long poll) is answered inline, holding its slot only while it runs, and its
-        reply joins the others of this read in one write; a long poll keeps its slot and
-        gets a task of its own. The batch is written before waiting for a slot."""
+        reply is gathered with the next ones into one write of about FLUSH_BYTES; a long poll
+        keeps its slot and gets a task of its own. What is gathered is written before waiting
+        for a slot, and each write waits while the peer has more than OUTPUT_HIGH_WATER bytes
+        unread, so no further request of this connection is read or answered meanwhile
+        (BQ-FLOW-1). Every FRAMES_PER_TURN requests the loop yields, so that the other
+        connections are served during a flood on this one (BQ-FLOW-2)."""
         out: list[bytes] = []
+        size = 0
+        turn = FRAMES_PER_TURN
         try:
             slots = conn.slots
             # whether every slot is held by parked polls; it changes only when this loop parks
@@ -357,7 +409,17 @@ class BunqueueServer(TcpService):
                 if held:
                     slots.release()
                     locked = True  # we waited: ask again
-                out.append(frame(conn, with_req_id(request, reply)))
+                data = frame(conn, with_req_id(request, reply))
+                out.append(data)
+                size += len(data)
+                turn -= 1
+                if size >= FLUSH_BYTES or not turn:
+                    await self._flush(conn, out)
+                    size = 0
+                    if not turn:
+                        turn = FRAMES_PER_TURN
+                        await next_turn()  # BQ-FLOW-2: let the other connections in
+                        locked = True  # others ran: ask again
         finally:
             await self._flush(conn, out)
             self._poke_timer()
@@ -538,16 +600,30 @@ class BunqueueServer(TcpService):
                 except EncodeError as exc:
                     log.warning("cannot encode a job event: %s", exc)
                     return
+            transport = conn.writer.transport
+            if output_congested(transport):  # BQ-EVENT-103
+                log.warning("connection %s: closing it, %d bytes unsent when a job event came "
+                            "(BQ-EVENT-103)", conn.id, transport.get_write_buffer_size())
+                conn.closing = True
+                transport.abort()
+                continue
             conn.writer.write(data)
 
     def _frame(self, conn: _Connection, reply: dict) -> bytes:
+        """The frame of a reply; one the wire cannot carry (over max_frame_bytes, say) is
+        answered ``internal_error`` with its reqId, or without it if even that fails: a
+        decoded request is always answered (BQ-MSGPACK-8)."""
         try:
             return self._encoder.encode(reply)
-        except EncodeError as exc:  # a reply the wire cannot carry: say so, keep the reqId
+        except EncodeError as exc:
             log.warning("connection %s: cannot encode a reply: %s", conn.id, exc)
-            return self._encoder.encode({**self._error("internal_error"),
-                                         **({"reqId": reply["reqId"]} if "reqId" in reply
-                                            else {})})
+        error = self._error("internal_error")
+        if "reqId" in reply:
+            try:
+                return self._encoder.encode({**error, "reqId": reply["reqId"]})
+            except EncodeError:
+                pass
+        return self._encoder.encode(error)
 
     async def _send(self, conn: _Connection, reply: dict) -> None:
         writer = conn.writer

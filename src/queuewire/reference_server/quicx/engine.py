@@ -1,208 +1,68 @@
-"""The quicx reference daemon's sans-IO core: a size-class task pool, the task engine and the
-per-connection protocol logic, with no sockets and no clock.
+"""The quicx daemon's state and rules: :class:`QuicxEngine`, pure (messages in, actions out).
 
-:class:`QuicxConnection` is one client connection as the daemon sees it: bytes go in
-(``receive_data``, ``receive_eof``), :class:`Send` and :class:`Close` actions come out. It owns
-a :class:`~queuewire.codecs.quicx.QuicxDecoder` in the daemon role and answers every
-``ProtocolError`` by its spec reaction: ``reply`` becomes a MSG_ERROR carrying the error's
-code, ``close`` closes the connection. Decoded messages go to the shared
-:class:`QuicxEngine`, which holds the queue (FIFO, QX-QUEUE-1), the workers and the
-:class:`SizeClassPool`, and returns the frames to send to *any* connection (an OK to the
-producer and a TASK to an idle worker, a forwarded DONE to the task's producer). Everything
-the profiles disagree on is read from the spec: ``wait_when_empty`` (answer READY with WAIT
-or hold the worker), ``ready_required_after_result`` (does a result re-arm the worker),
-``forward_results_to_producer``, ``done_frees_slot_first``, ``requeue_on_worker_disconnect``
-(QX-WORKER-1) and ``role_from_first_message``; the error codes a refusal carries come from
-``protocol_errors`` (``queue_full``, ``task_too_large``, ``unknown_task_type``,
-``unknown_task_id`` are the engine's own kinds). Workers are credit based: each READY that
-finds no task (when the profile holds READYs) and each result (when the profile re-arms the
-worker) is one credit, spent by the next TASK, so a worker connection has one task in flight
-per credit it was given, and idle workers are served in the order they became idle. A task
-is accounted in the pool from acceptance until its DONE or FAILED; a task requeued because its
-worker disconnected keeps its slot and goes back to the head of the queue. The pool is a
-slab allocator: power-of-two size classes up to the largest class, pages of the largest
-class's size carved into slots of one class on demand and returned when empty, so "queue
-full" and "payload too large" are real outcomes of a bounded pool. A task is stored as the
-MSG_TASK frame it will be sent as, so its size is that frame's payload size, and a profile's
-``max_payload_bytes`` (1024 in quicx/1.0.3) bounds the largest class.
+The engine holds the queue (FIFO, QX-QUEUE-1), the connected peers, the workers and their
+credits, and the :class:`~.pool.SizeClassPool`. It is fed decoded messages by
+:class:`~.connection.QuicxConnection` and returns :class:`Send` and :class:`Close` actions for
+*any* connection (an OK to the producer and a TASK to an idle worker, a forwarded DONE to the
+task's producer); it owns no socket and no clock. Everything the profiles disagree on is read
+from the spec: ``wait_when_empty`` (answer READY with WAIT or hold the worker),
+``ready_required_after_result`` (does a result re-arm the worker),
+``forward_results_to_producer``, ``done_frees_slot_first`` (QX-DONE-2),
+``requeue_on_worker_disconnect`` (QX-WORKER-1) and ``role_from_first_message``; the error codes
+a refusal carries come from ``protocol_errors`` (``queue_full``, ``task_too_large``,
+``unknown_task_type``, ``unknown_task_id`` are the engine's own kinds).
+
+Workers are credit based: each READY that finds no task (when the profile holds READYs) and
+each result (when the profile re-arms the worker) is one credit, spent by the next TASK, so a
+worker connection has one task in flight per credit it was given, and idle workers are served
+in the order they became idle. A task is accounted in the pool from acceptance until its DONE
+or FAILED; a task requeued because its worker disconnected keeps its slot and goes back to the
+head of the queue. A task is stored as the MSG_TASK frame it will be sent as, so its size is
+that frame's payload size. Frames of integer fields only (MSG_OK, MSG_STATS_RESPONSE) are
+packed with ``struct`` from the spec's layout rather than through the checked encoder, so an
+answer a peer can ask for ten thousand times a second stays cheap; the tests compare the two
+byte for byte.
+
+Output flow control has one seam here: the shell calls :meth:`QuicxEngine.hold` when a
+connection's unsent output is over the high-water mark and :meth:`QuicxEngine.release` when it
+has drained. A held worker keeps its credits but is pushed no task from another connection's
+turn (a SUBMIT, a requeue), so a worker that does not read costs about the high-water mark
+however many credits it collected, and the tasks stay queued for workers that do read; a
+worker that is not reading is not "waiting" in the sense of QX-QUEUE-1, so on release its
+credits rejoin the line of idle workers at its end. A worker's own READY or result is still
+answered in its own turn: the shell bounds those turns (a batch of frames, then no more reading
+while the output is over the mark). A forwarded result needs no hold, and holding the worker
+that sent it would let one producer that never reads stall every worker it shares: a producer
+is owed one result per task it had accepted, and it submits nothing more while its own output
+is over the mark, so what it can be owed is bounded by its tasks in the pool.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..codecs.errors import ProtocolError
-from ..codecs.quicx import Message, QuicxDecoder, QuicxEncodeError, QuicxEncoder
-from ..spec import Profile, load_profile
-from ..spec.quicx import DAEMON, QuicxSpec
+from ...codecs.errors import ProtocolError
+from ...codecs.quicx import Message, QuicxEncodeError, QuicxEncoder
+from ...spec import Profile, load_profile
+from ...spec.quicx import DAEMON, QuicxSpec, struct_format
+from .pool import DEFAULT_POOL_BYTES, SMALLEST_CLASS, ClassUsage, SizeClassPool, Slot, default_largest_class
 
 __all__ = [
-    "DEFAULT_LARGEST_CLASS",
-    "DEFAULT_POOL_BYTES",
-    "SMALLEST_CLASS",
     "Action",
-    "ClassUsage",
     "Close",
     "EngineStats",
-    "QuicxConnection",
+    "Peer",
     "QuicxEngine",
     "Send",
-    "SizeClassPool",
-    "Slot",
-    "default_largest_class",
+    "Task",
 ]
 
 log = logging.getLogger("queuewire.reference_server.quicx")
-
-# ----------------------------------------------------------------------- pool configuration
-# Server configuration, not protocol: no document gives PMAD's classes or size.
-#: Smallest slot. A task is at least 5 bytes (task id and type length); 64 bytes holds a short
-#: type and a small payload, and keeps the number of classes (and of partial pages) small.
-SMALLEST_CLASS = 64
-#: Largest class when the profile sets no payload bound of its own (quicx/v1: 004 says only
-#: "the largest size class", so the u32 length is the only limit). 64 KiB keeps one task far
-#: below what a socket buffer holds and bounds what a peer can make the daemon buffer per frame.
-DEFAULT_LARGEST_CLASS = 64 * 1024
-#: Default pool: 64 MiB, a million queued tasks of the smallest class or a thousand of the
-#: largest, a modest footprint for a reference daemon.
-DEFAULT_POOL_BYTES = 64 * 1024 * 1024
-
-
-def default_largest_class(spec: QuicxSpec) -> int:
-    """The profile's ``max_payload_bytes`` when it is a real bound (quicx/1.0.3: 1024), else
-    :data:`DEFAULT_LARGEST_CLASS`."""
-    cap = spec.max_payload_bytes
-    return cap if cap is not None and cap <= DEFAULT_LARGEST_CLASS else DEFAULT_LARGEST_CLASS
-
-
-# ------------------------------------------------------------------------------------- pool
-
-@dataclass(slots=True, eq=False)
-class Slot:
-    """One allocated slot: its class size, page and index in the page."""
-
-    size: int
-    page: int
-    index: int
-    live: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ClassUsage:
-    """One size class in a pool snapshot."""
-
-    size: int
-    slots_used: int
-    slots_free: int       # free slots in the pages this class holds
-    pages: int
-
-
-class SizeClassPool:
-    """A bounded slab allocator with power-of-two size classes.
-
-    Classes run from ``smallest_class`` (a power of two) doubling up to ``largest_class``,
-    which is always the top class even when it is not a power of two. The pool is
-    ``total_bytes // largest_class`` pages of ``largest_class`` bytes; a class takes a free
-    page when it has no free slot and carves it into ``page // class`` slots; a page whose
-    slots are all free goes back to the pool. ``allocate`` returns None when no slot can be
-    had (the pool is exhausted for that class); a size above the largest class has no class.
-    ``bytes_used`` counts the class sizes of the live slots, ``bytes_total`` the pages.
-    """
-
-    def __init__(self, total_bytes: int, largest_class: int = DEFAULT_LARGEST_CLASS,
-                 smallest_class: int = SMALLEST_CLASS):
-        if smallest_class < 1 or smallest_class & (smallest_class - 1):
-            raise ValueError(f"the smallest class must be a power of two, not {smallest_class}")
-        if largest_class < smallest_class:
-            raise ValueError(f"the largest class ({largest_class}) is below the smallest "
-                             f"({smallest_class})")
-        if total_bytes < largest_class:
-            raise ValueError(f"a pool of {total_bytes} bytes cannot hold one page of the largest "
-                             f"class ({largest_class} bytes)")
-        classes, size = [], smallest_class
-        while size < largest_class:
-            classes.append(size)
-            size *= 2
-        classes.append(largest_class)
-        self.classes: tuple[int, ...] = tuple(classes)
-        self.page_size = largest_class
-        self.pages_total = total_bytes // largest_class
-        self.bytes_total = self.pages_total * self.page_size
-        self.bytes_used = 0
-        self._free_pages = list(range(self.pages_total - 1, -1, -1))
-        self._partial: list[dict[int, None]] = [{} for _ in classes]  # pages with a free slot
-        self._page_free: dict[int, list[int]] = {}
-        self._page_used: dict[int, int] = {}
-        self._page_class: dict[int, int] = {}
-        self._slots_used = [0] * len(classes)
-
-    @property
-    def largest_class(self) -> int:
-        return self.classes[-1]
-
-    def class_for(self, size: int) -> int | None:
-        """The class a ``size``-byte object goes in, or None when it exceeds the largest."""
-        i = bisect.bisect_left(self.classes, size)
-        return self.classes[i] if i < len(self.classes) else None
-
-    def allocate(self, size: int) -> Slot | None:
-        """A slot of the smallest class that holds ``size`` bytes, or None if there is none
-        (the size exceeds the largest class, or the pool has no free slot of that class)."""
-        ci = bisect.bisect_left(self.classes, size)
-        if ci == len(self.classes):
-            return None
-        partial = self._partial[ci]
-        if partial:
-            page = next(iter(partial))
-        elif self._free_pages:
-            page = self._free_pages.pop()
-            n = self.page_size // self.classes[ci]
-            self._page_free[page] = list(range(n - 1, -1, -1))
-            self._page_used[page] = 0
-            self._page_class[page] = ci
-            partial[page] = None
-        else:
-            return None
-        free = self._page_free[page]
-        index = free.pop()
-        self._page_used[page] += 1
-        if not free:
-            del partial[page]
-        self._slots_used[ci] += 1
-        self.bytes_used += self.classes[ci]
-        return Slot(self.classes[ci], page, index)
-
-    def free(self, slot: Slot) -> None:
-        """Return ``slot``; its page goes back to the pool when it has no live slot left."""
-        if not slot.live:
-            raise ValueError(f"slot {slot} is freed twice")
-        slot.live = False
-        page, ci = slot.page, self._page_class[slot.page]
-        self._page_free[page].append(slot.index)
-        self._page_used[page] -= 1
-        self._slots_used[ci] -= 1
-        self.bytes_used -= self.classes[ci]
-        partial = self._partial[ci]
-        if self._page_used[page] == 0:
-            partial.pop(page, None)
-            del self._page_free[page], self._page_used[page], self._page_class[page]
-            self._free_pages.append(page)
-        else:
-            partial[page] = None
-
-    def snapshot(self) -> tuple[ClassUsage, ...]:
-        pages = [0] * len(self.classes)
-        for ci in self._page_class.values():
-            pages[ci] += 1
-        return tuple(
-            ClassUsage(size, self._slots_used[ci],
-                       pages[ci] * (self.page_size // size) - self._slots_used[ci], pages[ci])
-            for ci, size in enumerate(self.classes))
 
 
 # ---------------------------------------------------------------------------------- actions
@@ -254,6 +114,7 @@ class Peer:
     credits: int = 0          # tasks the daemon may send it without a new READY
     in_flight: dict[int, Task] = field(default_factory=dict)
     open: bool = True
+    held: bool = False        # its output is over the high-water mark: pushed no task (hold())
 
 
 @dataclass(frozen=True)
@@ -280,10 +141,11 @@ class QuicxEngine:
 
     ``open()`` registers a connection and returns its id; ``handle(conn, message)`` processes a
     decoded message from it; ``refuse(conn, error)`` answers a ``reply`` ProtocolError;
-    ``disconnect(conn)`` forgets it (requeuing its tasks in flight). Each returns the actions
-    that follow, in order. ``task_types`` restricts the accepted task types (QX-SUBMIT-3);
-    ``largest_class`` defaults to :func:`default_largest_class` and may not exceed the
-    profile's ``max_payload_bytes``.
+    ``disconnect(conn)`` forgets it (requeuing its tasks in flight); ``release(conn)`` resumes
+    pushing tasks to a connection ``hold(conn)`` marked as congested. Each but ``open`` and
+    ``hold`` returns the actions that follow, in order. ``task_types`` restricts the accepted
+    task types (QX-SUBMIT-3); ``largest_class`` defaults to :func:`default_largest_class` and
+    may not exceed the profile's ``max_payload_bytes``.
     """
 
     def __init__(self, profile: Profile | str = "quicx/v1", *, pool_bytes: int = DEFAULT_POOL_BYTES,
@@ -314,6 +176,11 @@ class QuicxEngine:
         # frames without fields are the same every time
         self._constant = {name: self.encoder.encode(name) for name, m in spec.messages.items()
                           if not m.layout and spec.allowed(name, sender=DAEMON)}
+        # frames of integer fields only, packed with struct: the encoder's checked path costs
+        # tens of microseconds a frame, too much for an answer a peer can ask for in a flood
+        self._packers = {name: self._packer(name) for name, m in spec.messages.items()
+                         if m.layout and all(f.is_int for f in m.layout)
+                         and spec.allowed(name, sender=DAEMON) and m.transport == spec.transport}
         self._handlers: dict[str, Callable[[Peer, Message], list[Action]]] = {
             "MSG_SUBMIT": self._submit, "MSG_READY": self._ready, "MSG_DONE": self._result,
             "MSG_FAILED": self._result, "MSG_HEARTBEAT": self._heartbeat,
@@ -322,7 +189,7 @@ class QuicxEngine:
         self.queue: deque[Task] = deque()
         self._tasks: dict[int, Task] = {}      # every live task (queued or in flight) by id
         self._peers: dict[int, Peer] = {}
-        self._idle: deque[int] = deque()       # one entry per credit, oldest first
+        self._idle: deque[int] = deque()       # one entry per credit of a peer not held, oldest first
         self._conn_ids = itertools.count(1)
         self._seq = itertools.count()
         self._last_id = 0
@@ -344,7 +211,7 @@ class QuicxEngine:
         peer.open = False
         if peer.worker:
             self._workers -= 1
-        if peer.credits:
+        if peer.credits and not peer.held:
             self._idle = deque(c for c in self._idle if c != conn)
         out: list[Action] = []
         if peer.in_flight:
@@ -363,6 +230,29 @@ class QuicxEngine:
                     self._forget(task)
                 log.warning("connection %d closed with task(s) %s in flight: dropped", conn,
                             ", ".join(str(t.id) for t in tasks))
+        return out
+
+    # -- output flow control
+    def hold(self, conn: int) -> None:
+        """``conn``'s unsent output is over the high-water mark: push it no task until
+        :meth:`release`. Its credits are kept but leave the line of idle workers."""
+        peer = self._peers.get(conn)
+        if peer is None or peer.held:
+            return
+        peer.held = True
+        if peer.credits:
+            self._idle = deque(c for c in self._idle if c != conn)
+
+    def release(self, conn: int) -> list[Action]:
+        """``conn``'s output has drained: its credits rejoin the line of idle workers (at its
+        end) and queued tasks are handed out again. Returns the TASKs that follow."""
+        peer = self._peers.get(conn)
+        if peer is None or not peer.held:
+            return []
+        peer.held = False
+        self._idle.extend(itertools.repeat(conn, peer.credits))
+        out: list[Action] = []
+        self._dispatch(out)
         return out
 
     # -- messages
@@ -419,7 +309,7 @@ class QuicxEngine:
         task = Task(task_id, next(self._seq), task_type, payload, frame, slot, peer.id)
         self._tasks[task_id] = task
         self._counts["accepted"] += 1
-        out: list[Action] = [Send(peer.id, "MSG_OK", self.encoder.ok(task_id))]
+        out: list[Action] = [Send(peer.id, "MSG_OK", self._pack("MSG_OK", task_id=task_id))]
         self.queue.append(task)
         self._dispatch(out)
         return out
@@ -450,10 +340,12 @@ class QuicxEngine:
             out.append(Send(peer.id, "MSG_WAIT", self._constant["MSG_WAIT"]))
         else:
             peer.credits += 1
-            self._idle.append(peer.id)
+            if not peer.held:  # a held worker's credits rejoin the line on release()
+                self._idle.append(peer.id)
 
     def _dispatch(self, out: list[Action]) -> None:
-        """Hand queued tasks to credited workers, oldest credit first."""
+        """Hand queued tasks to credited workers, oldest credit first (a held worker's
+        credits are not in the line)."""
         queue, idle, peers = self.queue, self._idle, self._peers
         while queue and idle:
             peer = peers.get(idle.popleft())
@@ -503,20 +395,39 @@ class QuicxEngine:
         return []  # the answer to a heartbeat; this daemon sends none, so nothing to match
 
     def _stats(self, peer: Peer, msg: Message) -> list[Action]:
-        s = self.stats()
-        figures = {"queue_depth": s.queue_depth, "workers_total": s.workers_total,
-                   "workers_idle": s.workers_idle, "pmad_bytes_used": s.pool_bytes_used,
-                   "pmad_bytes_total": s.pool_bytes_total}
-        layout = self.spec.message("MSG_STATS_RESPONSE").layout
-        frame = self.encoder.encode("MSG_STATS_RESPONSE", **{f.id: figures[f.id] for f in layout})
+        frame = self._pack("MSG_STATS_RESPONSE", queue_depth=len(self.queue),
+                           workers_total=self._workers, workers_idle=self._workers_idle(),
+                           pmad_bytes_used=self.pool.bytes_used,
+                           pmad_bytes_total=self.pool.bytes_total)
         return [Send(peer.id, "MSG_STATS_RESPONSE", frame)]
+
+    def _packer(self, name: str) -> tuple[bytes, struct.Struct, tuple[str, ...]]:
+        msg = self.spec.message(name)
+        body = struct.Struct(struct_format(msg.layout))
+        header = self.encoder.frame(msg.code, bytes(body.size))[:self._hsize]
+        return header, body, tuple(f.id for f in msg.layout)
+
+    def _pack(self, name: str, **fields: int) -> bytes:
+        """The frame ``encoder.encode(name, **fields)`` would build, for an integer-only
+        message; falls back to the encoder (and its checks) for any other."""
+        packer = self._packers.get(name)
+        if packer is None:
+            return self.encoder.encode(name, **fields)
+        header, body, ids = packer
+        try:
+            return header + body.pack(*[fields[i] for i in ids])
+        except struct.error:  # a figure beyond its field: the encoder names the field
+            return self.encoder.encode(name, **fields)
+
+    def _workers_idle(self) -> int:
+        return sum(1 for p in self._peers.values() if p.worker and not p.in_flight)
 
     # -- introspection
     def stats(self) -> EngineStats:
         peers = self._peers.values()
         return EngineStats(
             queue_depth=len(self.queue), workers_total=self._workers,
-            workers_idle=sum(1 for p in peers if p.worker and not p.in_flight),
+            workers_idle=self._workers_idle(),
             in_flight=sum(len(p.in_flight) for p in peers),
             pool_bytes_used=self.pool.bytes_used, pool_bytes_total=self.pool.bytes_total,
             connections=len(self._peers), refused=dict(self._refused),
@@ -525,60 +436,3 @@ class QuicxEngine:
 
     def peer(self, conn: int) -> Peer | None:
         return self._peers.get(conn)
-
-
-# ------------------------------------------------------------------------------- connection
-
-class QuicxConnection:
-    """One client connection of the daemon: bytes in, actions out (for every connection)."""
-
-    def __init__(self, engine: QuicxEngine):
-        self.engine = engine
-        self.id = engine.open()
-        # a frame longer than the largest class can hold no task: refused from its header
-        self.decoder = QuicxDecoder(engine.profile, DAEMON, max_payload=engine.pool.largest_class)
-        self.closed = False
-        self.close_reason: str | None = None
-
-    def receive_data(self, data: bytes) -> list[Action]:
-        """Bytes from the peer; every complete frame is handled, every error answered."""
-        if self.closed:
-            return []
-        engine, out = self.engine, []
-        while True:
-            try:
-                frames = self.decoder.feed(data)
-            except ProtocolError as exc:
-                for msg in exc.frames:
-                    out.extend(engine.handle(self.id, msg))
-                if exc.reaction == "reply":
-                    out.extend(engine.refuse(self.id, exc))
-                    data = b""  # go on with what is buffered after the refused frame
-                    continue
-                log.debug("connection %d: %s", self.id, exc)
-                out.extend(self._close(str(exc)))
-                return out
-            for msg in frames:
-                out.extend(engine.handle(self.id, msg))
-            return out
-
-    def receive_eof(self) -> list[Action]:
-        """The peer closed its side: check the stream did not stop inside a frame, then close."""
-        if self.closed:
-            return []
-        reason = "peer closed the connection"
-        try:
-            self.decoder.eof()
-        except ProtocolError as exc:
-            reason = str(exc)
-            log.debug("connection %d: %s", self.id, exc)
-        return self._close(reason)
-
-    def connection_lost(self, reason: str = "connection lost") -> list[Action]:
-        return self._close(reason)
-
-    def _close(self, reason: str) -> list[Action]:
-        if self.closed:
-            return []
-        self.closed, self.close_reason = True, reason
-        return [Close(self.id, reason), *self.engine.disconnect(self.id)]
