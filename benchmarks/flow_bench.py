@@ -19,7 +19,8 @@ Workloads (bunqueue targets):
 Workload for every target:
 
 * ``flood``: ``--flooders`` (2) connections write pipelined requests with a costly reply as
-  fast as they can (bunqueue ``Stats``, quicx ``MSG_STATS``, 3,000 per write) and read what
+  fast as they can (bunqueue ``Stats``, quicx ``MSG_STATS``, or ``MSG_HEARTBEAT`` under
+  quicx/1.0.3, which serves stats on a Unix socket only; 3,000 per write) and read what
   comes back; meanwhile a fresh connection sends ``--probes`` (50) Pings (quicx
   MSG_HEARTBEAT), one at a time; figure: their latency (median, p99, max).
 
@@ -52,6 +53,7 @@ import msgpack  # noqa: E402
 from server_bench import BUN, BUNQUEUE_CLI, HOST, QUEUEWIRE, start_bunqueue, stop  # noqa: E402
 
 from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder  # noqa: E402
+from queuewire.spec import load_profile  # noqa: E402
 
 TARGETS = ("ref", "bq", "quicx-v1", "quicx-1.0.3")
 MiB = 1024 * 1024
@@ -183,7 +185,7 @@ class QuicxProbe:
         self.profile = profile
 
     def heartbeat(self, port: int) -> float:
-        decoder = QuicxDecoder(self.profile, role="monitor")
+        decoder = QuicxDecoder(self.profile, role=None)  # any receiver
         with connect(port) as sock:
             start = time.perf_counter()
             sock.sendall(self.encoder.encode("MSG_HEARTBEAT"))
@@ -253,7 +255,9 @@ def run_target(target: str, args: argparse.Namespace, log: Any) -> dict | None:
                     "flood": flood(port, bq_frame({"cmd": "Stats"}), bq_ping, args)}
         profile = target.replace("quicx-", "quicx/")
         probe = QuicxProbe(profile)
-        return {"flood": flood(port, probe.encoder.encode("MSG_STATS"), probe.heartbeat, args)}
+        # quicx/1.0.3 serves MSG_STATS on a Unix socket only: there the flood is heartbeats
+        name = "MSG_STATS" if load_profile(profile).model.flag("stats_on_tcp") else "MSG_HEARTBEAT"
+        return {"flood": flood(port, probe.encoder.encode(name), probe.heartbeat, args)}
     finally:
         stop(proc)
 
