@@ -381,3 +381,26 @@ async def test_a_burst_of_200_connects_fits_the_listen_queue(backlog, expect_all
         assert done == 200
     else:
         assert done < 200
+
+
+async def test_a_subscriber_that_never_reads_is_closed_when_its_events_pass_the_bound():
+    """BQ-EVENT-103 (bunqueue/2.9.5): completed events carry the job's result; a subscriber
+    that never reads is closed once its unsent output is over the bound, instead of
+    buffering every event, and the worker producing the events goes on undisturbed."""
+    profile = load_profile("bunqueue/2.9.5")
+    async with BunqueueServer(profile, port=0) as srv:
+        listener = await Peer.open(srv.port)
+        listener.writer.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        assert (await listener.request({"cmd": "SubscribeEvents", "queue": "ev"}))["ok"]
+        worker = await Peer.open(srv.port)
+        result = {"blob": "r" * (1024 * 1024)}
+        for i in range(40):  # 40 MiB of completed events for the listener, which never reads
+            assert (await worker.request({"cmd": "PUSH", "queue": "ev", "data": i}))["ok"]
+            job = (await worker.request({"cmd": "PULL", "queue": "ev"}))["job"]
+            assert (await worker.request({"cmd": "ACK", "id": job["id"], "result": result}))["ok"]
+            await asyncio.sleep(0)
+        assert srv.connection_count == 1  # the listener was closed, the worker kept
+        assert (await worker.request({"cmd": "Ping"}))["ok"] is True
+        worker.close()
+        listener.close()

@@ -12,6 +12,20 @@ from ..spec import default_profile, load_profile, profile_names
 from ._common import load
 
 
+def address_options(default_port: int) -> Any:
+    """``--host`` and ``--port`` of a daemon whose spec's default port is ``default_port``."""
+    def decorate(command: Any) -> Any:
+        command = click.option(
+            "--port", type=click.IntRange(0, 65535), default=default_port, show_default=True,
+            help="TCP port to listen on (the spec's default_port); 0 picks a free port, "
+                 "which is printed.")(command)
+        return click.option(
+            "--host", default="127.0.0.1", show_default=True,
+            help="Address to listen on (an IP address or host name; 0.0.0.0 for every "
+                 "interface).")(command)
+    return decorate
+
+
 def flow_options(command: Any) -> Any:
     """The flow-control options every daemon takes (reference_server/_flow.py)."""
     command = click.option(
@@ -75,12 +89,7 @@ _QX_PROFILE, _QX_PORT, _QX_POOL, _QX_DOCS, _QX_CLASSES = _serve_defaults()
 
 
 @serve.command("quicx")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (an IP address or host name; 0.0.0.0 for every "
-                   "interface).")
-@click.option("--port", type=click.IntRange(0, 65535), default=_QX_PORT, show_default=True,
-              help="TCP port to listen on (the spec's default_port); 0 picks a free port, "
-                   "which is printed.")
+@address_options(_QX_PORT)
 @click.option("--profile", "-p", type=click.Choice(profile_names("quicx")), default=_QX_PROFILE,
               show_default=True,
               help=f"Protocol profile to speak ({_QX_DOCS}). Frames of another profile are "
@@ -146,12 +155,7 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
 
 
 @serve.command("bunqueue")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (an IP address or host name; 0.0.0.0 for every "
-                   "interface).")
-@click.option("--port", type=click.IntRange(0, 65535), default=_BQ_PORT, show_default=True,
-              help="TCP port to listen on (the spec's default_port); 0 picks a free port, "
-                   "which is printed.")
+@address_options(_BQ_PORT)
 @click.option("--profile", "-p", type=click.Choice(profile_names("bunqueue")),
               default=_BQ_PROFILE, show_default=True, help="Protocol profile to speak.")
 @click.option("--data-path", type=click.Path(dir_okay=False), default=None,
