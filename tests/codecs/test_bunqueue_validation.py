@@ -712,3 +712,25 @@ def test_violation_rendering():
     assert v.requirement in str(v) and v.level in str(v) and v.path in str(v)
     assert v.as_dict() == {"requirement": v.requirement, "level": v.level, "path": v.path,
                            "message": v.message}
+
+
+def test_undocumented_fields_are_found_at_any_depth_with_null_apart(bq_validator):
+    reply = {"ok": True, "crons": [
+        {"name": "c", "queue": "q", "schedule": "* * * * *", "repeatEvery": None,
+         "nextRun": 1.0, "executions": 0, "jobName": "default", "timezone": None},
+        {"name": "d", "queue": "q", "schedule": None, "repeatEvery": 5, "nextRun": 2.0,
+         "executions": 1, "jobName": "x", "timezone": "UTC"}]}
+    found = bq_validator.undocumented_fields("CronList", reply, reply=True)
+    documented = bq_validator._replies["CronList"].schema["properties"]["crons"]["items"]
+    assert "timezone" in documented["properties"]  # documented: never reported
+    # jobName is not in bunqueue/v2's CronList item; null only where every value was null
+    assert found == {"crons[].jobName": False}
+    assert bq_validator.undocumented_fields(
+        "Cron", {"ok": True, "cron": {"name": "c", "extra": None}}, reply=True) == {
+        "cron.extra": True}
+
+
+def test_undocumented_fields_do_not_look_into_job_data(bq_validator):
+    job = {"cmd": "PUSH", "queue": "q", "data": {"anything": {"goes": [1, {"here": True}]}}}
+    assert bq_validator.undocumented_fields("PUSH", job) == {}
+    assert bq_validator.undocumented_fields("PUSH", {**job, "surprise": 1}) == {"surprise": False}

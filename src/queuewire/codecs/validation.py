@@ -251,6 +251,58 @@ def _post_check(schema: Mapping, size_checks: tuple) -> Callable[[Any], bool | N
     return run_all
 
 
+def _resolve(root: Mapping, schema: Mapping) -> Mapping:
+    """``schema`` with a local ``$ref`` (``#/$defs/Name``) followed."""
+    seen = 0
+    while isinstance(schema, Mapping) and "$ref" in schema and seen < 16:
+        ref = schema["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            break
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            break
+        schema, seen = node, seen + 1
+    return schema
+
+
+def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
+    """The schema and the alternatives it allows (anyOf / oneOf / allOf), resolved."""
+    schema = _resolve(root, schema)
+    out = [schema]
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or ():
+            if isinstance(sub, Mapping):
+                out.extend(_branches(root, sub))
+    return out
+
+
+def _undocumented(root: Mapping, schema: Mapping, value: Any, path: str, out: dict[str, bool],
+                  also_known: frozenset = frozenset()) -> None:
+    branches = _branches(root, schema)
+    if isinstance(value, Mapping):
+        props: dict[str, Mapping] = {}
+        for b in branches:
+            props.update(b.get("properties") or {})
+        if not props:
+            return  # a free-form object (job data, a result): its keys are the client's
+        for key, item in value.items():
+            if item is UNDEFINED:
+                continue
+            name = js_key(key)
+            where = f"{path}.{name}" if path else name
+            if name in props:
+                _undocumented(root, props[name], item, where, out)
+            elif name not in also_known:
+                out[where] = item is None
+    elif isinstance(value, (list, tuple)):
+        items = [b["items"] for b in branches if isinstance(b.get("items"), Mapping)]
+        if items:
+            for item in value:
+                _undocumented(root, items[0], item, f"{path}[]", out)
+
+
 class _Compiled:
     """One schema compiled, with the paths where ``x-maxJsonBytes`` applies."""
 
@@ -405,6 +457,23 @@ class BunqueueValidator:
             return []
         known = compiled.fields | (self._error_reply.fields if reply else frozenset())
         return [k for k, v in msg.items() if v is not UNDEFINED and js_key(k) not in known]
+
+    def undocumented_fields(self, cmd: str, msg: Mapping, *,
+                            reply: bool = False) -> dict[str, bool]:
+        """Every field, at any depth, that the message's schema does not define where it
+        stands, as a path (``crons[].executions``; ``[]`` for any element of a list) mapped to
+        whether its value was ``null`` (so a reader can tell an undocumented ``null`` from an
+        undocumented value). Objects whose schema lists no properties (job data, results) are
+        free-form and not looked into. Reported, never errors."""
+        table = self._replies if reply else self._requests
+        compiled = table.get(cmd)
+        if compiled is None or not isinstance(msg, Mapping):
+            return {}
+        out: dict[str, bool] = {}
+        root = compiled.schema
+        extra = self._error_reply.fields if reply else frozenset()
+        _undocumented(root, root, msg, "", out, extra)
+        return out
 
     def missing_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
         """Required fields absent from ``msg`` (undefined counts as absent)."""
