@@ -416,6 +416,8 @@ class BunqueueServer(TcpService):
                 if size >= FLUSH_BYTES or not turn:
                     await self._flush(conn, out)
                     size = 0
+                    if conn.closing:
+                        return  # the peer is gone: its unread requests are not worth answering
                     if not turn:
                         turn = FRAMES_PER_TURN
                         await next_turn()  # BQ-FLOW-2: let the other connections in
@@ -432,12 +434,14 @@ class BunqueueServer(TcpService):
         out.clear()
         writer = conn.writer
         if writer.is_closing():
+            conn.closing = True
             return
         try:
             writer.write(data)
             await writer.drain()
         except OSError as exc:
             log.debug("connection %s: write failed: %s", conn.id, exc)
+            conn.closing = True
             writer.transport.abort()
 
     async def _acquire_slot(self, conn: _Connection) -> bool:
