@@ -35,17 +35,20 @@ setup: $(STAMP) $(NODE_PEERS)
 # Conformance of both reference servers, embedded (in process, ephemeral ports): a summary
 # per protocol on the terminal and one HTML report per protocol in reports/ (quicx: both
 # profiles side by side). Both suites always run; the target fails if either run fails.
+# JOBS cases run at once (cases marked exclusive alone: the verdicts are those of a serial
+# run, tests/conformance/test_*_suite.py check it); `make run JOBS=1` runs them one by one.
 REPORTS := reports
+JOBS    ?= 8
 
 run: $(STAMP)
 	$(BIN)/queuewire spec lint
 	$(BIN)/queuewire vectors check
 	@mkdir -p $(REPORTS)
 	@status=0; \
-	$(BIN)/queuewire conform server --protocol bunqueue --target embedded \
+	$(BIN)/queuewire conform server --protocol bunqueue --target embedded --jobs $(JOBS) \
 		--html $(REPORTS)/conformance-bunqueue.html --json $(REPORTS)/conformance-bunqueue.json \
 		--junit $(REPORTS)/conformance-bunqueue.xml || status=1; \
-	$(BIN)/queuewire conform server --protocol quicx --target embedded \
+	$(BIN)/queuewire conform server --protocol quicx --target embedded --jobs $(JOBS) \
 		--profile quicx/v1 --profile quicx/1.0.3 \
 		--html $(REPORTS)/conformance-quicx.html --json $(REPORTS)/conformance-quicx.json \
 		--junit $(REPORTS)/conformance-quicx.xml || status=1; \

@@ -4,7 +4,8 @@
 Runs every packaged case of each profile (default: the profiles ``make run`` checks, i.e.
 bunqueue/v2, quicx/v1 and quicx/1.0.3; ``--profile`` repeats) against the in-process
 reference server, exactly as ``queuewire conform server --target embedded`` does, ``--runs``
-times, and keeps the best wall time per profile. Prints, per profile, the cases, the verdict
+times (``--jobs N``: N cases at once, exclusive cases alone), and keeps the best wall time
+per profile. Prints, per profile, the cases, the verdict
 counts, the wall time, the time spent inside cases and the slowest cases (where a faster
 suite would come from), then the total against the issue's budget of 60 s as a ratio
 (budget / measured; above 1.00x is inside the budget). Every run must end with no FAIL or
@@ -28,12 +29,12 @@ DEFAULT_PROFILES = ("bunqueue/v2", "quicx/v1", "quicx/1.0.3")
 BUDGET_S = 60.0  # issue 5: a full run against the embedded reference servers under 60 s
 
 
-def measure(profile: str, runs: int) -> dict:
+def measure(profile: str, runs: int, jobs: int = 1) -> dict:
     protocol = load_profile(profile).protocol
     best = None
     for _ in range(runs):
         t0 = time.perf_counter()
-        run = run_target_sync(protocol, "embedded", profile=profile)
+        run = run_target_sync(protocol, "embedded", profile=profile, jobs=jobs)
         wall = time.perf_counter() - t0
         counts = run.counts()
         if counts["FAIL"] or counts["ERROR"]:
@@ -41,7 +42,8 @@ def measure(profile: str, runs: int) -> dict:
             sys.exit(f"{profile}: the run failed ({bad[:5]}...); fix it before timing it")
         if best is None or wall < best["wall_s"]:
             slow = sorted(run.results, key=lambda r: r.duration, reverse=True)[:5]
-            best = {"profile": profile, "cases": len(run.results), "counts": counts,
+            best = {"profile": profile, "jobs": jobs, "cases": len(run.results), "counts": counts,
+                    "exclusive": sum(r.case.exclusive for r in run.results),
                     "wall_s": round(wall, 3),
                     "in_cases_s": round(sum(r.duration for r in run.results), 3),
                     "coverage": f"{len(run.coverage.exercised)}/{len(run.coverage.applicable)}",
@@ -55,9 +57,11 @@ def main() -> int:
     ap.add_argument("--profile", action="append", help="profile to run (repeatable); "
                     f"default: {', '.join(DEFAULT_PROFILES)}")
     ap.add_argument("--runs", type=int, default=3, help="runs per profile; best kept")
+    ap.add_argument("--jobs", type=int, default=1, help="cases at once (as `queuewire "
+                    "conform server --jobs`; exclusive cases alone); default 1, serial")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args()
-    rows = [measure(p, args.runs) for p in (args.profile or DEFAULT_PROFILES)]
+    rows = [measure(p, args.runs, args.jobs) for p in (args.profile or DEFAULT_PROFILES)]
     total = sum(r["wall_s"] for r in rows)
     print(f"{'profile':<14} {'cases':>5} {'PASS':>5} {'INFO':>5} {'wall s':>7} {'in cases s':>10}"
           f"  coverage")
@@ -66,7 +70,7 @@ def main() -> int:
               f"{r['counts']['INFO']:>5} {r['wall_s']:>7.2f} {r['in_cases_s']:>10.2f}  "
               f"{r['coverage']}")
         print("    slowest: " + ", ".join(f"{cid} {d:.2f} s" for cid, d in r["slowest"]))
-    print(f"total {total:.2f} s for {sum(r['cases'] for r in rows)} cases; budget "
+    print(f"--jobs {args.jobs}: total {total:.2f} s for {sum(r['cases'] for r in rows)} cases; budget "
           f"{BUDGET_S:.0f} s -> {BUDGET_S / total:.2f}x")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

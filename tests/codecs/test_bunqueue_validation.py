@@ -114,6 +114,20 @@ def limit_locations(name: str, key: str) -> list[tuple[str, tuple]]:
     return out
 
 
+def rule_at(cmd: str, path: tuple, keyword: str) -> str:
+    """The requirement the schema at ``path`` of ``cmd``'s request cites for ``keyword``: the
+    definition's per-keyword requirement, else its own (QueueName: BQ-LIMIT-1/2; QueueRef, a
+    name a command only looks a queue up by: BQ-LIMIT-13/14)."""
+    schema = MODEL.commands[cmd].request
+    defs = schema.get("$defs") or {}
+    sub = schema
+    for part in path:
+        sub = _resolve(sub, defs)
+        sub = sub["items"] if isinstance(part, int) else sub["properties"][part]
+    sub = _resolve(sub, defs)
+    return (sub.get("x-keywordRequirements") or {}).get(keyword) or sub["x-requirement"]
+
+
 def with_value(cmd: str, path: tuple, value: Any) -> dict:
     """A minimal valid request of ``cmd`` with ``value`` at ``path`` (containers created)."""
     schema = MODEL.commands[cmd].request
@@ -213,7 +227,8 @@ def test_queue_name_is_used_by_many_commands():
 @pytest.mark.parametrize("cmd, path", QUEUE_NAME_LOCATIONS,
                          ids=[f"{c}{pointer(p)}" for c, p in QUEUE_NAME_LOCATIONS])
 def test_queue_name_length_bounds(cmd, path):
-    rid = QUEUE_NAME.requirement
+    rid = rule_at(cmd, path, "maxLength")
+    assert rid == rule_at(cmd, path, "minLength")
     for length in (QUEUE_NAME.min, QUEUE_NAME.max):
         msg = with_value(cmd, path, "q" * length)
         assert VALIDATOR.request_violations(msg) == (), length
@@ -239,8 +254,24 @@ def test_queue_name_pattern_is_cited(cmd, name):
     msg = with_value(cmd, ("queue",), name)
     violations = VALIDATOR.request_violations(msg)
     assert [(v.requirement, v.path) for v in violations] == [
-        (QUEUE_PATTERN.requirement, "/queue")], violations
+        (rule_at(cmd, ("queue",), "pattern"), "/queue")], violations
     assert not VALIDATOR.request_is_valid(msg)
+
+
+def test_a_queue_name_rule_is_stated_for_commands_that_add_jobs_and_a_reading_for_lookups():
+    """The levels policy: 001's queue-name constraints bind the commands that add or take jobs
+    (a stated MUST); that a command which only looks a queue up refuses a bad name is a
+    reading (implied, SHOULD)."""
+    for cmd in ("PUSH", "PUSHB", "PULL", "PULLB", "Cron"):
+        assert rule_at(cmd, ("queue",), "maxLength") == QUEUE_NAME.requirement
+        assert rule_at(cmd, ("queue",), "pattern") == QUEUE_PATTERN.requirement
+    for cmd in ("GetJobCounts", "Pause", "Drain", "RateLimit"):
+        for keyword in ("maxLength", "pattern"):
+            req = PROFILE.requirements[rule_at(cmd, ("queue",), keyword)]
+            assert (req.level, req.basis) == ("SHOULD", "implied"), (cmd, keyword)
+    for rid in (QUEUE_NAME.requirement, QUEUE_PATTERN.requirement):
+        req = PROFILE.requirements[rid]
+        assert (req.level, req.basis) == ("MUST", "stated")
 
 
 def test_queue_name_pattern_accepts_every_allowed_character_class():

@@ -165,13 +165,15 @@ def _server(cls=BunqueueServer, engine_cls=None, **kwargs) -> BunqueueServer:
 
 BROKEN = {
     "reqid-not-verbatim": (lambda: _server(_AsciiReqIdServer), {"bunqueue.env.reqid-echo"}),
+    # PUSH adds jobs: the name rule is stated (BQ-LIMIT-1); Pause only looks the queue up, and
+    # its rule (BQ-LIMIT-13) is still applied by this server
     "long-queue-names": (lambda: _server(_LongQueueNameServer),
-                         {"bunqueue.limit.queue_name_length.PUSH.queue",
-                          "bunqueue.limit.queue_name_length.Pause.queue"}),
+                         {"bunqueue.limit.queue_name_length.PUSH.queue"}),
+    # bunqueue.lock.pullb-tokens also breaks, but on BQ-LOCK-4, a reading (NON-STRICT)
     "lock-tokens-ignored": (lambda: _server(engine_cls=_NoLockEngine),
                             {"bunqueue.lock.ack-without-token", "bunqueue.lock.ack-wrong-token",
                              "bunqueue.lock.fail-wrong-token", "bunqueue.lock.other-jobs-token",
-                             "bunqueue.lock.pullb-tokens", "bunqueue.lock.ackb-without-tokens"}),
+                             "bunqueue.lock.ackb-without-tokens"}),
     "hello-version": (lambda: _server(engine_cls=_HelloV3Engine), {"bunqueue.hello.version"}),
 }
 
@@ -203,3 +205,73 @@ def test_auth_gate_removed_is_detected() -> None:
                            ("bunqueue.auth.*", "bunqueue.job.push-pull-ack"), auth_token=TOKEN))
     assert _failing(run) == {"bunqueue.auth.required", "bunqueue.auth.invalid-token"}, \
         "\n".join(_summary(run))
+
+
+def test_parallel_run_gives_the_serial_verdicts(embedded_run: TargetRun) -> None:
+    """--jobs 8 (exclusive cases alone) judges every case as the serial run does."""
+    parallel = run_target_sync("bunqueue", "embedded", profile=PROFILE, jobs=8)
+    assert [r.case.id for r in parallel.results] == [r.case.id for r in embedded_run.results]
+    differ = [f"{s.case.id}: serial {s.verdict}, parallel {p.verdict}: "
+              f"{(p.error or '; '.join(c.message for c in p.failed_checks))[:200]}"
+              for s, p in zip(embedded_run.results, parallel.results) if s.verdict != p.verdict]
+    assert not differ, "\n".join(differ)
+
+
+class _LookupNamesServer(BunqueueServer):
+    """Breaks BQ-LIMIT-13, a reading: commands that only look a queue up take any name."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._validator = _LenientValidator(self._validator, "BQ-LIMIT-13")
+
+
+def test_breaking_a_reading_is_non_strict_not_fail() -> None:
+    """The levels policy: a requirement that is a reading of the documents (basis implied) is
+    a SHOULD, so a server that breaks it is NON-STRICT and the run does not fail."""
+    run = asyncio.run(_run(_server(_LookupNamesServer),
+                           ("bunqueue.limit.queue_name_length.Pause.*",
+                            "bunqueue.limit.queue_name_length.PUSH.*")))
+    verdicts = {r.case.id: r.verdict for r in run.results}
+    assert verdicts == {"bunqueue.limit.queue_name_length.Pause.queue": Verdict.NON_STRICT,
+                        "bunqueue.limit.queue_name_length.PUSH.queue": Verdict.PASS}
+    (pause,) = [r for r in run.results if r.verdict is Verdict.NON_STRICT]
+    assert {c.requirement for c in pause.failed_checks} == {"BQ-LIMIT-13"}
+    assert load_profile(PROFILE).requirements["BQ-LIMIT-13"].basis == "implied"
+
+
+class _NullTimezoneEngine(BunqueueEngine):
+    """Answers every Cron, CronGet and CronList entry with ``timezone: null`` when none is
+    set, as bunqueue 2.9.5 does: an optional field the documents type string | undefined."""
+
+    def handle(self, conn_id, request):
+        reply = super().handle(conn_id, request)
+        if isinstance(reply, dict) and reply.get("ok") is True:
+            entries = [reply["cron"]] if isinstance(reply.get("cron"), dict) else \
+                reply.get("crons") if isinstance(reply.get("crons"), list) else []
+            for entry in entries:
+                entry.setdefault("timezone", None)
+        return reply
+
+
+def test_a_behaviour_case_does_not_judge_another_commands_reply_shape() -> None:
+    """Cron's reply shape is judged by the cases that cite it (BQ-CMD-Cron: the shape cases,
+    cron.add-get-list-delete, cron.priority), where the null is the only failing check (BQ-ENV-7,
+    SHOULD); every other cron case uses Cron as a step and keeps its verdict."""
+    reference = asyncio.run(_run(_server(), ("bunqueue.cron.*", "bunqueue.shape.Cron*")))
+    run = asyncio.run(_run(_server(engine_cls=_NullTimezoneEngine),
+                           ("bunqueue.cron.*", "bunqueue.shape.Cron*")))
+    before = {r.case.id: r.verdict for r in reference.results}
+    assert set(before.values()) == {Verdict.PASS}
+    changed = {r.case.id for r in run.results if r.verdict is not before[r.case.id]}
+    judging = {r.case.id for r in run.results if "BQ-CMD-Cron" in r.case.requirements
+               or "BQ-CMD-CronGet" in r.case.requirements
+               or "BQ-CMD-CronList" in r.case.requirements}
+    assert changed and changed <= judging, sorted(changed - judging)
+    assert len(before) - len(judging) >= 8  # behaviour cases that kept their verdict
+    for r in run.results:
+        if r.case.id in changed:
+            assert r.verdict is Verdict.NON_STRICT
+            assert {c.requirement for c in r.failed_checks} == {"BQ-ENV-7"}
+    observed = [c for r in run.results if r.case.id not in judging for c in r.checks
+                if c.kind == "shape-observed"]
+    assert observed and all(c.ok and c.level == "INFO" for c in observed)

@@ -59,7 +59,7 @@ def _case_file(tmp_path, which: str, mutate=None):
 
 def test_replay_matching_replies_exit_0(cli, tmp_path):
     # recorded: PUSH answered ok; the reference server answers ok too
-    result = cli("conform", "replay", _case_file(tmp_path, "info"), "--target", "embedded")
+    result = cli("conform", "replay", _case_file(tmp_path, "info"), "--target", "embedded", "--raw")
     assert result.exit_code == 0, result.output
     assert "all 1 received item(s) match in kind" in result.output
     assert "job-1" in result.output  # the recorded reply, shown beside the new one
@@ -67,7 +67,7 @@ def test_replay_matching_replies_exit_0(cli, tmp_path):
 
 def test_replay_differing_replies_exit_1(cli, tmp_path):
     # recorded: an error reply; the reference server answers ok
-    result = cli("conform", "replay", _case_file(tmp_path, "fail"), "--target", "embedded")
+    result = cli("conform", "replay", _case_file(tmp_path, "fail"), "--target", "embedded", "--raw")
     assert result.exit_code == 1
     assert "1 of 1 received item(s) differ in kind" in result.output
     assert "error:" in result.output and "ok:" in result.output
@@ -79,7 +79,7 @@ def test_replay_expects_recorded_close(cli, tmp_path):
                                   "decoded": None, "note": "closed by the peer (EOF)"})
     # the reference server does not close after a valid PUSH: the close is missing now
     result = cli("conform", "replay", _case_file(tmp_path, "info", add_close), "--target",
-                 "embedded", "--timeout", "0.3")
+                 "embedded", "--timeout", "0.3", "--raw")
     assert result.exit_code == 1
     assert "close: closed by the peer" in result.output and "(nothing)" in result.output
 
@@ -103,7 +103,7 @@ def test_replay_expects_recorded_close(cli, tmp_path):
 def test_replay_bad_file_is_a_one_line_usage_error(cli, tmp_path, content, message):
     path = tmp_path / "case.json"
     path.write_text(content)
-    result = cli("conform", "replay", path, "--target", "127.0.0.1:1")
+    result = cli("conform", "replay", path, "--target", "127.0.0.1:1", "--raw")
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
 
@@ -121,18 +121,24 @@ def test_replay_unreachable_target_is_one_line(cli, tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = cli("conform", "replay", _case_file(tmp_path, "info"), "--target", f"127.0.0.1:{port}")
+    result = cli("conform", "replay", _case_file(tmp_path, "info"), "--target", f"127.0.0.1:{port}",
+                 "--raw")
     assert result.exit_code == 1 and "cannot connect to 127.0.0.1" in result.output
 
 
 def test_replay_of_a_report_dir_case_file(cli, tmp_path):
     write_reports([fx.run()], report_dir=tmp_path)
     path = tmp_path / "cases" / case_filename("bunqueue.synthetic.unimplemented")
-    result = cli("conform", "replay", path, "--target", "embedded", "--protocol", "bunqueue")
+    result = cli("conform", "replay", path, "--target", "embedded", "--protocol", "bunqueue",
+                 "--raw")
     # recorded: "Unknown command"; the reference server knows PUSH
     assert result.exit_code == 1
-    result = cli("conform", "replay", path, "--target", "embedded", "--protocol", "quicx")
+    result = cli("conform", "replay", path, "--target", "embedded", "--protocol", "quicx",
+                 "--raw")
     assert result.exit_code == 2 and "is a bunqueue case, not quicx" in result.output
+    # re-judging needs a case to run: a synthetic one (no steps) is refused in one line
+    result = cli("conform", "replay", path, "--target", "embedded")
+    assert result.exit_code == 2 and "neither steps nor logic" in result.output
 
 
 # -- exit status of `conform server` over synthetic runs ---------------------------------------
@@ -295,7 +301,8 @@ def test_e2e_broken_server_fails_with_reproduction_and_replays(cli, tmp_path, cl
     files = sorted((tmp_path / "out" / "cases").glob("*.json"))
     assert [f.name for f in files] == sorted(case_filename(c) for c in ids)
     # the saved case replayed against a conforming server: replies differ from the recording
-    replay = cli("conform", "replay", files[0], "--target", "embedded", "--timeout", "0.5")
+    replay = cli("conform", "replay", files[0], "--target", "embedded", "--timeout", "0.5",
+                 "--raw")
     assert replay.exit_code == 1, replay.output
     assert "close: closed by the peer" in replay.output and "differ in kind" in replay.output
 
@@ -328,7 +335,7 @@ def test_replay_rewrites_server_chosen_ids(cli, tmp_path):
     path = tmp_path / "ids.json"
     path.write_text(json.dumps({"id": "synthetic.ids", "protocol": "bunqueue",
                                 "profile": "bunqueue/v2", "target": "x:1", "transcript": events}))
-    result = cli("conform", "replay", path, "--target", "embedded", "--timeout", "2")
+    result = cli("conform", "replay", path, "--target", "embedded", "--timeout", "2", "--raw")
     assert result.exit_code == 0, result.output
     assert "all 2 received item(s) match in kind" in result.output
 

@@ -270,3 +270,14 @@ def test_daemon_with_little_endian_stats() -> None:
 
     run = asyncio.run(main())
     _check_split(run, {"quicx.stats.figures"})
+
+
+def test_parallel_run_gives_the_serial_verdicts(reference_run: TargetRun) -> None:
+    """--jobs 8 (cases on the daemon's one task queue exclusive) judges as the serial run."""
+    parallel = asyncio.run(run_target("quicx", "embedded", profile=reference_run.profile,
+                                      jobs=8))
+    assert [r.case.id for r in parallel.results] == [r.case.id for r in reference_run.results]
+    differ = [f"{s.case.id}: serial {s.verdict}, parallel {p.verdict}: "
+              f"{(p.error or '; '.join(c.message for c in p.failed_checks))[:200]}"
+              for s, p in zip(reference_run.results, parallel.results) if s.verdict != p.verdict]
+    assert not differ, "\n".join(differ)

@@ -3,12 +3,15 @@ the model with real encoded frames, and say the same thing about them."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import re
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 
 import pytest
-from report_fixtures import MUST_B, PUSH, push_frame, run
+from report_fixtures import MUST_B, MUST_C, PUSH, push_frame, run
 from rich.console import Console
 
 from queuewire.conformance.model import Verdict
@@ -138,11 +141,12 @@ def test_html_matrix_coverage_and_filters():
 
 def test_html_caps_huge_frames():
     r = run(only=("pass",))
+    without = len(html_report.render([r]))  # the requirement view alone is ~100 kB
     big = b"\x00\x00\x00\x00" + b"\xab" * 100_000
     r.results[0].transcript.add(1, "send", big)
     page = html_report.render([r])
     assert f"{len(big) - html_report.HEX_CAP} more bytes ({len(big)} in all)" in page
-    assert len(page) < 100_000
+    assert len(page) - without < 10_000
 
 
 # -- console ----------------------------------------------------------------------------------
@@ -224,3 +228,91 @@ def test_html_tags_are_balanced():
     for tag in ("details", "summary", "table", "tr", "td", "pre", "ul", "li", "p", "code", "span"):
         opened = len(re.findall(rf"<{tag}[\s>]", page))
         assert opened == page.count(f"</{tag}>"), tag
+
+
+# -- HTML: areas and the requirement view ----------------------------------------------------
+class _Rows(HTMLParser):
+    """The ``<tr>`` rows of a given class: (attributes, cell texts) each."""
+
+    def __init__(self, cls: str) -> None:
+        super().__init__()
+        self.cls, self.rows, self.row, self.cell = cls, [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and a.get("class") == self.cls:
+            self.row = (a, [])
+        elif tag in ("td", "th") and self.row is not None:
+            self.cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.row is not None and self.cell is not None:
+            self.row[1].append(" ".join("".join(self.cell).split()))
+            self.cell = None
+        elif tag == "tr" and self.row is not None:
+            self.rows.append(self.row)
+            self.row = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def _rows(page: str, cls: str) -> list[tuple[dict, list[str]]]:
+    parser = _Rows(cls)
+    parser.feed(page)
+    return parser.rows
+
+
+def _area_run():
+    """The synthetic run with its cases spread over areas ``frame``, ``job`` and ``cron``."""
+    base = run()
+    where = {"pass": "bunqueue.frame.pass", "fail": "bunqueue.frame.fail",
+             "nonstrict": "bunqueue.job.nonstrict", "error": "bunqueue.job.error",
+             "unimplemented": "bunqueue.cron.unimplemented", "info": "bunqueue.cron.info"}
+    base.results[:] = [dataclasses.replace(r, case=dataclasses.replace(
+        r.case, id=where[r.case.id.rsplit(".", 1)[1]])) for r in base.results]
+    return base
+
+
+def test_html_groups_cases_by_area_with_counts():
+    r = _area_run()
+    page = html_report.render([r])
+    areas = {a["data-area"]: cells for a, cells in _rows(page, "area")}
+    assert list(areas) == ["cron", "frame", "job"]
+    # columns: area, FAIL, ERROR, UNIMPLEMENTED, NON-STRICT, INFO, PASS, cases
+    assert areas["frame"] == ["frame", "1", "0", "0", "0", "0", "1", "2"]
+    assert areas["job"] == ["job", "0", "1", "0", "1", "0", "0", "2"]
+    assert areas["cron"] == ["cron", "0", "0", "1", "0", "1", "0", "2"]
+    # the case list is grouped: each area heading is followed by its own cases only
+    for area in ("cron", "frame", "job"):
+        start = page.index(f'<h4 id="a0-{area}"')
+        end = page.find("<h4 ", start + 1)
+        section = page[start:end if end > 0 else len(page)]
+        ids = re.findall(r'<details class="case" id="r0-([^"]+)"', section)
+        assert ids and all(i.startswith(f"bunqueue.{area}.") for i in ids), (area, ids)
+    doc = json_report.build([r])
+    assert doc["runs"][0]["areas"]["frame"]["FAIL"] == 1
+
+
+def test_html_requirement_view_lists_every_requirement_and_its_cases():
+    r = _area_run()
+    page = html_report.render([r])
+    rows = {a["data-req"]: (a["data-status"], cells) for a, cells in _rows(page, "req")}
+    profile = load_profile("bunqueue/v2")
+    assert list(rows) == list(profile.requirements)  # every requirement, in spec order
+    status, cells = rows[MUST_B]
+    req = profile.requirements[MUST_B]
+    assert status == "cited" and cells[1] == req.level and "bunqueue.frame.fail" in cells[5]
+    assert "FAIL" in cells[5] and req.source in cells[3]
+    if req.quote:
+        assert " ".join(req.quote.split()) in cells[4]
+    status, cells = rows[MUST_C]
+    assert status == "cited" and "bunqueue.job.error" in cells[5]
+    assert "bunqueue.cron.unimplemented" in cells[5]
+    uncited = [rid for rid, (s, _) in rows.items() if s == "uncited"]
+    cited_ids = {q for res in r.results for q in res.case.requirements}
+    assert uncited and not set(uncited) & cited_ids
+    assert all("cited by no case" in rows[rid][1][5] for rid in uncited)
+    client = [k for k, q in profile.requirements.items() if q.subject == "client"]
+    assert all(rows[k][0] == "client" for k in client if k not in cited_ids)

@@ -130,3 +130,52 @@ def test_duplicate_command_across_files(spec_copy):
     start = core.index("  PUSH:")
     (spec_copy / "bunqueue/commands/extra.yaml").write_text("commands:\n" + core[start:])
     assert any("defined twice" in m for m in messages("bunqueue/v2"))
+
+
+# -- the levels policy (spec/README.md, "Levels and basis") ----------------------------------
+def test_every_requirement_records_its_basis(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "  BQ-FRAME-1:\n    level: MUST\n    basis: stated\n", "  BQ-FRAME-1:\n    level: MUST\n")
+    assert any("BQ-FRAME-1: basis None" in m for m in messages("bunqueue/v2"))
+
+
+def test_a_must_needs_the_documents_words(spec_copy):
+    # BQ-LOCK-5 is a reading of "Lock TTL in ms": as a MUST it breaks the policy
+    edit(spec_copy / "bunqueue/requirements/behaviour.yaml",
+         "  BQ-LOCK-5:\n    level: SHOULD\n", "  BQ-LOCK-5:\n    level: MUST\n")
+    assert any("BQ-LOCK-5: a MUST must be stated by the documents, not implied" in m
+               for m in messages("bunqueue/v2"))
+
+
+def test_a_decision_is_at_most_a_should(spec_copy):
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "  BQ-MSGPACK-3:\n    level: MAY\n", "  BQ-MSGPACK-3:\n    level: MUST\n")
+    assert any("BQ-MSGPACK-3: a MUST must be stated by the documents, not decision" in m
+               for m in messages("bunqueue/v2"))
+
+
+def test_stated_needs_a_quote_and_implied_a_rationale(spec_copy):
+    path = spec_copy / "bunqueue/requirements/behaviour.yaml"
+    text = path.read_text()
+    block = text[text.index("  BQ-LOCK-5:"):text.index("  BQ-ACKB-1:")]
+    path.write_text(text.replace(block, "\n".join(
+        line for line in block.split("\n") if not line.startswith("    rationale:"))))
+    assert any("BQ-LOCK-5: an implied requirement needs a rationale" in m
+               for m in messages("bunqueue/v2"))
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         "  BQ-FLOW-1:\n    level: SHOULD\n    basis: decision\n",
+         "  BQ-FLOW-1:\n    level: SHOULD\n    basis: stated\n")
+    clear_cache()  # the loaded profiles are cached: read the second edit
+    found = messages("bunqueue/v2")
+    assert any("BQ-FLOW-1: basis stated needs a quote from a document" in m for m in found)
+    assert any("BQ-FLOW-1: source doc QW is a decision: basis decision" in m for m in found)
+
+
+def test_a_disagreeing_quote_is_checked_against_its_document(spec_copy):
+    if not SHARED.is_dir():
+        pytest.skip("the seed documents (../shared) are not beside the checkout")
+    edit(spec_copy / "bunqueue/requirements/core.yaml",
+         'quote: "Hello(protocol negotiation) - Send Auth(if token configured)"',
+         'quote: "Auth, then Hello"')
+    assert any("BQ-AUTH-2.disagrees.0" in m and "quote not found in source 000" in m
+               for m in messages("bunqueue/v2"))

@@ -1,5 +1,5 @@
-"""``queuewire conform``: run the conformance suite against servers (``server``) and replay a
-saved case (``replay``)."""
+"""``queuewire conform``: run the conformance suite against servers (``server``), re-run and
+re-judge a saved case (``replay``) and name the profile a server speaks (``detect``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def conform() -> None:
 
     `conform server` runs the suite against a server (or the embedded reference server) and
     reports every case with its verdict (PASS, NON-STRICT, FAIL, UNIMPLEMENTED, INFO, ERROR);
-    `conform replay` sends a saved case's bytes to any server again.
+    `conform replay` re-runs a saved case against any server and says what is fixed;
+    `conform detect` names the profile a server speaks.
     """
 
 
@@ -64,6 +65,13 @@ def conform() -> None:
               type=click.Path(exists=True, dir_okay=False), default=None, help=KNOWN_FAILING_HELP)
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
               metavar="S", help="Seconds to wait for each expected reply or close.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="N",
+              help="Run up to N cases at once against each target (each case keeps its own "
+                   "connections and queues). A case marked exclusive in the suite (it reads or "
+                   "changes server-wide state: statistics, workers, webhooks, the queue list, "
+                   "quicx's one task queue) always runs alone, so verdicts equal a serial "
+                   "run's; transcript timings then include other cases' load.")
 @click.option("--report-dir", metavar="DIR", type=click.Path(file_okay=False), default=None,
               help="Write report.html, report.json, junit.xml and cases/<case-id>.json (the "
                    "replay file) for every case that did not pass.")
@@ -77,7 +85,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
                    auth_token: str | None, strict: bool, select: tuple[str, ...],
                    skip: tuple[str, ...], known_failing: str | None, timeout: float,
                    report_dir: str | None, junit: str | None, json_out: str | None,
-                   html: str | None, http_targets: tuple[str, ...] = ()) -> None:
+                   html: str | None, http_targets: tuple[str, ...] = (),
+                   jobs: int = 1) -> None:
     """Run the conformance suite against each --target and report.
 
     Prints a live progress bar, then per target the count of each verdict, the requirement
@@ -127,7 +136,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
                     run = run_target_sync(protocol, target, profile=name, auth_token=auth_token,
                                           strict=strict, select=select, skip=skip,
                                           known_failing=tuple(known), timeout=timeout,
-                                          progress=progress, http_target=http_of.get(target))
+                                          progress=progress, http_target=http_of.get(target),
+                                          jobs=jobs)
                 except ValueError as exc:  # a case file or option the runner refused
                     raise click.ClickException(str(exc)) from None
                 runs.append(run)
@@ -170,27 +180,124 @@ def _conform_http_targets(targets: tuple[str, ...], http_targets: tuple[str, ...
     return dict(zip(external, http_targets))
 
 
-@conform.command("replay", short_help="Replay a saved case against a server; compare replies.")
+@conform.command("replay", short_help="Re-run a saved case against a server; say what is fixed.")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--target", metavar="HOST:PORT", required=True,
-              help="Server to send the recorded bytes to ('embedded' starts the reference "
-                   "server of the file's protocol and profile).")
+              help="Server to run the case against ('embedded' starts the reference server of "
+                   "the file's protocol and profile).")
+@click.option("--http-target", metavar="HOST:PORT", default=None,
+              help="The server's HTTP API (bunqueue), for a case with HTTP steps.")
+@click.option("--auth-token", metavar="TOKEN", default=None,
+              help="Token for a case that authenticates (as given to `conform server`).")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
               help="Check that FILE is a case of this protocol (default: the file says).")
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
-              metavar="S", help="Seconds to wait for each recorded reply.")
-def conform_replay(file: str, target: str, protocol: str | None, timeout: float) -> None:
-    """Replay a saved case (FILE: a cases/<case-id>.json written by --report-dir) against
-    --target: the tester's recorded bytes, one TCP connection per recorded connection, in the
-    recorded order and pace. Prints what the server answered then and now, side by side.
+              metavar="S", help="Seconds to wait for each expected (or recorded) reply.")
+@click.option("--raw", is_flag=True,
+              help="Do not re-judge: resend the recorded bytes exactly, in the recorded order "
+                   "and pace, and compare the replies in kind (ok / error / push / message type "
+                   "/ close) side by side.")
+def conform_replay(file: str, target: str, protocol: str | None, timeout: float,
+                   raw: bool = False, http_target: str | None = None,
+                   auth_token: str | None = None) -> None:
+    """Re-run a saved case (FILE: a cases/<case-id>.json written by --report-dir) against
+    --target and judge it again: every check of the saved run is shown with PASS, FIXED,
+    STILL FAILING or REGRESSED (NEW / NEW FAILURE: checked only now; NOT CHECKED: only then),
+    then an overall verdict. The case runs as the file embeds it (older files: the suite's case
+    of the same id).
 
-    Exit status: 0 when the replies match the recorded ones in kind (ok / error / push /
-    message type / close), 1 when they differ, 2 for a bad file or option.
+    Exit status: 0 when every check that failed is FIXED and nothing regressed (the case now
+    passes), 1 otherwise (with --raw: when the replies differ in kind), 2 for a bad file or
+    option.
+
+    \b
+    Examples:
+      queuewire conform replay out/cases/bunqueue.queue.list.json --target 127.0.0.1:6789
+      queuewire conform replay out/cases/bunqueue.queue.list.json --target embedded --raw
     """
+    from ..conformance.targets import parse_target
+
+    try:
+        where = parse_target(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if raw:
+        _replay_raw(file, where, target, protocol, timeout)
+    else:
+        _replay_judged(file, where, target, protocol, timeout, http_target, auth_token)
+
+
+def _replay_judged(file: str, where: Any, target: str, protocol: str | None, timeout: float,
+                   http_target: str | None, auth_token: str | None) -> None:
+    import asyncio
+
+    from ..conformance.httpapi import parse_http_target
+    from ..conformance.rejudge import describe, load_saved, rejudge
+    from ..conformance.replay import ReplayError
+    from ..conformance.runner import _preflight
+    from ..conformance.targets import embedded_target
+
+    try:
+        saved = load_saved(file)
+    except ReplayError as exc:
+        raise click.UsageError(str(exc)) from None
+    if protocol and saved.case.protocol != protocol:
+        raise click.UsageError(f"{file} is a {saved.case.protocol} case, not {protocol}")
+    try:
+        http = parse_http_target(http_target) if http_target else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http-target") from None
+
+    async def go() -> Any:
+        if where == "embedded":
+            tokens = (auth_token,) if auth_token else ()
+            async with embedded_target(saved.case.protocol, saved.profile,
+                                       auth_tokens=tokens) as emb:
+                return await rejudge(saved, emb.host, emb.port, timeout=timeout,
+                                     auth_token=auth_token, http_target=http or emb.http)
+        host, port = where
+        problem = await _preflight(host, port, timeout)
+        if problem:
+            raise click.ClickException(problem)
+        return await rejudge(saved, host, port, timeout=timeout, auth_token=auth_token,
+                             http_target=http)
+
+    res = asyncio.run(go())
+    console.print(f"replay of {saved.case.id} ({saved.profile.name}; the case "
+                  f"{saved.definition}) against {target}", highlight=False)
+    console.print(f"  recorded against {saved.target or '?'}: {saved.verdict or '?'}"
+                  f"{' (' + saved.error + ')' if saved.error else ''}; now: "
+                  f"{res.result.verdict.value}"
+                  f"{' (' + res.result.error + ')' if res.result.error else ''}", highlight=False)
+    colour = {"PASS": "green", "FIXED": "green", "NEW": "green", "STILL FAILING": "red",
+              "REGRESSED": "red", "NEW FAILURE": "red", "NOT CHECKED": "yellow"}
+    table = Table(title_justify="left")
+    for col in ("", "requirement", "step", "check", "then", "now"):
+        table.add_column(col, overflow="fold", no_wrap=col == "")
+    for row in res.rows:
+        c = row.check
+        then = describe(row.old) if row.old is None or not row.old.ok else "held"
+        now = describe(row.new) if row.new is None or not row.new.ok else "holds"
+        table.add_row(Text(row.status, style=colour[row.status]),
+                      f"{c.requirement or '-'} {c.level}", "-" if c.step is None else str(c.step),
+                      c.kind, Text(then), Text(now))
+    if res.rows:
+        console.print(table)
+    counts = ", ".join(f"{res.count(s)} {s.lower()}" for s in
+                       ("FIXED", "STILL FAILING", "REGRESSED", "NEW FAILURE", "PASS")
+                       if res.count(s))
+    style = "green" if res.ok else "red"
+    console.print(f"[{style}]replay: {res.verdict}[/{style}]" + (f" ({counts})" if counts else ""),
+                  highlight=False)
+    sys.exit(0 if res.ok else 1)
+
+
+def _replay_raw(file: str, where: Any, target: str, protocol: str | None,
+                timeout: float) -> None:
     import asyncio
 
     from ..conformance.replay import ReplayError, load_case_file, replay, short
-    from ..conformance.targets import embedded, parse_target
+    from ..conformance.targets import embedded
     from ..conformance.wire import ConnectError
 
     try:
@@ -199,10 +306,6 @@ def conform_replay(file: str, target: str, protocol: str | None, timeout: float)
         raise click.UsageError(str(exc)) from None
     if protocol and case.protocol != protocol:
         raise click.UsageError(f"{file} is a {case.protocol} case, not {protocol}")
-    try:
-        where = parse_target(target)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--target") from None
 
     async def go() -> Any:
         if where == "embedded":
@@ -233,3 +336,79 @@ def conform_replay(file: str, target: str, protocol: str | None, timeout: float)
         console.print(f"[red]replay: {differ} of {len(result.rows)} received item(s) differ in kind[/red]")
         sys.exit(1)
     console.print(f"[green]replay: all {len(result.rows)} received item(s) match in kind[/green]")
+
+
+@conform.command("detect", short_help="Probe a server and name the profile it speaks.")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), required=True, help="Protocol to probe.")
+@click.option("--target", metavar="HOST:PORT", required=True, help="Server to probe.")
+@click.option("--auth-token", metavar="TOKEN", default=None,
+              help="Token to authenticate with first (bunqueue Auth).")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+              metavar="S", help="Seconds to wait for each probe's answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print the evidence as JSON.")
+def conform_detect(protocol: str, target: str, auth_token: str | None, timeout: float,
+                   as_json: bool) -> None:
+    """Probe --target with the messages the protocol's profiles disagree on (bunqueue: Hello,
+    commands only some profiles have, job-name handling; quicx: opcodes and the error codes
+    answered to them, the MSG_TASK opcode) and name the profile it matches best. Prints each
+    probe, what each profile expects and what came back, and every profile's score.
+
+    Exit status: 0 when one profile matches clearly (strictly the best share of probes, at
+    least half), 1 when it is ambiguous or nothing matches, 2 for a usage error.
+
+    \b
+    Example:
+      queuewire conform detect --protocol quicx --target 127.0.0.1:16381
+    """
+    import asyncio
+    import json
+
+    from ..conformance.detect import detect
+    from ..conformance.targets import parse_target
+
+    try:
+        where = parse_target(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if where == "embedded":
+        raise click.BadParameter("detect needs a HOST:PORT", param_hint="--target")
+    host, port = where
+    try:
+        found = asyncio.run(detect(protocol, host, port, timeout=timeout,
+                                   auth_token=auth_token, target=target))
+    except (OSError, TimeoutError) as exc:
+        raise click.ClickException(f"cannot probe {target}: {exc or type(exc).__name__}") from None
+    except Exception as exc:  # noqa: BLE001 - e.g. a refused Auth: one line, not a traceback
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise click.ClickException(f"probing {target} failed: {text}") from None
+    best, clear = found.best, found.clear
+    if as_json:
+        click.echo(json.dumps(found.as_json(), indent=2))
+        sys.exit(0 if clear else 1)
+    table = Table(title=f"detect {protocol} at {target}", title_justify="left")
+    table.add_column("probe", no_wrap=True)
+    table.add_column("sent", overflow="fold")
+    for name in found.profiles:
+        table.add_column(f"{name} expects", overflow="fold")
+    table.add_column("observed", overflow="fold")
+    for probe in found.probes:
+        cells = []
+        for name in found.profiles:
+            exp, ok = probe.expected.get(name), probe.verdict(name)
+            cells.append(Text("-" if exp is None else exp,
+                              style="" if ok is None else "green" if ok else "red"))
+        table.add_row(probe.name, Text(probe.sent), *cells, Text(probe.observed))
+    console.print(table)
+    scores = ", ".join(f"{n} {found.score(n)[0]}/{found.score(n)[1]}"
+                       for n in sorted(found.profiles, key=found.ratio, reverse=True))
+    console.print(f"scores: {scores}", highlight=False)
+    if best is None:
+        console.print(f"[red]detect: no profile of {protocol} matches[/red]")
+    elif clear:
+        hit, of = found.score(best)
+        console.print(f"[green]detect: {best} ({hit}/{of} probes, score "
+                      f"{found.ratio(best):.2f})[/green]", highlight=False)
+    else:
+        console.print(f"[red]detect: ambiguous (best {best}, score {found.ratio(best):.2f})[/red]",
+                      highlight=False)
+    sys.exit(0 if clear else 1)

@@ -278,6 +278,23 @@ def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
     return out
 
 
+def _optional_type(root: Mapping, schema_path: list) -> bool:
+    """Whether a schema error is the ``type`` of a property its object does not require."""
+    if len(schema_path) < 3 or schema_path[-1] != "type" or schema_path[-3] != "properties":
+        return False
+    node: Any = root
+    for part in schema_path[:-3]:
+        node = _resolve(root, node) if isinstance(node, Mapping) else node
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return False
+    node = _resolve(root, node) if isinstance(node, Mapping) else None
+    return isinstance(node, Mapping) and schema_path[-2] not in (node.get("required") or ())
+
+
 def _undocumented(root: Mapping, schema: Mapping, value: Any, path: str, out: dict[str, bool],
                   also_known: frozenset = frozenset()) -> None:
     branches = _branches(root, schema)
@@ -498,8 +515,14 @@ class BunqueueValidator:
         out = []
         try:
             for err in compiled.validator.iter_errors(model):
-                rid = self._requirement_for(compiled, list(err.schema_path),
-                                            list(err.instance_path))
+                path = list(err.schema_path)
+                if err.instance is None and _optional_type(compiled.schema, path):
+                    # null where the documents type an optional field T | undefined: a
+                    # rule of its own (BQ-ENV-7), not the command's shape
+                    out.append(self._kind_violation(
+                        "null_optional", _pointer(err.instance_path), _short(err.message)))
+                    continue
+                rid = self._requirement_for(compiled, path, list(err.instance_path))
                 out.append(Violation(rid, self._level(rid), _pointer(err.instance_path),
                                      _short(err.message)))
         except ValueError as exc:  # jsonschema-rs: "Recursion limit reached"

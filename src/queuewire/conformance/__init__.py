@@ -11,10 +11,12 @@ reference server from :mod:`.targets`) with the step interpreters :mod:`.steps_b
 :mod:`.steps_quicx` over recorded connections (:mod:`.wire`; HTTP in :mod:`.httpapi`), and
 Python cases (:mod:`.bunqueue_logic`, :mod:`.quicx_logic`) get a
 :class:`.context.CaseContext`; subset and error-string matching, which the interpreters and
-the HTTP checks share, is :mod:`.matching`, below them all. :mod:`.replay` sends a saved case
-again, :mod:`.pytest_plugin` runs cases as pytest items, and the reports (:mod:`.report`)
-read only the result classes. Imports here are lazy so that ``queuewire.conformance`` stays
-cheap for tools that only need the model.
+the HTTP checks share, is :mod:`.matching`, below them all. :mod:`.replay` sends a saved
+case's bytes again, :mod:`.rejudge` re-runs a saved case and compares its checks with the
+saved ones, :mod:`.detect` probes a server for the profile it speaks, :mod:`.pytest_plugin`
+runs cases as pytest items, and the reports (:mod:`.report`) read only the result classes.
+Imports here are lazy so that ``queuewire.conformance`` stays cheap for tools that only need
+the model.
 """
 
 from __future__ import annotations

@@ -579,7 +579,7 @@ async def lock_expiry_token(ctx: CaseContext) -> None:
         state = await conn.request({"cmd": "GetState", "id": job})
         ctx.check(_is_ok(state) and state.get("state") != "completed",
                   f"the job is {state.get('state') if _is_ok(state) else state!r} after that "
-                  f"ACK", requirement="BQ-LOCK-2", kind="behaviour", actual=state)
+                  f"ACK", requirement="BQ-LOCK-5", kind="behaviour", actual=state)
     finally:
         await _cleanup(conn, queue)
 

@@ -61,6 +61,10 @@ NAMED = {
 # clean the server is and whatever other cases ran before.
 LISTS = {"ListQueues": "queue", "CronList": "cron", "ListWebhooks": "webhook",
          "ListWorkers": "worker"}
+# Categories (spec/bunqueue commands) whose objects are server-wide, not per queue: a case
+# using one of their commands is exclusive (runs alone under --jobs), as is one whose command
+# takes no argument at all (Stats, Metrics, ListQueues, CronList: it reads the whole server).
+SERVER_WIDE = ("workers", "webhooks")
 SKIP_SHAPE = ("Auth",)  # needs a token: bunqueue_logic.auth_* cases
 DELAY_MS = 60_000  # a delayed job stays delayed for the whole case
 # A schedule that does not fire during the case, nor (should a failed case leave it behind on
@@ -192,10 +196,18 @@ def _cleanup() -> list[dict]:
 
 
 
+def server_wide(cmd: Any) -> bool:
+    """Whether a case sending ``cmd`` reads or changes server-wide state (see SERVER_WIDE)."""
+    return cmd.category in SERVER_WIDE or cmd.name in LISTS or \
+        (cmd.name in NAMED and NAMED[cmd.name][0] in ("worker", "webhook")) or \
+        not set(cmd.request_fields) - {"cmd", "reqId"}
+
+
 def command_shapes(profile: Profile | str) -> list[Case]:
     """One case per command: a minimal valid request, answered ok with the documented shape."""
     profile = _profile(profile)
     out = []
+    null_rule = profile.model.protocol_errors["null_optional"].requirement  # BQ-ENV-7
     for cmd in profile.model.commands.values():
         if cmd.name in SKIP_SHAPE:
             continue
@@ -239,9 +251,11 @@ def command_shapes(profile: Profile | str) -> list[Case]:
             id=f"bunqueue.shape.{cmd.name}",
             title=f"{cmd.name} with a minimal valid request is answered ok with the documented "
                   f"reply shape",
-            protocol=PROTOCOL, requirements=(cmd.requirement, "BQ-ENV-3", "BQ-ENV-6"),
+            protocol=PROTOCOL, requirements=(cmd.requirement, "BQ-ENV-3", "BQ-ENV-6",
+                                             null_rule),
             steps=tuple(steps), command=cmd.name, tags=("shape", "generated"),
-            source="generate_bunqueue:command_shapes", cleanup=tuple(cleanup + _cleanup())))
+            source="generate_bunqueue:command_shapes", cleanup=tuple(cleanup + _cleanup()),
+            exclusive=server_wide(cmd)))
     return out
 
 
@@ -350,7 +364,8 @@ def limit_cases(profile: Profile | str) -> list[Case]:
             steps=() if big else tuple(all_steps),
             logic=EXPANDED if big else None, params={"steps": all_steps} if big else None,
             command=cname, tags=("limit", "generated"), source="generate_bunqueue:limit_cases",
-            cleanup=tuple(cleanup + _cleanup())))
+            cleanup=tuple(cleanup + _cleanup()),
+            exclusive=server_wide(profile.model.commands[cname])))
     return out
 
 

@@ -110,7 +110,17 @@ def _case(profile: Profile, cid: str, title: str, requirements: Iterable[str | N
     reqs = tuple(dict.fromkeys(r for r in requirements if r and r in profile.requirements))
     return Case(id=cid, title=title, protocol=PROTOCOL, requirements=reqs, steps=tuple(steps),
                 profiles=(profile.name,), command=command, info=info,
-                tags=tuple(dict.fromkeys((*tags, "generated"))), source=f"{GEN}:{cid}")
+                tags=tuple(dict.fromkeys((*tags, "generated"))), source=f"{GEN}:{cid}",
+                exclusive=uses_task_queue(steps))
+
+
+def uses_task_queue(steps: Iterable[dict]) -> bool:
+    """Whether steps touch the daemon's one task queue (a worker asks for a task, a producer
+    submits one, a monitor reads the counts): such a case is exclusive (runs alone under
+    --jobs), since another case's tasks would reach its worker or its figures. A task
+    submitted as raw bytes is always taken back by a worker's MSG_READY (:func:`drain`)."""
+    return any(isinstance(s.get("send"), dict) and s["send"].get("type") in
+               (SUBMIT, READY, "MSG_STATS") for s in steps)
 
 
 def _code_requirement(spec: QuicxSpec, code: int) -> str | None:
@@ -433,7 +443,7 @@ def limit_cases(profile: Profile | str) -> list[Case]:
                 logic="queuewire.conformance.quicx_logic:submit_of_size",
                 params={"size": total, "task_type": SAMPLE_SIZED_TEXT},
                 profiles=(profile.name,), command=SUBMIT, tags=("limit", "generated"),
-                source=f"{GEN}:limit_cases"))
+                source=f"{GEN}:limit_cases", exclusive=True))
     # a header claiming 4 GiB where the profile sets no cap (a capped profile has its vector)
     if cap is None or huge <= cap:
         claim = enc.frame(sub.code, length=huge)

@@ -30,7 +30,7 @@ from . import httpapi
 from .model import Case
 
 CASE_KEYS = {"id", "title", "requirements", "command", "profiles", "info", "tags", "steps",
-             "logic", "params", "cleanup"}
+             "logic", "params", "cleanup", "exclusive"}
 LEVELS = ("MUST", "SHOULD", "MAY")
 BUILTIN_VARS = {"queue", "queue2", "queue3", "token", "now", "uuid", "profile"}
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -141,7 +141,8 @@ def parse_case(entry: Any, where: str, protocol: str, profile: Profile) -> Case:
         steps=tuple(entry.get("steps") or ()), logic=entry.get("logic"),
         profiles=tuple(profiles), command=entry.get("command"), info=bool(entry.get("info", False)),
         tags=tuple(_str_list(entry.get("tags"), ctx, "tags")), params=entry.get("params"),
-        source=where, cleanup=_step_list(entry.get("cleanup"), ctx, "cleanup"))
+        source=where, cleanup=_step_list(entry.get("cleanup"), ctx, "cleanup"),
+        exclusive=_flag(entry.get("exclusive", False), ctx, "exclusive"))
     check_case(case, profile)
     return case
 
@@ -358,6 +359,12 @@ def _step_list(value: Any, ctx: str, key: str) -> tuple[Any, ...]:
     if not isinstance(value, list):
         raise CaseError(f"{ctx}: {key}: takes a list of steps")
     return tuple(value)
+
+
+def _flag(value: Any, ctx: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise CaseError(f"{ctx}: {key}: takes true or false")
+    return value
 
 
 def _str_list(value: Any, ctx: str, key: str) -> list[str]:

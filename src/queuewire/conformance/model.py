@@ -59,6 +59,8 @@ class Case:
     ``command``: the command under test, when there is one (for UNIMPLEMENTED).
     ``cleanup``: steps run after ``steps`` (or ``logic``) whatever happened, recorded in the
     transcript but never judged (see ``cases/README.md``).
+    ``exclusive``: the case reads or changes server-wide state (statistics, workers,
+    webhooks, the list of queues, quicx's one task queue): with ``--jobs`` it runs alone.
     """
 
     id: str
@@ -74,6 +76,7 @@ class Case:
     params: Any = None  # free data for logic cases and generated cases
     source: str = ""  # file (and index) the case came from, for error messages
     cleanup: tuple[Any, ...] = ()  # steps always run afterwards; never judged
+    exclusive: bool = False  # touches server-wide state: runs with no other case at once
 
     def applies_to(self, profile: str) -> bool:
         return not self.profiles or profile in self.profiles
@@ -253,3 +256,30 @@ def jsonable_result(r: CaseResult) -> dict[str, Any]:
         ],
     }
     return d
+
+
+CASE_FIELDS = ("id", "title", "protocol", "requirements", "steps", "logic", "profiles",
+               "command", "info", "tags", "params", "source", "cleanup")
+
+
+def case_definition(case: Case) -> dict[str, Any]:
+    """The case's own definition as JSON data (saved in replay files so that a replay re-runs
+    the case as it was when the file was written, even if the suite changed since)."""
+    return {k: getattr(case, k) for k in CASE_FIELDS}
+
+
+def case_from_definition(d: dict[str, Any]) -> Case:
+    """The inverse of :func:`case_definition` (lists become tuples); raises ValueError."""
+    if not isinstance(d, dict):
+        raise ValueError("'case' must be an object")
+    unknown = set(d) - set(CASE_FIELDS)
+    if unknown:
+        raise ValueError(f"'case' has unknown key(s) {', '.join(sorted(unknown))}")
+    for key in ("id", "title", "protocol", "requirements"):
+        if key not in d:
+            raise ValueError(f"'case' is missing {key!r}")
+    tuples = {k: tuple(d.get(k) or ()) for k in ("requirements", "steps", "profiles", "tags",
+                                                    "cleanup")}
+    return Case(id=str(d["id"]), title=str(d["title"]), protocol=str(d["protocol"]),
+                logic=d.get("logic"), command=d.get("command"), info=bool(d.get("info")),
+                params=d.get("params"), source=str(d.get("source") or ""), **tuples)

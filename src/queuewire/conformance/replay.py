@@ -1,4 +1,6 @@
-"""Replay a saved case against any server and compare what comes back.
+"""Replay a saved case's bytes against any server and compare what comes back
+(``conform replay --raw``; by default ``conform replay`` re-runs and re-judges the case, see
+:mod:`.rejudge`).
 
 A case file is what ``queuewire conform server --report-dir DIR`` writes for every case that
 did not pass (``DIR/cases/<case-id>.json``: :func:`~queuewire.conformance.model.jsonable_result`

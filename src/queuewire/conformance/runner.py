@@ -2,7 +2,8 @@
 
 :func:`run_target` loads the profile's cases (or takes a given list), filters them with
 ``--select`` / ``--skip`` globs (``fnmatch`` on the case id), connects to ``HOST:PORT`` or
-starts the embedded reference server, and runs the cases one after another. Each case gets a
+starts the embedded reference server, and runs the cases one after another (or ``jobs`` at
+once, an ``exclusive`` case always alone: :class:`_Gate`). Each case gets a
 fresh :class:`~.context.CaseContext` (its own connections, transcript, variables and unique
 queue names), is bounded by a wall-clock limit, then runs its ``cleanup`` steps whatever
 happened (:func:`run_cleanup`: recorded, never judged, the verdict is fixed before), and has
@@ -21,11 +22,12 @@ receives ``("start", n)``, ``("case", CaseResult)`` per case and ``("done", Targ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import fnmatch
 import shlex
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from ..spec import Profile, default_profile, load_profile
@@ -203,6 +205,55 @@ def _one_line(exc: BaseException, case: Case) -> str:
     return f"{kind} {type(exc).__name__}: {text}{where}"
 
 
+class _Gate:
+    """At most ``jobs`` cases at once, and an exclusive case (``Case.exclusive``: it reads or
+    changes server-wide state) with no other: a readers-writer lock whose writers are the
+    exclusive cases. A waiting exclusive case stops new cases from starting (it is not
+    starved); cases are admitted in suite order, so a run is as deterministic as it can be."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.running = 0
+        self.exclusive = False
+        self.queue: list[tuple[bool, asyncio.Future[None]]] = []
+
+    def _admit(self) -> None:
+        while self.queue and not self.exclusive:
+            excl, fut = self.queue[0]
+            if fut.done():  # cancelled while waiting
+                self.queue.pop(0)
+                continue
+            if excl and self.running:
+                return
+            if not excl and self.running >= self.jobs:
+                return
+            self.queue.pop(0)
+            self.running += 1
+            self.exclusive = excl
+            fut.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, exclusive: bool) -> AsyncIterator[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.append((exclusive, fut))
+        self._admit()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._release()
+            raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self.running -= 1
+        self.exclusive = False
+        self._admit()
+
+
 async def _preflight(host: str, port: int, timeout: float) -> str | None:
     """None when ``host:port`` accepts a connection, else the one-line reason."""
     try:
@@ -252,8 +303,9 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     embedded bunqueue server sets its own. Without one those cases are INFO.
 
     ``jobs`` > 1 runs that many cases at once (each still has its own connections and
-    transcript; results keep the suite's order, progress reports them as they finish). Only
-    for targets and suites whose cases do not observe server-wide state."""
+    transcript; results keep the suite's order, progress reports them as they finish). A case
+    marked ``exclusive`` (it reads or changes server-wide state) runs with no other case at
+    once, so the verdicts are those of a serial run."""
     prof = profile if isinstance(profile, Profile) else load_profile(
         profile or default_profile(protocol))
     if prof.protocol != protocol:
@@ -288,10 +340,10 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
         info = None if unreachable else await _server_info(prof, host, port, timeout, auth_token)
         if jobs <= 1 or unreachable:
             return [await run_one(c, host, port, unreachable) for c in chosen], info
-        gate = asyncio.Semaphore(jobs)
+        gate = _Gate(jobs)
 
         async def gated(c: Case) -> CaseResult:
-            async with gate:
+            async with gate.hold(c.exclusive):
                 return await run_one(c, host, port, None)
         return list(await asyncio.gather(*(gated(c) for c in chosen))), info
 

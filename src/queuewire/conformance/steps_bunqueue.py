@@ -442,13 +442,23 @@ def _expected(outcomes: list[dict]) -> Any:
 
 
 def validate(ctx: CaseContext, cmd: str, replies: list[Frame]) -> None:
-    """Schema, missing-field and extra-field checks of replies to a documented command."""
+    """Schema, missing-field and extra-field checks of replies to a documented command.
+
+    A reply's shape is judged only by the cases that cite the command's requirement
+    (``BQ-CMD-<cmd>``: its generated shape case, and hand-written cases about that shape), and
+    a schema rule with a requirement of its own (the job states of BQ-JOB-1, say) by the cases
+    that cite that one. In any other case the command is a step towards some behaviour, and a
+    shape problem of its reply is recorded as an INFO observation that cannot change the
+    verdict: a behaviour is judged by its own checks, and a shape where it is the subject."""
     spec = ctx.profile.model
     command = spec.commands.get(cmd)
     if command is None:
         return
     v = validator(ctx)
     rid = command.requirement
+    if rid not in ctx.case.requirements:
+        _judge_cited(ctx, v, cmd, rid, replies)
+        return
     seen: set[tuple] = set()
     clean = True
     extras: dict[str, bool] = {}  # undocumented field path -> its value was null
@@ -492,6 +502,35 @@ def validate(ctx: CaseContext, cmd: str, replies: list[Frame]) -> None:
         n = f"{len(replies)} replies match" if len(replies) > 1 else "the reply matches"
         ctx.check(True, f"step {ctx.step}: {n} the {cmd} reply schema", requirement=rid,
                   level=ctx.level_of(rid), kind="schema")
+
+
+def _judge_cited(ctx: CaseContext, v: Any, cmd: str, rid: str, replies: list[Frame]) -> None:
+    """The shape findings of a step whose case does not judge ``cmd``'s shape: those citing a
+    requirement the case cites are judged, the others recorded as an INFO observation."""
+    found: list[str] = []
+    errors = ctx.profile.model.protocol_errors
+    # rules every shape case cites (BQ-ENV-6, BQ-ENV-7) judge only the command under test
+    generic = {errors[k].requirement for k in ("schema_violation", "null_optional")}
+    cited = set(ctx.case.requirements) - generic
+    for rep in replies:
+        value = rep.value
+        if not isinstance(value, dict):
+            continue
+        if value.get("ok") is True:
+            found += [f"lacks {f}" for f in v.missing_fields(cmd, value, reply=True)]
+        for viol in v.reply_violations(cmd, value):
+            if viol.requirement in cited:
+                ctx.check(False, f"step {ctx.step}: the {cmd} reply breaks its schema at "
+                          f"{viol.path or '/'}: {viol.message}", requirement=viol.requirement,
+                          level=ctx.level_of(viol.requirement), kind="schema",
+                          expected=f"{cmd} response schema", actual=rep.view)
+            else:
+                found.append(f"{viol.requirement} at {viol.path or '/'}: {viol.message}")
+    if found:
+        shown = list(dict.fromkeys(found))
+        ctx.check(True, f"step {ctx.step}: the {cmd} reply's shape is judged by the cases citing "
+                  f"{rid}, not here; seen: {'; '.join(shown)}", requirement=rid, level="INFO",
+                  kind="shape-observed", actual=shown)
 
 
 def _save(ctx: CaseContext, step: dict, obs: Observation) -> None:

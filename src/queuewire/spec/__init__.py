@@ -28,6 +28,7 @@ from ._load import (
     substitute_limits,
 )
 from .model import (
+    BASES,
     LEVELS,
     Limit,
     Profile,
@@ -40,7 +41,7 @@ from .model import (
 )
 
 __all__ = [
-    "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
+    "BASES", "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
     "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile",
     "profile_names", "raw_tree", "sources", "spec_dir",
 ]
@@ -80,7 +81,8 @@ def _requirements(raw: Mapping[str, Any]) -> Mapping[str, Requirement]:
         out[rid] = Requirement(
             id=rid, level=r.get("level"), subject=r.get("subject", "peer"), text=r.get("text", ""),
             source=str(src.get("doc", "")), section=str(src.get("section", "")),
-            quote=r.get("quote"), rationale=r.get("rationale"),
+            quote=r.get("quote"), rationale=r.get("rationale"), basis=r.get("basis"),
+            disagrees=tuple(r.get("disagrees") or ()),
         )
     return frozen_map(out)
 

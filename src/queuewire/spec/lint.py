@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from . import LEVELS, SpecError, load_profile, profile_names, raw_tree, sources, spec_dir
+from . import BASES, LEVELS, SpecError, load_profile, profile_names, raw_tree, sources, spec_dir
 from ._load import walk
 
 DOC_KEYS = ("doc", "description")
@@ -144,9 +144,39 @@ def _check_requirements(profile: Any) -> Iterable[LintIssue]:
                                                  f"{req.quote[:60]!r}")
         elif req.source == "QW" and not req.rationale:
             yield LintIssue(name, where, "a queuewire decision needs a rationale")
+        yield from _check_basis(name, where, req)
+        for i, other in enumerate(req.disagrees):
+            doc, quote = str(other.get("doc", "")), other.get("quote")
+            text = source_text(doc) if doc in SEED_SOURCES else None
+            if doc not in SEED_SOURCES or not quote:
+                yield LintIssue(name, f"{where}.disagrees.{i}",
+                                "a disagreement cites a seed document and quotes it")
+            elif text is not None and _squash(quote) not in text:
+                yield LintIssue(name, f"{where}.disagrees.{i}",
+                                f"quote not found in source {doc}: {quote[:60]!r}")
     for path, rid in _cited_ids(profile.tree):
         if rid not in profile.requirements:
             yield LintIssue(name, _dotted(path), f"cites undefined requirement {rid}")
+
+
+def _check_basis(name: str, where: str, req: Any) -> Iterable[LintIssue]:
+    """The levels policy (spec/README.md, "Levels and basis"): a MUST rests on words of the
+    documents; a reading or a decision of ours is at most a SHOULD and says why."""
+    if req.basis not in BASES:
+        yield LintIssue(name, where, f"basis {req.basis!r} is not one of {BASES}")
+        return
+    if req.basis == "stated":
+        if req.source == "QW" or not req.quote:
+            yield LintIssue(name, where, "basis stated needs a quote from a document")
+    elif req.level == "MUST":
+        yield LintIssue(name, where, f"a MUST must be stated by the documents, not "
+                                     f"{req.basis} (make it SHOULD, or quote the sentence)")
+    if req.basis == "implied" and not req.rationale:
+        yield LintIssue(name, where, "an implied requirement needs a rationale (the reading)")
+    if req.basis == "decision" and req.source != "QW":
+        yield LintIssue(name, where, "basis decision goes with source doc QW")
+    if req.basis != "decision" and req.source == "QW":
+        yield LintIssue(name, where, "source doc QW is a decision: basis decision")
 
 
 def _check_schemas(profile: Any) -> Iterable[LintIssue]:

@@ -20,6 +20,11 @@ STRUCT_FORMATS = {"u1": "B", "u2be": ">H", "u4be": ">I", "u8be": ">Q",
 
 Level = Literal["MUST", "SHOULD", "MAY"]
 LEVELS: tuple[Level, ...] = ("MUST", "SHOULD", "MAY")
+#: What a requirement rests on (spec/README.md, "Levels and basis"): ``stated`` the documents
+#: say it (a verbatim quote), ``implied`` a reading of them (at most SHOULD, with the reading
+#: as rationale), ``decision`` queuewire's own where they are silent (at most SHOULD).
+Basis = Literal["stated", "implied", "decision"]
+BASES: tuple[Basis, ...] = ("stated", "implied", "decision")
 
 
 def frozen_map(items: Mapping | None = None) -> Mapping:
@@ -36,7 +41,9 @@ class Source:
 
 @dataclass(frozen=True)
 class Requirement:
-    """One normative statement: ``id`` is stable, ``level`` is an RFC 2119 keyword."""
+    """One normative statement: ``id`` is stable, ``level`` is an RFC 2119 keyword, ``basis``
+    what the level rests on. ``disagrees`` holds the words of another document that says
+    otherwise (each a mapping of doc, section, quote), which reports show beside ``quote``."""
 
     id: str
     level: Level
@@ -46,6 +53,8 @@ class Requirement:
     section: str
     quote: str | None = None
     rationale: str | None = None
+    basis: Basis | None = None
+    disagrees: tuple = ()
 
     @property
     def cite(self) -> str:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import CaseResult, TargetRun, jsonable_result, run_failed
+from ..model import CaseResult, TargetRun, case_definition, jsonable_result, run_failed
 
 
 def label(run: TargetRun) -> str:
@@ -57,12 +57,65 @@ def case_document(run: TargetRun, result: CaseResult) -> dict[str, Any]:
 
     doc = jsonable_result(result)
     doc["transcript"] = compact_events(doc["transcript"])
-    doc.update({"format": "queuewire-conformance-case/1", "protocol": run.protocol,
+    doc.update({"format": "queuewire-conformance-case/2", "protocol": run.protocol,
                 "profile": run.profile, "target": run.target,
-                "reproduction": reproduction(run, result)})
+                "reproduction": reproduction(run, result),
+                # the definition the case ran with: `conform replay` re-runs and re-judges it
+                "case": case_definition(result.case)})
     return doc
 
 
 def exit_status(runs: Sequence[TargetRun]) -> int:
     """0 when no case fails the run (:func:`model.run_failed`), 1 otherwise."""
     return 1 if run_failed(runs) else 0
+
+
+def area_of(case: Any) -> str:
+    """The area a case belongs to, from data it already carries: the second part of its id
+    (``bunqueue.frame.too-large`` -> ``frame``), else the stem of its case file, else
+    ``other``."""
+    parts = case.id.split(".")
+    if len(parts) >= 3 and parts[1]:
+        return parts[1]
+    source = (case.source or "").split(" ")[0].rsplit("/", 1)[-1]
+    stem = source.rsplit(".", 1)[0] if source.endswith((".yaml", ".yml")) else ""
+    return stem or "other"
+
+
+def areas(results: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
+    """Verdict counts per area (areas sorted by name; every verdict present, zeros kept)."""
+    from ..model import VERDICT_ORDER
+
+    out: dict[str, dict[str, int]] = {}
+    for r in results:
+        row = out.setdefault(area_of(r.case), {v.value: 0 for v in VERDICT_ORDER})
+        row[r.verdict.value] += 1
+    return dict(sorted(out.items()))
+
+
+def requirement_rows(run: TargetRun) -> list[dict[str, Any]]:
+    """Every requirement of the run's profile, in the profile's order, with its level, subject,
+    source (document, section, basis if the spec gives one), quote and the cases that cite
+    it with their verdicts; ``in_scope`` is False for a client requirement."""
+    try:
+        from ...spec import load_profile
+
+        reqs = load_profile(run.profile).requirements
+    except Exception:  # noqa: BLE001 - a saved run of an unknown profile: nothing to list
+        return []
+    cited: dict[str, list[CaseResult]] = {}
+    for r in run.results:
+        for rid in r.case.requirements:
+            cited.setdefault(rid, []).append(r)
+    out_of_scope = set(run.coverage.out_of_scope)
+    rows = []
+    for rid, req in reqs.items():
+        rows.append({"id": rid, "level": req.level, "subject": req.subject, "text": req.text,
+                     "source": req.source, "section": req.section,
+                     "basis": req.basis or "",
+                     "quote": req.quote or "",
+                     # another document's words that say otherwise (shown beside the quote)
+                     "disagrees": [dict(d) for d in req.disagrees],
+                     "in_scope": rid not in out_of_scope,
+                     "cases": [(r.case.id, r.verdict.value) for r in cited.get(rid, [])]})
+    return rows

@@ -1,8 +1,12 @@
 """The HTML report: one static, self-contained file (inline CSS and a few lines of JS).
 
 Sections: a summary matrix (one column per run: counts per verdict, coverage, result), the
-requirement coverage of each run with the ids not exercised, a case x run verdict matrix
-linking to the details, and per run every case as a ``<details>`` element: title, verdict,
+verdict counts per area of each run (the area is the second part of a case id,
+``bunqueue.frame.*`` -> ``frame``: :func:`~.common.area_of`), the requirement coverage of each
+run with the ids not exercised, the requirement view (every requirement of the profile with
+its level, source, quote and the cases citing it with their verdicts; requirements no case
+cites are marked so), a case x run verdict matrix linking to the details, and per run, area by
+area, every case as a ``<details>`` element: title, verdict,
 requirement ids with their level and text from the spec, expected vs actual of every check,
 the error and reproduction line, and the wire transcript of every connection (time since the
 case started, connection, direction, a hex dump and the decoded view, both directions).
@@ -21,7 +25,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import VERDICT_ORDER, CaseResult, Check, TargetRun, Verdict, WireEvent
-from .common import exit_status, label, reproduction, requirement_info
+from .common import (
+    area_of,
+    areas,
+    exit_status,
+    label,
+    reproduction,
+    requirement_info,
+    requirement_rows,
+)
 from .junit import reason
 
 HEX_CAP = 1024  # bytes of hex dump shown per event
@@ -59,6 +71,7 @@ tr.send td{background:#f0f7ff}tr.recv td{background:#f4fff4}
 tr.close td,tr.open td,tr.note td{background:#fafafa}
 .filters label{margin-right:1em}code{font-size:.95em}
 .idlist code{display:inline-block;margin:0 .4em .2em 0}
+td.z{color:#8c959f;text-align:right}blockquote{margin:0;padding-left:.6em;border-left:3px solid #d0d7de}
 """
 
 JS = """
@@ -153,6 +166,58 @@ def _coverage(i: int, run: TargetRun) -> str:
         body += (f'<details><summary>out of scope ({len(cov.out_of_scope)})</summary><p class="idlist">'
                  + "".join(f"<code>{e(x)}</code>" for x in cov.out_of_scope) + "</p></details>")
     return f'<h3 id="cov{i}">{e(label(run))}</h3>{body}'
+
+
+def _area_anchor(i: int, area: str) -> str:
+    return f"a{i}-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in area)
+
+
+def _areas(i: int, run: TargetRun) -> str:
+    """Verdict counts per area of one run, each area linking to its cases."""
+    table = areas(run.results)
+    head = "".join(f"<th>{badge(v.value)}</th>" for v in VERDICT_ORDER)
+    rows = []
+    for area, counts in table.items():
+        cells = "".join(f'<td class="{"n" if counts[v.value] else "z"}">{counts[v.value]}</td>'
+                        for v in VERDICT_ORDER)
+        worst = next((v.value for v in VERDICT_ORDER if counts[v.value]), "PASS")
+        rows.append(f'<tr class="area" data-area="{e(area)}" data-worst="{e(worst)}"><th>'
+                    f'<a href="#{_area_anchor(i, area)}">{e(area)}</a></th>{cells}'
+                    f'<td class="n">{sum(counts.values())}</td></tr>')
+    return (f'<h3 id="areas{i}">{e(label(run))}</h3><table class="areas"><tr><th>area</th>'
+            f'{head}<th>cases</th></tr>{"".join(rows)}</table>')
+
+
+def _requirements(i: int, run: TargetRun) -> str:
+    """Every requirement of the run's profile: level, source, quote and the citing cases."""
+    rows = []
+    reqs = requirement_rows(run)
+    uncited = 0
+    for req in reqs:
+        source = " ".join(x for x in (req["source"], req["section"] and f"§ {req['section']}") if x)
+        basis = f'<div class="dim">basis: {e(req["basis"])}</div>' if req["basis"] else ""
+        quote = f"<blockquote>{e(req['quote'])}</blockquote>" if req["quote"] else ""
+        quote += "".join(f'<blockquote class="disagrees">but {e(d.get("doc", ""))}, '
+                         f'{e(d.get("section", ""))}: {e(d.get("quote", ""))}</blockquote>'
+                         for d in req["disagrees"])
+        if req["cases"]:
+            cited = " ".join(f'<a href="#{_anchor(i, cid)}" title="{e(cid)}">{badge(v)}</a> '
+                             f"<code>{e(cid)}</code><br>" for cid, v in req["cases"])
+            status = "cited"
+        elif not req["in_scope"]:
+            cited, status = '<span class="dim">out of scope (client requirement)</span>', "client"
+        else:
+            cited, status = '<span class="bad">cited by no case</span>', "uncited"
+            uncited += 1
+        rows.append(f'<tr class="req" data-req="{e(req["id"])}" data-status="{status}">'
+                    f'<td><code>{e(req["id"])}</code></td><td>{e(req["level"])}</td>'
+                    f'<td>{e(req["subject"])}</td><td>{e(source)}{basis}</td>'
+                    f'<td>{e(req["text"])}{quote}</td><td>{cited}</td></tr>')
+    return (f'<details id="reqs{i}"{" open" if len(reqs) <= 60 else ""}><summary>'
+            f"{e(label(run))}: {len(reqs)} requirements, {uncited} in scope and cited by no "
+            f"case</summary><table><tr><th>id</th><th>level</th><th>subject</th><th>source</th>"
+            f"<th>requirement and quote</th><th>cases citing it</th></tr>{''.join(rows)}"
+            f"</table></details>")
 
 
 def _matrix(runs: Sequence[TargetRun]) -> str:
@@ -251,10 +316,20 @@ def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance rep
     cases = []
     for i, run in enumerate(runs):
         order = {v: k for k, v in enumerate(VERDICT_ORDER)}
-        results = sorted(run.results, key=lambda r: (order[r.verdict], r.case.id))
+        grouped: dict[str, list[CaseResult]] = {}
+        for r in run.results:
+            grouped.setdefault(area_of(r.case), []).append(r)
+        body = []
+        for area, members in sorted(grouped.items()):
+            members.sort(key=lambda r: (order[r.verdict], r.case.id))
+            counts = ", ".join(f"{n} {v}" for v, n in
+                               ((v.value, sum(r.verdict is v for r in members))
+                                for v in VERDICT_ORDER) if n)
+            body.append(f'<h4 id="{_area_anchor(i, area)}" class="area">{e(area)} '
+                        f'<span class=dim>({counts})</span></h4>'
+                        + "".join(_case(i, run, r) for r in members))
         cases.append(f'<h3 id="run{i}">{e(label(run))} <span class=dim>({e(run.protocol)}, '
-                     f"started {e(run.started_at)})</span></h3>"
-                     + "".join(_case(i, run, r) for r in results))
+                     f"started {e(run.started_at)})</span></h3>" + "".join(body))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -265,8 +340,14 @@ def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance rep
  if status else badge("PASS") + " exit status 0"}.</p>
 <h2>Summary</h2>
 {_summary(runs)}
+<h2>Areas</h2>
+{"".join(_areas(i, run) for i, run in enumerate(runs))}
 <h2>Requirement coverage</h2>
 {"".join(_coverage(i, run) for i, run in enumerate(runs))}
+<h2>Requirements</h2>
+<p>Every requirement of the profile with its level, where it comes from and the cases that
+cite it, with their verdicts.</p>
+{"".join(_requirements(i, run) for i, run in enumerate(runs))}
 <h2>Cases</h2>
 <p class="filters">Show: {filters}</p>
 <details{' open' if len(runs) > 1 else ''}><summary>case × target matrix</summary>{_matrix(runs)}</details>

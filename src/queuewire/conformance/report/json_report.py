@@ -2,7 +2,7 @@
 
 The document is plain JSON built from the model alone: each case is
 :func:`~queuewire.conformance.model.jsonable_result` (checks, transcript with bytes as hex),
-each run carries its verdict counts, its requirement coverage (exercised, not exercised,
+each run carries its verdict counts (in all and per area), its requirement coverage (exercised, not exercised,
 observed-only and out-of-scope ids, and the ratio) and the cases that fail it. ``exit_status`` at the top is
 what ``queuewire conform server`` exits with, so a CI job can read one field. Nothing is
 lost or reformatted (``json.loads(dumps(runs)) == build(runs)``) except the bytes of very
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import TargetRun, jsonable_result
-from .common import exit_status, label, reproduction
+from .common import areas, exit_status, label, reproduction
 
 FORMAT = "queuewire-conformance-report/1"
 EVENT_BYTES_CAP = 64 * 1024  # bytes of one transcript event kept in the report
@@ -59,6 +59,7 @@ def build_run(run: TargetRun) -> dict[str, Any]:
         "duration": round(run.duration, 6), "server_info": run.server_info,
         "counts": run.counts(), "total": len(run.results),
         "failing": [r.case.id for r in run.failing()],
+        "areas": areas(run.results),  # verdict counts per area (report.common.area_of)
         "coverage": {
             "applicable": len(cov.applicable), "exercised": len(cov.exercised),
             "ratio": round(cov.ratio, 6), "exercised_ids": list(cov.exercised),
