@@ -275,3 +275,19 @@ def test_a_behaviour_case_does_not_judge_another_commands_reply_shape() -> None:
     observed = [c for r in run.results if r.case.id not in judging for c in r.checks
                 if c.kind == "shape-observed"]
     assert observed and all(c.ok and c.level == "INFO" for c in observed)
+
+
+def test_auth_cases_without_a_token_are_not_counted_as_covered() -> None:
+    """Without --auth-token the suite cannot tell a server with tokens from one without, so
+    the cases that need one only observe (INFO, a note saying how to cover them) and their
+    requirements count as observed, not exercised; with a token they are judged."""
+    select = ("bunqueue.auth.required", "bunqueue.auth.invalid-token")
+    run = asyncio.run(_run(_server(), select))
+    assert {r.case.id: r.verdict for r in run.results} == dict.fromkeys(select, Verdict.INFO)
+    assert {"BQ-AUTH-2", "BQ-AUTH-3"} <= set(run.coverage.observed)
+    assert not {"BQ-AUTH-2", "BQ-AUTH-3"} & set(run.coverage.exercised)
+    for r in run.results:
+        assert any(e.direction == "note" and "--auth-token" in e.note for e in r.transcript.events)
+    judged = asyncio.run(_run(_server(auth_tokens=(TOKEN,)), select, auth_token=TOKEN))
+    assert {r.verdict for r in judged.results} == {Verdict.PASS}
+    assert {"BQ-AUTH-2", "BQ-AUTH-3"} <= set(judged.coverage.exercised)

@@ -119,6 +119,11 @@ class WireEvent:
     note: str = ""
 
 
+#: How a case that could not judge its requirement without ``--auth-token`` says so in a
+#: transcript note (it ends INFO); the console lists such cases with how to cover them.
+NEEDS_TOKEN = "not exercised without --auth-token"
+
+
 @dataclass
 class Transcript:
     started: float = field(default_factory=time.monotonic)

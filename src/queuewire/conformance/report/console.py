@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..model import VERDICT_ORDER, CaseResult, TargetRun, Verdict
+from ..model import NEEDS_TOKEN, VERDICT_ORDER, CaseResult, TargetRun, Verdict
 from .common import label, reproduction
 from .junit import reason
 
@@ -133,6 +133,14 @@ def print_run(console: Console, run: TargetRun) -> None:
             more = f" ... and {len(ids) - 20} more" if len(ids) > 20 else ""
             console.print(f"[dim]{what} ({len(ids)}): {escape(shown)}{more}[/dim]",
                           highlight=False)
+    needs_token = [r.case.id for r in run.results
+                   if any(e.direction == "note" and e.note.startswith(NEEDS_TOKEN)
+                          for e in r.transcript.events)]
+    if needs_token:
+        console.print(f"[dim]{NEEDS_TOKEN} ({len(needs_token)}): "
+                      f"{escape(', '.join(needs_token))}; to cover them, run against a server "
+                      f"started with auth tokens and pass --auth-token TOKEN[/dim]",
+                      highlight=False)
     bad = not_passing(run)
     if not bad:
         return
