@@ -6,6 +6,9 @@ import socket
 import threading
 
 import pytest
+from click.testing import CliRunner
+
+from queuewire.cli import main
 
 
 class _ClosingServer:
@@ -42,3 +45,13 @@ def closing_server():
     server = _ClosingServer()
     yield server
     server.close()
+
+
+@pytest.fixture
+def cli():
+    """``cli(*args)``: the ``queuewire`` command run in process (click's CliRunner)."""
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return invoke

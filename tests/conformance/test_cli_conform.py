@@ -7,20 +7,9 @@ import json
 
 import pytest
 import report_fixtures as fx
-from click.testing import CliRunner
 
-from queuewire.cli import main
 from queuewire.conformance.known_failing import parse_known_failing
 from queuewire.conformance.report import case_document, case_filename, write_reports
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-    return invoke
 
 
 # -- known-failing file -----------------------------------------------------------------------

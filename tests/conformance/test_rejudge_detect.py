@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from click.testing import CliRunner
 
-from queuewire.cli import main
 from queuewire.conformance.detect import detect
 from queuewire.conformance.model import Check
 from queuewire.conformance.rejudge import compare_checks
@@ -22,13 +20,6 @@ from queuewire.conformance.targets import embedded_target
 CASE = "bunqueue.queue.drain"  # passes against the reference server, needs replies
 
 
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-    return invoke
 
 
 @contextmanager
