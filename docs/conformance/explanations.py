@@ -66,15 +66,21 @@ def deviations(fails: list[str]) -> list[Section]:
             "001, GetState: \"{ ok: true, id: string, state: 'waiting' | 'delayed' | 'active' | "
             "'completed' | 'failed' }\"; Response Format: \"On failure ok is false with an error "
             'string."',
-            "A job held by its `dependsOn` is reported `waiting-children`; an id no job has is "
-            'answered `ok: true` with `state: "unknown"` instead of an error. Both values are '
+            "A waiting job pushed with a priority above 0 is reported `prioritized`; a job held "
+            "by its `dependsOn` is reported `waiting-children`; an id no job has is answered "
+            '`ok: true` with `state: "unknown"` instead of an error. All three values are '
             "outside the documented type. (BQ-JOB-13, the error for an unknown id, is a queuewire "
             "reading of the documents, rated SHOULD; the FAIL rests on the documented `state` "
             "type, which the reply breaks either way.)",
-            [Evidence("bunqueue.deps.waiting-state", cmds=("PUSH", "GetState")),
+            [Evidence("bunqueue.job.state-waiting-priority", cmds=("PUSH", "GetState")),
+             Evidence("bunqueue.deps.waiting-state", cmds=("PUSH", "GetState")),
              Evidence("bunqueue.query.get-state-unknown")],
-            ["bunqueue.deps.waiting-state", "bunqueue.query.get-state-unknown"],
+            ["bunqueue.job.state-waiting-priority", "bunqueue.deps.waiting-state",
+             "bunqueue.query.get-state-unknown"],
             lambda case_id: {
+                "bunqueue.job.state-waiting-priority":
+                    "GetState of a waiting job with priority > 0 answers 'prioritized', outside "
+                    "the five documented states (BQ-JOB-1)",
                 "bunqueue.deps.waiting-state":
                     "GetState answers 'waiting-children', outside the five documented states "
                     "(BQ-JOB-1)",
@@ -84,6 +90,37 @@ def deviations(fails: list[str]) -> list[Section]:
             }[case_id],
             note="`bunqueue.deps.waiting-state` also records, at SHOULD, that the held job is not "
                  "counted as `waiting` (BQ-DEPS-5, a queuewire decision)."),
+        Section(
+            "GetJobCounts does not count prioritized or paused jobs as waiting",
+            ["BQ-CMD-GetJobCounts"],
+            '001, GetJobCounts: "Get job counts grouped by state." Response "counts: { waiting: '
+            'number, delayed: number, active: number, completed: number, failed: number }"',
+            "With two waiting jobs, one of them pushed with priority 5, `counts.waiting` is 1 and "
+            "an extra `prioritized: 1` holds the other; with the queue paused, a waiting job "
+            "(GetState answers `waiting` for it) is counted under an extra `paused` and "
+            "`waiting` is 0. The documents group the counts by the five states, and both jobs "
+            "are in the state `waiting`.",
+            [Evidence("bunqueue.queue.job-counts-priority", cmds=("GetJobCounts",)),
+             Evidence("bunqueue.queue.job-counts-paused", cmds=("GetState", "GetJobCounts"))],
+            ["bunqueue.queue.job-counts-priority", "bunqueue.queue.job-counts-paused"],
+            lambda case_id: {
+                "bunqueue.queue.job-counts-priority":
+                    "GetJobCounts counts a waiting job with priority > 0 as 'prioritized', not "
+                    "waiting (BQ-CMD-GetJobCounts)",
+                "bunqueue.queue.job-counts-paused":
+                    "GetJobCounts counts the waiting jobs of a paused queue as 'paused', not "
+                    "waiting (BQ-CMD-GetJobCounts)",
+            }[case_id]),
+        Section(
+            "GetJobByCustomId does not find a completed job", ["BQ-CUSTOMID-2"],
+            '001, GetJobByCustomId: "Returns an error if no job with that custom ID exists."',
+            "After a job pushed with a custom id is pulled and acknowledged, GetJobByCustomId "
+            "answers `Job not found`, while GetState answers `completed` and GetJob finds the "
+            "job: the job exists, so the documented error does not apply.",
+            [Evidence("bunqueue.customid.lookup-completed")],
+            ["bunqueue.customid.lookup-completed"],
+            "GetJobByCustomId of a completed job answers Job not found although the job exists "
+            "(BQ-CUSTOMID-2)"),
         Section(
             "Clean with a state removes jobs in other states", ["BQ-QUEUE-4"],
             '001, Clean: "Remove jobs older than a grace period, optionally filtered by state." '
@@ -211,6 +248,15 @@ on a sentence of the documents:
   now judge their own behaviour. `bunqueue.lock.expired-token-refused` no longer cites
   BQ-LOCK-2 (the right token was sent: a false alarm), and
   `bunqueue.query.get-state-unknown` cites BQ-JOB-1, the stated type its reply breaks.
+- New cases for deviations the suite missed: `bunqueue.job.state-waiting-priority`,
+  `bunqueue.queue.job-counts-priority`, `bunqueue.queue.job-counts-paused`,
+  `bunqueue.customid.lookup-completed` (stated, FAIL here); `bunqueue.queue.name-not-string`,
+  the `bunqueue.msgpack.*-priority` integer formats (BQ-MSGPACK-9),
+  `bunqueue.job.data-name-key-unchanged` (BQ-PUSH-12), `bunqueue.lock.stall-requeued-ack`
+  (readings, NON-STRICT here); `bunqueue.auth.failed-reauth` (the documents are silent: INFO).
+- Without `--auth-token`, `bunqueue.auth.required` and `bunqueue.auth.invalid-token` only
+  observe (INFO): the suite cannot tell a server with tokens from one without, so BQ-AUTH-2
+  and BQ-AUTH-3 are not counted as covered by this run.
 - Before the review: 79 FAIL cases in 17 deviations; after it: the FAIL and NON-STRICT
   counts of the summary above.
 
@@ -327,13 +373,47 @@ def readings(nonstrict: list[str]) -> list[Section]:
             [Evidence("bunqueue.lock.expired-token-refused", cmds=("PULL", "ACK", "GetState"))],
             ["bunqueue.lock.expired-token-refused"], ""),
         Section(
-            "A PUSH without its required data is accepted", ["BQ-ENV-6"],
+            "Requests that break their documented shape are accepted", ["BQ-ENV-6"],
+            '001, PUSH: "{ cmd: \'PUSH\', queue: string, data: any, // Job payload (required, '
+            'max 10 MB)"',
+            "`PUSH` without `data` is answered `ok: true` with a job id; a PUSH with the number "
+            "`5` as its queue is accepted too, and the job is kept under the number (`Count "
+            "{queue: 5}` finds it, `Count {queue: '5'}` does not). The document gives the "
+            "types; that the server refuses a request that breaks them (rather than the client "
+            "being at fault) is a reading, and BQ-ENV-6's own quote is about reqId.",
+            [Evidence("bunqueue.env.missing-required-field", cmds=("PUSH",)),
+             Evidence("bunqueue.queue.name-not-string", cmds=("PUSH", "Count"))],
+            ["bunqueue.env.missing-required-field", "bunqueue.queue.name-not-string"], ""),
+        Section(
+            "A priority sent as a 64-bit integer is refused", ["BQ-MSGPACK-9"],
+            '001, Wire Format: "The next N bytes are the MessagePack-encoded command or response '
+            'object."',
+            "`priority: 5` written as int 64 (`d3`) or uint 64 (`cf`) is refused with `priority "
+            "must be a number` (msgpackr reads 64-bit integers as BigInt); the 8-, 16- and 32-bit "
+            "formats and float64 are accepted. MessagePack asks senders to use the smallest "
+            "format but gives every integer format the same meaning, so reading them alike is a "
+            "reading of the wire format, not a statement of the documents.",
+            [Evidence("bunqueue.msgpack.int64-priority")],
+            ["bunqueue.msgpack.int64-priority", "bunqueue.msgpack.uint64-priority"], ""),
+        Section(
+            "A job's data loses its name key", ["BQ-PUSH-12"],
             '001, PUSH: "data: any, // Job payload (required, max 10 MB)"',
-            "`PUSH` without `data` is answered `ok: true` with a job id. The document marks "
-            "`data` required; that the server refuses a request without it (rather than the "
-            "client being at fault) is a reading, and BQ-ENV-6's own quote is about reqId.",
-            [Evidence("bunqueue.env.missing-required-field", cmds=("PUSH",))],
-            ["bunqueue.env.missing-required-field"], ""),
+            "A PUSH whose data is `{name: 'legacy', x: 1}` is delivered with data `{x: 1}` and "
+            "job name `legacy`: the server moves `data.name` into the job's name (its 2.9.5 "
+            "behaviour, which profile `bunqueue/2.9.5` documents as BQ-NAME-102). Under the "
+            "documents, which have no job name, the payload is the client's; that it comes "
+            "back unchanged is a reading of 'payload'.",
+            [Evidence("bunqueue.job.data-name-key-unchanged")],
+            ["bunqueue.job.data-name-key-unchanged"], ""),
+        Section(
+            "ACK without a token completes a job stall detection requeued", ["BQ-JOB-12"],
+            '001, ACK: "Acknowledge a job as completed."',
+            "A job pulled with a 150 ms lock and not renewed is requeued (waiting) by stall "
+            "detection; an ACK without a token then answers `ok: true` and the job is "
+            "`completed` although no worker holds it. That ACK applies to active jobs only is "
+            "the lifecycle's reading (BQ-JOB-12).",
+            [Evidence("bunqueue.lock.stall-requeued-ack")],
+            ["bunqueue.lock.stall-requeued-ack"], ""),
         Section(
             "Progress outside 0-100 is accepted", ["BQ-LIMIT-12"],
             '001, Progress: "progress: number, // 0-100"',

@@ -478,7 +478,8 @@ def _clean(h: Harness) -> None:
     h.clock.advance(10_000)
     young = h.push()
     reply = h.ok("Clean", queue="q", grace=5_000, state="completed")
-    assert reply["count"] == 1 and reply["ids"] == [old]
+    assert reply == {"ok": True, "count": 1}  # ids is bunqueue/2.9.5's (BQ-QUEUE-101)
+    assert h.ok("GetJobs", queue="q", state="completed")["jobs"] == []
     assert h.ok("Clean", queue="q", grace=5_000)["count"] == 0  # young is 0 ms old
     assert h.state(young) == "waiting"
 
@@ -667,10 +668,10 @@ def _storagestatus(h: Harness) -> None:
 def _heartbeat(h: Harness) -> None:
     wid = h.ok("RegisterWorker", name="w", queues=["q"])["data"]["workerId"]
     h.clock.advance(DEFAULTS["workerTimeout"])
-    assert h.ok("ListWorkers")["data"]["workers"][0]["status"] == "stale"
+    assert h.ok("ListWorkers")["data"]["workers"][0]["lastSeen"] == T0
     assert h.ok("Heartbeat", id=wid) == {"ok": True, "data": {"ok": True}}
     worker = h.ok("ListWorkers")["data"]["workers"][0]
-    assert worker["lastSeen"] == h.clock.t and worker["status"] == "active"
+    assert worker["lastSeen"] == h.clock.t  # status (stale, active) is bunqueue/2.9.5's
     h.err("Heartbeat", "worker_not_found", id="ghost")
 
 
@@ -1355,7 +1356,8 @@ def test_clean_never_removes_active_jobs_and_respects_limit(h):
     h.pull()
     h.clock.advance(100)
     reply = h.ok("Clean", queue="q", grace=50, limit=2)
-    assert reply["count"] == 2 and reply["ids"] == ids[1:3]
+    assert reply["count"] == 2
+    assert [j["id"] for j in h.ok("GetJobs", queue="q", state="waiting")["jobs"]] == ids[3:]
     assert h.ok("Clean", queue="q", grace=50, state="active")["count"] == 0
     assert h.ok("Clean", queue="q", grace=50, state="bogus")["count"] == 0
     assert h.state(ids[0]) == "active"
@@ -1448,7 +1450,8 @@ def test_cron_missed_runs_collapse_into_one(h):
 def test_cron_upsert_keeps_executions(h):
     h.ok("Cron", name="c", queue="q", data=1, repeatEvery=100)
     h.tick(100)
-    cron = h.ok("Cron", name="c", queue="q2", data=2, repeatEvery=50)["cron"]  # BQ-CRON-4
+    h.ok("Cron", name="c", queue="q2", data=2, repeatEvery=50)  # BQ-CRON-4
+    cron = h.ok("CronGet", name="c")["cron"]
     assert cron["executions"] == 1 and cron["queue"] == "q2"
     assert len(h.ok("CronList")["crons"]) == 1
     h.tick(50)

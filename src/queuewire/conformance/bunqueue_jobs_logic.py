@@ -251,6 +251,48 @@ async def lock_expiry_requeue(ctx: CaseContext) -> None:
         await _cleanup(other, queue)
 
 
+async def stall_requeued_ack(ctx: CaseContext) -> None:
+    """ACK without a token of a job whose lock expired and which stall detection requeued.
+
+    The job is waiting again (BQ-LOCK-5, BQ-STALL-4), so an ACK is one of a waiting job
+    (BQ-JOB-12): refused, the job left waiting. Polls GetState, hence Python."""
+    queue = ctx.var("queue")
+    conn = await ctx.connect()
+    try:
+        job = await _push(ctx, conn, queue, maxAttempts=5)
+        got, token = await _pull_locked(ctx, conn, queue, 150)
+        if got != job or not token:
+            ctx.check(False, "setup: PULL with an owner did not hand out the job and a token",
+                      kind="setup")
+            return
+        deadline = time.monotonic() + LOCK_POLL_MS / 1000
+        state: object = "active"
+        while time.monotonic() < deadline:
+            reply = await conn.request({"cmd": "GetState", "id": job})
+            state = reply.get("state") if _is_ok(reply) else reply
+            if state != "active":
+                break
+            await asyncio.sleep(0.05)
+        if state != "waiting":
+            ctx.check(False, f"{LOCK_POLL_MS} ms after its 150 ms lock was taken the job is "
+                      f"{state!r}, not waiting again (the case needs a requeued job)",
+                      requirement="BQ-LOCK-5", level="SHOULD", kind="timing",
+                      expected="waiting", actual=state)
+            return
+        ctx.check(True, "the job whose lock expired is waiting again", requirement="BQ-LOCK-5",
+                  kind="behaviour", actual=state)
+        reply = await conn.request({"cmd": "ACK", "id": job})
+        ctx.check(_is_error(reply), f"ACK without a token of the requeued (waiting) job was "
+                  f"answered {reply!r}"[:300], requirement="BQ-JOB-12", kind="reply",
+                  expected="an error reply", actual=reply)
+        after = await conn.request({"cmd": "GetState", "id": job})
+        now = after.get("state") if _is_ok(after) else after
+        ctx.check(now == "waiting", f"after that ACK the job is {now!r}",
+                  requirement="BQ-JOB-12", kind="behaviour", expected="waiting", actual=after)
+    finally:
+        await _cleanup(conn, queue)
+
+
 async def stall_to_dlq(ctx: CaseContext) -> None:
     """A job whose lock expires maxStalls times goes to the dead-letter queue."""
     queue = ctx.var("queue")

@@ -82,6 +82,7 @@ from .commands.workers import WorkersCommands
 from .jobs import Job, _Cron, _Meter, _Queue, _Worker
 from .lifecycle import Lifecycle
 from .model import (
+    _RECORD_REPLIES,
     ACTIVE,
     COMPLETED,
     DEFAULT_PROFILE,
@@ -96,6 +97,7 @@ from .model import (
     Event,
     Wait,
     _Refused,
+    _reply_properties,
     _request_defaults,
     _strip_undefined,
 )
@@ -196,6 +198,15 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         # publish(conn_ids, frame): the shell's hook that writes a pushed event frame (a map
         # without reqId) to those connections; set by the shell, may be None
         self.publish: Callable[[tuple[str, ...], dict], None] | None = None
+
+        # The reply properties the profile's response schemas define where a reply carries a
+        # record the engine builds (a cron schedule, a worker, a job's log, Clean's removals):
+        # a builder adds a field beyond the documents' only if it is in its set, so bunqueue/v2
+        # answers the documented shapes and bunqueue/2.9.5 what its overlay documents. Read
+        # once here; PUSH, PULL and ACK build no such records and never consult it.
+        self._reply_fields = {
+            (cmd, path): _reply_properties(self.profile, cmd, path)
+            for cmd, path in _RECORD_REPLIES if cmd in spec.commands}
 
         self._handlers: dict[str, Callable[[str | None, dict, float], dict | Wait]] = {}
         for name in spec.commands:

@@ -206,3 +206,35 @@ def _repeat(repeat: Mapping[str, Any]) -> dict[str, Any] | None:
            if isinstance(repeat.get(k), (int, float)) and not isinstance(repeat.get(k), bool)}
     out.setdefault("count", 0)
     return out
+
+
+# (command, path) of every reply record a builder filters by the profile's schema: a path is
+# property names, "[]" for a list's items; () is the reply itself
+_RECORD_REPLIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Cron", ("cron",)), ("CronGet", ("cron",)), ("CronList", ("crons", "[]")),
+    ("RegisterWorker", ("data",)), ("ListWorkers", ("data", "workers", "[]")),
+    ("GetLogs", ("data",)), ("Clean", ()),
+)
+
+
+def _reply_properties(profile: Any, cmd: str, path: tuple[str, ...]) -> frozenset[str]:
+    """The property names the profile's response schema of ``cmd`` defines at ``path``
+    (``$ref``s to the profile's definitions followed); empty where it defines none."""
+    definitions = profile.tree.get("definitions") or {}
+
+    def resolve(schema: Any) -> Mapping:
+        seen = 0
+        while isinstance(schema, Mapping) and "$ref" in schema and seen < 16:
+            schema, seen = definitions.get(str(schema["$ref"]).rsplit("/", 1)[-1]) or {}, seen + 1
+        return schema if isinstance(schema, Mapping) else {}
+
+    schema = resolve(profile.model.commands[cmd].response)
+    for step in path:
+        schema = resolve(schema.get("items") if step == "[]"
+                         else (schema.get("properties") or {}).get(step))
+    return frozenset(schema.get("properties") or ())
+
+
+def _documented(record: dict, fields: frozenset[str]) -> dict:
+    """``record`` without the keys ``fields`` (the profile's properties there) lacks."""
+    return {k: v for k, v in record.items() if k in fields}

@@ -19,6 +19,7 @@ from ..model import (
     WAITING,
     Wait,
     _clamp_count,
+    _documented,
     _int,
     _Refused,
 )
@@ -169,7 +170,7 @@ class ControlCommands:
     def _cmd_Clean(self, conn_id: str | None, req: dict, now: float) -> dict:
         q = self._queues.get(req["queue"])
         if q is None:
-            return {"ok": True, "count": 0, "ids": []}
+            return _documented({"ok": True, "count": 0, "ids": []}, self._reply_fields["Clean", ()])
         state = req.get("state")
         states = (WAITING, DELAYED, COMPLETED, FAILED) if state is None else \
             ((state,) if state in (WAITING, DELAYED, COMPLETED, FAILED) else ())  # BQ-QUEUE-5
@@ -185,7 +186,8 @@ class ControlCommands:
                 if age_from is not None and age_from <= cutoff:  # BQ-QUEUE-4
                     self._remove(job, now)
                     removed.append(job_id)
-        return {"ok": True, "count": len(removed), "ids": removed}
+        return _documented({"ok": True, "count": len(removed), "ids": removed},
+                           self._reply_fields["Clean", ()])
 
     def _cmd_ListQueues(self, conn_id: str | None, req: dict, now: float) -> dict:
         return {"ok": True, "queues": [

@@ -6,7 +6,7 @@ import heapq
 from typing import Any
 
 from ..jobs import _Cron
-from ..model import CRON_FIELDS, DEFAULT_JOB_NAME, _int, _Refused
+from ..model import CRON_FIELDS, DEFAULT_JOB_NAME, _documented, _int, _Refused
 from ..timers import _zone
 
 
@@ -46,7 +46,7 @@ class CronCommands:
         self.store.put_cron(cron.to_record())
         if not cron.at_limit():
             heapq.heappush(self._cron_heap, (cron.next_run, cron.generation, cron.name))
-        return {"ok": True, "cron": cron.wire()}
+        return {"ok": True, "cron": _documented(cron.wire(), self._reply_fields["Cron", ("cron",)])}
 
     def _cron(self, name: Any) -> _Cron:
         cron = self._crons.get(name) if isinstance(name, str) else None
@@ -61,7 +61,9 @@ class CronCommands:
         return {"ok": True}
 
     def _cmd_CronList(self, conn_id: str | None, req: dict, now: float) -> dict:
-        return {"ok": True, "crons": [c.wire() for c in self._crons.values()]}
+        fields = self._reply_fields["CronList", ("crons", "[]")]
+        return {"ok": True, "crons": [_documented(c.wire(), fields) for c in self._crons.values()]}
 
     def _cmd_CronGet(self, conn_id: str | None, req: dict, now: float) -> dict:
-        return {"ok": True, "cron": self._cron(req["name"]).wire()}
+        return {"ok": True, "cron": _documented(self._cron(req["name"]).wire(),
+                                                self._reply_fields["CronGet", ("cron",)])}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import LOGS_PER_JOB_MAX
+from ..model import LOGS_PER_JOB_MAX, _documented
 
 
 class LogsCommands:
@@ -23,4 +23,5 @@ class LogsCommands:
 
     def _cmd_GetLogs(self, conn_id: str | None, req: dict, now: float) -> dict:
         entries = self._logs.get(req["id"], []) if isinstance(req["id"], str) else []
-        return {"ok": True, "data": {"logs": [dict(e) for e in entries], "count": len(entries)}}
+        data = {"logs": [dict(e) for e in entries], "count": len(entries)}
+        return {"ok": True, "data": _documented(data, self._reply_fields["GetLogs", ("data",)])}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..jobs import _Worker, uuid7
-from ..model import _int, _Refused
+from ..model import _documented, _int, _Refused
 
 
 class WorkersCommands:
@@ -13,12 +13,14 @@ class WorkersCommands:
     # Commands: workers
     # =========================================================================================
     def _worker_wire(self, w: _Worker, now: float) -> dict:
+        """Everything a worker record can carry; the handlers keep what the profile defines."""
         return {"id": w.id, "name": w.name, "queues": list(w.queues),
                 "registeredAt": w.registered_at, "lastSeen": w.last_seen,
                 "activeJobs": self._owner_active.get(w.id, 0), "processedJobs": w.processed,
                 "failedJobs": w.failed, "concurrency": w.concurrency, "hostname": w.hostname,
                 "pid": w.pid,
-                "status": "active" if now - w.last_seen < self.worker_timeout else "stale"}
+                "status": "active" if now - w.last_seen < self.worker_timeout else "stale",
+                "uptime": now - w.registered_at}
 
     def _cmd_RegisterWorker(self, conn_id: str | None, req: dict, now: float) -> dict:
         wid = req.get("workerId") if isinstance(req.get("workerId"), str) and req["workerId"] \
@@ -36,7 +38,8 @@ class WorkersCommands:
         self._workers[wid] = worker
         wire = self._worker_wire(worker, now)
         data = {"workerId": wid, **{k: v for k, v in wire.items() if k != "id"}}
-        return {"ok": True, "data": data}
+        return {"ok": True,
+                "data": _documented(data, self._reply_fields["RegisterWorker", ("data",)])}
 
     def _cmd_UnregisterWorker(self, conn_id: str | None, req: dict, now: float) -> dict:
         if self._workers.pop(req["workerId"], None) is None:
@@ -51,4 +54,6 @@ class WorkersCommands:
                  "totalFailed": sum(w["failedJobs"] for w in workers),
                  "activeJobs": sum(w["activeJobs"] for w in workers),
                  "concurrencySlots": sum(w["concurrency"] for w in workers)}
-        return {"ok": True, "data": {"workers": workers, "stats": stats}}
+        fields = self._reply_fields["ListWorkers", ("data", "workers", "[]")]
+        return {"ok": True, "data": {"workers": [_documented(w, fields) for w in workers],
+                                     "stats": stats}}
