@@ -265,14 +265,7 @@ async def stall_requeued_ack(ctx: CaseContext) -> None:
             ctx.check(False, "setup: PULL with an owner did not hand out the job and a token",
                       kind="setup")
             return
-        deadline = time.monotonic() + LOCK_POLL_MS / 1000
-        state: object = "active"
-        while time.monotonic() < deadline:
-            reply = await conn.request({"cmd": "GetState", "id": job})
-            state = reply.get("state") if _is_ok(reply) else reply
-            if state != "active":
-                break
-            await asyncio.sleep(0.05)
+        state = await _state_after_active(conn, job)
         if state != "waiting":
             ctx.check(False, f"{LOCK_POLL_MS} ms after its 150 ms lock was taken the job is "
                       f"{state!r}, not waiting again (the case needs a requeued job)",
@@ -293,6 +286,20 @@ async def stall_requeued_ack(ctx: CaseContext) -> None:
         await _cleanup(conn, queue)
 
 
+async def _state_after_active(conn: Conn, job: str) -> object:
+    """The job's state once it leaves active (or "active" after LOCK_POLL_MS); an error reply
+    to GetState is answered as it came."""
+    deadline = time.monotonic() + LOCK_POLL_MS / 1000
+    state: object = "active"
+    while time.monotonic() < deadline:
+        reply = await conn.request({"cmd": "GetState", "id": job})
+        state = reply.get("state") if _is_ok(reply) else reply
+        if state != "active":
+            break
+        await asyncio.sleep(0.05)
+    return state
+
+
 async def stall_to_dlq(ctx: CaseContext) -> None:
     """A job whose lock expires maxStalls times goes to the dead-letter queue."""
     queue = ctx.var("queue")
@@ -311,14 +318,7 @@ async def stall_to_dlq(ctx: CaseContext) -> None:
                           f"out again within {LOCK_POLL_MS} ms", requirement="BQ-STALL-4",
                           level="SHOULD", kind="timing", actual=again)
                 return
-        deadline = time.monotonic() + LOCK_POLL_MS / 1000
-        state = None
-        while time.monotonic() < deadline:
-            reply = await conn.request({"cmd": "GetState", "id": job})
-            state = reply.get("state") if _is_ok(reply) else reply
-            if state != "active":
-                break
-            await asyncio.sleep(0.05)
+        state = await _state_after_active(conn, job)
         if state == "active":
             ctx.check(False, f"after lock number {max_stalls} expired the job was still active "
                       f"{LOCK_POLL_MS} ms later", requirement="BQ-STALL-2", level="SHOULD",
