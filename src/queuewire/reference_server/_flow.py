@@ -26,6 +26,7 @@ here, chosen the way h11 chooses its own (a named constant, its reason next to i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 __all__ = [
     "DEFAULT_LISTEN_BACKLOG",
@@ -103,14 +104,17 @@ async def next_turn() -> None:
 
 
 async def read_chunk(reader: asyncio.StreamReader, size: int, *, in_frame: bool,
-                     timeout: float | None) -> bytes:
-    """``reader.read(size)``, which must bring a byte within ``timeout`` seconds when the
-    stream stopped inside a frame (``in_frame``; None: no limit); a connection between frames
-    waits for ever. Raises :class:`PartialFrameTimeout` when the time runs out."""
+                     timeout: float | None,
+                     pending: Awaitable[bytes] | None = None) -> bytes:
+    """``reader.read(size)`` (or ``pending``, a read the shell already started), which must
+    bring a byte within ``timeout`` seconds when the stream stopped inside a frame
+    (``in_frame``; None: no limit); a connection between frames waits for ever. Raises
+    :class:`PartialFrameTimeout` when the time runs out."""
+    read = pending if pending is not None else reader.read(size)
     if not in_frame or timeout is None:
-        return await reader.read(size)
+        return await read
     try:
         async with asyncio.timeout(timeout):
-            return await reader.read(size)
+            return await read
     except TimeoutError:
         raise PartialFrameTimeout(f"no byte for {timeout:g} s inside a frame") from None

@@ -59,9 +59,11 @@ from .._flow import (
     DEFAULT_LISTEN_BACKLOG,
     DEFAULT_PARTIAL_FRAME_TIMEOUT,
     FRAMES_PER_TURN,
+    PartialFrameTimeout,
     limit_output,
     next_turn,
     output_congested,
+    read_chunk,
 )
 from .._service import TcpService
 from .commands.auth import check_token
@@ -319,19 +321,13 @@ class BunqueueServer(TcpService):
         and sent nothing for the partial-frame timeout (BQ-FLOW-3): the connection is then
         closed without a reply, as bunqueue closes a stalled connection."""
         assert conn.reader is not None
-        read = conn.next_read
-        conn.next_read = None
-        timeout = self._partial_timeout if conn.decoder.buffered else None
-        if read is None and timeout is None:
-            return await conn.reader.read(READ_SIZE)
-        if read is None:
-            read = asyncio.ensure_future(conn.reader.read(READ_SIZE))
+        pending, conn.next_read = conn.next_read, None
         try:
-            async with asyncio.timeout(timeout):
-                return await read
-        except TimeoutError:
+            return await read_chunk(conn.reader, READ_SIZE, in_frame=bool(conn.decoder.buffered),
+                                    timeout=self._partial_timeout, pending=pending)
+        except PartialFrameTimeout:
             log.warning("connection %s: closing it, a partial frame of %d bytes idle for %gs "
-                        "(BQ-FLOW-3)", conn.id, conn.decoder.buffered, timeout)
+                        "(BQ-FLOW-3)", conn.id, conn.decoder.buffered, self._partial_timeout)
             return None
 
     async def _receive(self, conn: _Connection, data: bytes) -> None:
