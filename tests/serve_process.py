@@ -11,8 +11,10 @@ the durability and interop tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -102,3 +104,58 @@ def start_real_bunqueue(log: Path, timeout: float = 30.0) -> tuple[subprocess.Po
     stop_serve(proc)
     pytest.fail(f"bunqueue did not listen on 127.0.0.1:{port} within {timeout} s: "
                 f"{log.read_text()[-2000:]}")
+
+
+def free_tcp_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (for a server restarted on the same ones)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def start_real_bunqueue_at(log: Path, port: int, http_port: int, *,
+                           env: dict[str, str] | None = None,
+                           timeout: float = 30.0) -> subprocess.Popen:
+    """The real bunqueue server on the given TCP and HTTP ports, in its own process group
+    (so :func:`kill_process_group` takes down whatever it spawned), with ``env`` added to the
+    environment ``start_real_bunqueue`` gives it (e.g. ``BUNQUEUE_DATA_PATH`` for SQLite
+    storage, ``AUTH_TOKENS``). Output is appended to ``log``, so a restart keeps the first
+    run's output. Returns once the TCP port accepts connections."""
+    full_env = dict(os.environ)
+    for var in ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH",
+                "BUNQUEUE_STORAGE_DRIVER", "BUNQUEUE_POSTGRES_URL", "AUTH_TOKENS"):
+        full_env.pop(var, None)
+    full_env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
+                    LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{full_env.get('PATH', '')}")
+    full_env.update(env or {})
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(BUN), str(BUNQUEUE_CLI), "start", "--host", "127.0.0.1", "--tcp-port", str(port),
+             "--http-port", str(http_port)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=INTEROP, env=full_env,
+            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"bunqueue exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    kill_process_group(proc)
+    pytest.fail(f"bunqueue did not listen on 127.0.0.1:{port} within {timeout} s: "
+                f"{log.read_text()[-2000:]}")
+
+
+def kill_process_group(proc: subprocess.Popen) -> int:
+    """SIGKILL the process group of a server started by :func:`start_real_bunqueue_at` (no
+    shutdown of any kind: a crash) and reap it; returns the exit status."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    return proc.returncode

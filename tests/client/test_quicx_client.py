@@ -50,9 +50,10 @@ PROFILES = profile_names("quicx")
 GUARD = 30.0
 
 
-def run(coro):
+async def run(coro):
     """Run a scenario under the module's timeout guard."""
-    return asyncio.run(asyncio.wait_for(coro, GUARD))
+    async with asyncio.timeout(GUARD):
+        return await coro
 
 
 def spec_of(profile: str) -> QuicxSpec:
@@ -146,7 +147,9 @@ def test_tables_reach_every_state_and_close_from_every_live_state():
             if state not in (states.CREATED, states.CLOSED):
                 assert any(s is state and t is states.CLOSED for (s, _), t in table.items())
         assert not any(s is states.CLOSED for s, _ in table)  # CLOSED is final
-    assert {t for t in REQUEST_TRANSITIONS.values()} == set(RequestState) - {RequestState.SENT}
+    # every state but the two a request starts in (SENT; QUEUED where a session holds
+    # requests back) is reached, and SENT is reached from QUEUED
+    assert {t for t in REQUEST_TRANSITIONS.values()} == set(RequestState) - {RequestState.QUEUED}
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -272,8 +275,9 @@ def test_encoder_limits_are_enforced_before_sending():
 
 # ------------------------------------------------------------ against the reference daemon
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_submit_results_and_handlers_by_type(profile):
+async def test_submit_results_and_handlers_by_type(profile):
     spec = spec_of(profile)
     cap = spec.message("MSG_FAILED").layout[-1].max_bytes
 
@@ -305,11 +309,12 @@ def test_submit_results_and_handlers_by_type(profile):
             assert (worker.done, worker.failed) == (1, 2)
             stats = server.stats()
             assert (stats.done, stats.failed, stats.pool_bytes_used, stats.workers_total) == (1, 2, 0, 0)
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_refusal_raises_with_the_daemons_code(profile):
+async def test_refusal_raises_with_the_daemons_code(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -324,11 +329,12 @@ def test_refusal_raises_with_the_daemons_code(profile):
                                            producer.submit("a", b"2"), return_exceptions=True)
             assert [getattr(r, "task_id", None) for r in results] == [1, None, 2]
             assert isinstance(results[1], QuicxRefused)
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_monitor(profile):
+async def test_monitor(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -347,11 +353,12 @@ def test_monitor(profile):
                 else:
                     with pytest.raises(QuicxStateError):
                         await monitor.stats()
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_graceful_stop_finishes_the_running_task(profile):
+async def test_graceful_stop_finishes_the_running_task(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -377,12 +384,13 @@ def test_graceful_stop_finishes_the_running_task(profile):
             assert result.status == final_status(spec, "done")
             stats = server.stats()
             assert (stats.done, stats.requeued, stats.workers_total, stats.in_flight) == (1, 0, 0, 0)
-    run(scenario())
+    await run(scenario())
 
 
 # ------------------------------------------------------------ against a scripted daemon
 
-def test_worker_backs_off_on_wait_and_readies_again():
+@pytest.mark.asyncio
+async def test_worker_backs_off_on_wait_and_readies_again():
     profile = next(p for p in PROFILES if spec_of(p).allowed("MSG_WAIT", DAEMON, "worker"))
     spec = spec_of(profile)
 
@@ -404,11 +412,12 @@ def test_worker_backs_off_on_wait_and_readies_again():
                 await conn.one("MSG_READY")
             await worker.stop()
             assert await conn.eof()
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_worker_heartbeats_when_idle_and_drops_a_silent_daemon(profile):
+async def test_worker_heartbeats_when_idle_and_drops_a_silent_daemon(profile):
     async def scenario():
         async with ScriptedDaemon(profile) as daemon:
             worker = await QuicxWorker(port=daemon.port, profile=profile, heartbeat_interval=0.1,
@@ -423,10 +432,11 @@ def test_worker_heartbeats_when_idle_and_drops_a_silent_daemon(profile):
             assert await conn.eof()  # no PONG this time: the worker gives up on the connection
             await worker.run()
             assert any(isinstance(e, QuicxConnectionLost) for e in worker.errors)
-    run(scenario())
+    await run(scenario())
 
 
-def test_clients_answer_a_daemon_heartbeat():
+@pytest.mark.asyncio
+async def test_clients_answer_a_daemon_heartbeat():
     profile = next(p for p in PROFILES if spec_of(p).allowed("MSG_HEARTBEAT", DAEMON, "producer"))
 
     async def scenario():
@@ -435,11 +445,12 @@ def test_clients_answer_a_daemon_heartbeat():
                 conn = await daemon.accept()
                 await conn.send(daemon.enc.heartbeat())
                 assert (await conn.one("MSG_PONG")).raw == QuicxEncoder(profile).pong()
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_submit_timeout_keeps_the_correlation(profile):
+async def test_submit_timeout_keeps_the_correlation(profile):
     async def scenario():
         async with ScriptedDaemon(profile) as daemon:
             async with QuicxProducer(port=daemon.port, profile=profile, timeout=0.2,
@@ -455,11 +466,12 @@ def test_submit_timeout_keeps_the_correlation(profile):
                     await conn.send(daemon.enc.done(2))
                 result = await second
                 assert result.task_id == 2
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_lost_connection_fails_pending_submissions(profile):
+async def test_lost_connection_fails_pending_submissions(profile):
     async def scenario():
         async with ScriptedDaemon(profile) as daemon:
             producer = await QuicxProducer(port=daemon.port, profile=profile).connect()
@@ -472,10 +484,11 @@ def test_lost_connection_fails_pending_submissions(profile):
             with pytest.raises(QuicxConnectionLost):
                 await producer.submit("t", b"")
             await producer.close()
-    run(scenario())
+    await run(scenario())
 
 
-def test_connect_errors_are_raised():
+@pytest.mark.asyncio
+async def test_connect_errors_are_raised():
     async def scenario():
         probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         port = probe.sockets[0].getsockname()[1]
@@ -485,7 +498,7 @@ def test_connect_errors_are_raised():
             await QuicxProducer(port=port).connect()
         with pytest.raises(QuicxConnectionLost):
             await QuicxWorker(port=port).start()
-    run(scenario())
+    await run(scenario())
 
 
 # ------------------------------------------------------------------ the other profile
@@ -494,8 +507,9 @@ def other(profile: str) -> str:
     return next(p for p in PROFILES if p != profile)
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server_profile", PROFILES)
-def test_a_worker_of_the_other_profile_is_cut_off_and_its_task_requeued(server_profile):
+async def test_a_worker_of_the_other_profile_is_cut_off_and_its_task_requeued(server_profile):
     client_profile = other(server_profile)
     spec = spec_of(server_profile)
 
@@ -520,11 +534,12 @@ def test_a_worker_of_the_other_profile_is_cut_off_and_its_task_requeued(server_p
                 assert stats.requeued == 1
             else:  # WAIT already cut the worker off, unless the task was queued first
                 assert stats.requeued in (0, 1)
-    run(scenario())
+    await run(scenario())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server_profile", PROFILES)
-def test_a_producer_of_the_other_profile(server_profile):
+async def test_a_producer_of_the_other_profile(server_profile):
     client_profile = other(server_profile)
     server_spec, client_spec = spec_of(server_profile), spec_of(client_profile)
 
@@ -546,13 +561,14 @@ def test_a_producer_of_the_other_profile(server_profile):
                     await until(lambda: producer.closed)
                     assert isinstance(producer.session.error, QuicxProtocolViolation)
                 await producer.close()
-    run(scenario())
+    await run(scenario())
 
 
 # ------------------------------------------------------------------------------- load
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", PROFILES)
-def test_load_every_task_done_exactly_once(profile):
+async def test_load_every_task_done_exactly_once(profile):
     spec = spec_of(profile)
     producers, per_producer, workers = 4, 150, 3
 
@@ -599,4 +615,4 @@ def test_load_every_task_done_exactly_once(profile):
             assert stats.requeued >= 1 and stats.failed == 0
             assert (stats.queue_depth, stats.in_flight, stats.pool_bytes_used) == (0, 0, 0)
             assert sum(w.done for w in pool) == total
-    run(scenario())
+    await run(scenario())

@@ -10,7 +10,6 @@ token configured, correct and with its authentication gate removed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
 import pytest
@@ -179,9 +178,10 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
-def test_broken_server_fails_exactly_the_matching_cases(name: str) -> None:
+@pytest.mark.asyncio
+async def test_broken_server_fails_exactly_the_matching_cases(name: str) -> None:
     make, expected = BROKEN[name]
-    run = asyncio.run(_run(make(), SLICE))
+    run = await _run(make(), SLICE)
     assert len(run.results) > 80
     errors = _summary(run, (Verdict.ERROR,))
     assert not errors, "\n".join(errors)
@@ -191,18 +191,20 @@ def test_broken_server_fails_exactly_the_matching_cases(name: str) -> None:
             assert any(c.requirement for c in r.failed_checks if c.level == "MUST")
 
 
-def test_auth_cases_with_a_token() -> None:
-    run = asyncio.run(_run(_server(auth_tokens=(TOKEN,)),
-                           ("bunqueue.auth.*", "bunqueue.job.push-pull-ack", "bunqueue.env.*"),
-                           auth_token=TOKEN))
+@pytest.mark.asyncio
+async def test_auth_cases_with_a_token() -> None:
+    run = await _run(_server(auth_tokens=(TOKEN,)),
+                     ("bunqueue.auth.*", "bunqueue.job.push-pull-ack", "bunqueue.env.*"),
+                     auth_token=TOKEN)
     assert not _summary(run), "\n".join(_summary(run))
     assert {r.case.id for r in run.results} >= {"bunqueue.auth.required",
                                                 "bunqueue.auth.invalid-token"}
 
 
-def test_auth_gate_removed_is_detected() -> None:
-    run = asyncio.run(_run(_server(_NoAuthGateServer, auth_tokens=(TOKEN,)),
-                           ("bunqueue.auth.*", "bunqueue.job.push-pull-ack"), auth_token=TOKEN))
+@pytest.mark.asyncio
+async def test_auth_gate_removed_is_detected() -> None:
+    run = await _run(_server(_NoAuthGateServer, auth_tokens=(TOKEN,)),
+                     ("bunqueue.auth.*", "bunqueue.job.push-pull-ack"), auth_token=TOKEN)
     assert _failing(run) == {"bunqueue.auth.required", "bunqueue.auth.invalid-token"}, \
         "\n".join(_summary(run))
 
@@ -225,12 +227,13 @@ class _LookupNamesServer(BunqueueServer):
         self._validator = _LenientValidator(self._validator, "BQ-LIMIT-13")
 
 
-def test_breaking_a_reading_is_non_strict_not_fail() -> None:
+@pytest.mark.asyncio
+async def test_breaking_a_reading_is_non_strict_not_fail() -> None:
     """The levels policy: a requirement that is a reading of the documents (basis implied) is
     a SHOULD, so a server that breaks it is NON-STRICT and the run does not fail."""
-    run = asyncio.run(_run(_server(_LookupNamesServer),
-                           ("bunqueue.limit.queue_name_length.Pause.*",
-                            "bunqueue.limit.queue_name_length.PUSH.*")))
+    run = await _run(_server(_LookupNamesServer),
+                     ("bunqueue.limit.queue_name_length.Pause.*",
+                      "bunqueue.limit.queue_name_length.PUSH.*"))
     verdicts = {r.case.id: r.verdict for r in run.results}
     assert verdicts == {"bunqueue.limit.queue_name_length.Pause.queue": Verdict.NON_STRICT,
                         "bunqueue.limit.queue_name_length.PUSH.queue": Verdict.PASS}
@@ -253,13 +256,14 @@ class _NullTimezoneEngine(BunqueueEngine):
         return reply
 
 
-def test_a_behaviour_case_does_not_judge_another_commands_reply_shape() -> None:
+@pytest.mark.asyncio
+async def test_a_behaviour_case_does_not_judge_another_commands_reply_shape() -> None:
     """Cron's reply shape is judged by the cases that cite it (BQ-CMD-Cron: the shape cases,
     cron.add-get-list-delete, cron.priority), where the null is the only failing check (BQ-ENV-7,
     SHOULD); every other cron case uses Cron as a step and keeps its verdict."""
-    reference = asyncio.run(_run(_server(), ("bunqueue.cron.*", "bunqueue.shape.Cron*")))
-    run = asyncio.run(_run(_server(engine_cls=_NullTimezoneEngine),
-                           ("bunqueue.cron.*", "bunqueue.shape.Cron*")))
+    reference = await _run(_server(), ("bunqueue.cron.*", "bunqueue.shape.Cron*"))
+    run = await _run(_server(engine_cls=_NullTimezoneEngine),
+                     ("bunqueue.cron.*", "bunqueue.shape.Cron*"))
     before = {r.case.id: r.verdict for r in reference.results}
     assert set(before.values()) == {Verdict.PASS}
     changed = {r.case.id for r in run.results if r.verdict is not before[r.case.id]}
@@ -277,17 +281,18 @@ def test_a_behaviour_case_does_not_judge_another_commands_reply_shape() -> None:
     assert observed and all(c.ok and c.level == "INFO" for c in observed)
 
 
-def test_auth_cases_without_a_token_are_not_counted_as_covered() -> None:
+@pytest.mark.asyncio
+async def test_auth_cases_without_a_token_are_not_counted_as_covered() -> None:
     """Without --auth-token the suite cannot tell a server with tokens from one without, so
     the cases that need one only observe (INFO, a note saying how to cover them) and their
     requirements count as observed, not exercised; with a token they are judged."""
     select = ("bunqueue.auth.required", "bunqueue.auth.invalid-token")
-    run = asyncio.run(_run(_server(), select))
+    run = await _run(_server(), select)
     assert {r.case.id: r.verdict for r in run.results} == dict.fromkeys(select, Verdict.INFO)
     assert {"BQ-AUTH-2", "BQ-AUTH-3"} <= set(run.coverage.observed)
     assert not {"BQ-AUTH-2", "BQ-AUTH-3"} & set(run.coverage.exercised)
     for r in run.results:
         assert any(e.direction == "note" and "--auth-token" in e.note for e in r.transcript.events)
-    judged = asyncio.run(_run(_server(auth_tokens=(TOKEN,)), select, auth_token=TOKEN))
+    judged = await _run(_server(auth_tokens=(TOKEN,)), select, auth_token=TOKEN)
     assert {r.verdict for r in judged.results} == {Verdict.PASS}
     assert {"BQ-AUTH-2", "BQ-AUTH-3"} <= set(judged.coverage.exercised)

@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 
 from queuewire.codecs.errors import ProtocolError
 from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
@@ -37,9 +38,9 @@ MIN_COVERAGE = 0.90
 BAD = (Verdict.FAIL, Verdict.ERROR)
 
 
-def _run(target: str, profile: str, select: tuple[str, ...] = (), timeout: float = 5.0) -> TargetRun:
-    return asyncio.run(run_target("quicx", target, profile=profile, select=select,
-                                  timeout=timeout))
+async def _run(target: str, profile: str, select: tuple[str, ...] = (), timeout: float = 5.0) -> TargetRun:
+    return await run_target("quicx", target, profile=profile, select=select,
+                            timeout=timeout)
 
 
 def _summary(run: TargetRun, verdicts=BAD) -> list[str]:
@@ -51,9 +52,9 @@ def _summary(run: TargetRun, verdicts=BAD) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=PROFILES)
-def reference_run(request) -> TargetRun:
-    return _run("embedded", request.param)
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PROFILES)
+async def reference_run(request) -> TargetRun:
+    return await _run("embedded", request.param)
 
 
 def test_reference_daemon_passes_every_case(reference_run: TargetRun) -> None:
@@ -113,7 +114,8 @@ def _check_split(run: TargetRun, must_fail: set[str]) -> None:
     assert not [r for r in run.results if r.verdict is Verdict.ERROR], _summary(run)
 
 
-def test_daemon_that_never_sends_wait(monkeypatch) -> None:
+@pytest.mark.asyncio
+async def test_daemon_that_never_sends_wait(monkeypatch) -> None:
     """quicx/v1 daemon that holds an idle worker (as quicx/1.0.3 does) instead of MSG_WAIT."""
     init = quicx_daemon.QuicxEngine.__init__
 
@@ -123,15 +125,16 @@ def test_daemon_that_never_sends_wait(monkeypatch) -> None:
 
     monkeypatch.setattr(quicx_daemon.QuicxEngine, "__init__", patched)
     # each case waiting for a MSG_WAIT that never comes runs into the timeout: keep it short
-    run = _run("embedded", "quicx/v1", ("quicx.worker.*", "quicx.producer.*", "quicx.heartbeat.*"),
-               timeout=1.0)
+    run = await _run("embedded", "quicx/v1", ("quicx.worker.*", "quicx.producer.*", "quicx.heartbeat.*"),
+                     timeout=1.0)
     ran = {r.case.id for r in run.results}
     must_fail = {c.id for c in load_cases("quicx", "quicx/v1")
                  if c.id in ran and _expects_message(c, "MSG_WAIT")}
     _check_split(run, must_fail)
 
 
-def test_daemon_that_ignores_the_version(monkeypatch) -> None:
+@pytest.mark.asyncio
+async def test_daemon_that_ignores_the_version(monkeypatch) -> None:
     """A daemon whose decoder takes any version byte as the current one."""
     init = quicx_daemon.QuicxConnection.__init__
 
@@ -140,13 +143,14 @@ def test_daemon_that_ignores_the_version(monkeypatch) -> None:
         self.decoder._versions = frozenset(range(256))
 
     monkeypatch.setattr(quicx_daemon.QuicxConnection, "__init__", patched)
-    run = _run("embedded", "quicx/v1")
+    run = await _run("embedded", "quicx/v1")
     must_fail = {c.id for c in load_cases("quicx", "quicx/v1") if "bad_version" in c.tags}
     _check_split(run, must_fail)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_daemon_with_wrong_code_for_unknown_opcodes(monkeypatch, profile: str) -> None:
+@pytest.mark.asyncio
+async def test_daemon_with_wrong_code_for_unknown_opcodes(monkeypatch, profile: str) -> None:
     """A daemon that answers an unknown opcode with another error code than the profile's."""
     spec = load_profile(profile).model
     right = spec.error_replies["unknown_type"]
@@ -160,7 +164,7 @@ def test_daemon_with_wrong_code_for_unknown_opcodes(monkeypatch, profile: str) -
 
     monkeypatch.setattr(quicx_daemon.QuicxEngine, "refuse", patched)
     select = ("quicx.vector.*", "quicx.coalesced.*", "quicx.heartbeat.*", "quicx.producer.*")
-    run = _run("embedded", profile, select)
+    run = await _run("embedded", profile, select)
     must_fail = {c.id for c in load_cases("quicx", profile)
                  if "unknown-type" in c.id or "unknown-opcode" in c.id}
     _check_split(run, must_fail)
@@ -174,9 +178,10 @@ def _small_pool(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_pool_case_reaches_queue_full_on_a_small_pool(monkeypatch, profile: str) -> None:
+@pytest.mark.asyncio
+async def test_pool_case_reaches_queue_full_on_a_small_pool(monkeypatch, profile: str) -> None:
     _small_pool(monkeypatch)
-    run = _run("embedded", profile, ("quicx.pool.*",))
+    run = await _run("embedded", profile, ("quicx.pool.*",))
     (res,) = run.results
     assert res.verdict is Verdict.PASS, _summary(run, tuple(Verdict))
     full = [c for c in res.checks if c.requirement == "QX-ERR-2"]
@@ -185,16 +190,18 @@ def test_pool_case_reaches_queue_full_on_a_small_pool(monkeypatch, profile: str)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_pool_case_only_observes_a_pool_it_cannot_fill(monkeypatch, profile: str) -> None:
+@pytest.mark.asyncio
+async def test_pool_case_only_observes_a_pool_it_cannot_fill(monkeypatch, profile: str) -> None:
     """A pool larger than the probe's budget (frames and bytes) is not filled: INFO, not PASS."""
     monkeypatch.setattr(targets, "EMBEDDED_POOL_BYTES", 16 * DEFAULT_POOL_BYTES)
-    run = _run("embedded", profile, ("quicx.pool.*",))
+    run = await _run("embedded", profile, ("quicx.pool.*",))
     (res,) = run.results
     assert res.verdict is Verdict.INFO, _summary(run, tuple(Verdict))
     assert any("not reached" in c.message for c in res.checks)
 
 
-def test_daemon_with_wrong_code_when_the_pool_is_full(monkeypatch) -> None:
+@pytest.mark.asyncio
+async def test_daemon_with_wrong_code_when_the_pool_is_full(monkeypatch) -> None:
     """A daemon that answers an exhausted pool with PAYLOAD_TOO_LARGE instead of QUEUE_FULL."""
     _small_pool(monkeypatch)
     spec = load_profile("quicx/v1").model
@@ -206,7 +213,7 @@ def test_daemon_with_wrong_code_when_the_pool_is_full(monkeypatch) -> None:
 
     monkeypatch.setattr(quicx_daemon.QuicxEngine, "_refuse", patched)
     assert wrong != spec.error_replies["queue_full"]
-    run = _run("embedded", "quicx/v1", ("quicx.pool.*", "quicx.producer.*", "quicx.limit.*"))
+    run = await _run("embedded", "quicx/v1", ("quicx.pool.*", "quicx.producer.*", "quicx.limit.*"))
     _check_split(run, {"quicx.pool.queue-full"})
 
 
@@ -261,21 +268,23 @@ async def little_endian_stats_proxy(profile: str) -> AsyncIterator[int]:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def test_daemon_with_little_endian_stats() -> None:
+@pytest.mark.asyncio
+async def test_daemon_with_little_endian_stats() -> None:
     async def main() -> TargetRun:
         async with little_endian_stats_proxy("quicx/v1") as port:
             return await run_target("quicx", f"127.0.0.1:{port}", profile="quicx/v1",
                                     select=("quicx.stats.*", "quicx.heartbeat.*",
                                             "quicx.producer.*", "quicx.worker.*"))
 
-    run = asyncio.run(main())
+    run = await main()
     _check_split(run, {"quicx.stats.figures"})
 
 
-def test_parallel_run_gives_the_serial_verdicts(reference_run: TargetRun) -> None:
+@pytest.mark.asyncio
+async def test_parallel_run_gives_the_serial_verdicts(reference_run: TargetRun) -> None:
     """--jobs 8 (cases on the daemon's one task queue exclusive) judges as the serial run."""
-    parallel = asyncio.run(run_target("quicx", "embedded", profile=reference_run.profile,
-                                      jobs=8))
+    parallel = await run_target("quicx", "embedded", profile=reference_run.profile,
+                                jobs=8)
     assert [r.case.id for r in parallel.results] == [r.case.id for r in reference_run.results]
     differ = [f"{s.case.id}: serial {s.verdict}, parallel {p.verdict}: "
               f"{(p.error or '; '.join(c.message for c in p.failed_checks))[:200]}"

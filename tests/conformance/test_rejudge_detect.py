@@ -109,11 +109,10 @@ def test_compare_checks_statuses():
 @pytest.mark.parametrize("protocol, profile", [
     ("bunqueue", "bunqueue/v2"), ("bunqueue", "bunqueue/2.9.5"),
     ("quicx", "quicx/v1"), ("quicx", "quicx/1.0.3")])
-def test_detect_names_the_profile_of_the_reference_server(protocol, profile):
-    async def go():
-        async with embedded_target(protocol, profile) as emb:
-            return await detect(protocol, emb.host, emb.port, timeout=1.0)
-    found = asyncio.run(go())
+@pytest.mark.asyncio
+async def test_detect_names_the_profile_of_the_reference_server(protocol, profile):
+    async with embedded_target(protocol, profile) as emb:
+        found = await detect(protocol, emb.host, emb.port, timeout=1.0)
     assert found.best == profile and found.clear, found.as_json()
     hit, of = found.score(profile)
     assert hit == of and of >= 3

@@ -152,8 +152,9 @@ cases:
 
 # ---------------------------------------------------------------------------- verdicts
 
-def test_pass_against_the_embedded_server():
-    run = asyncio.run(run_on(PUSH_OK, "embedded"))
+@pytest.mark.asyncio
+async def test_pass_against_the_embedded_server():
+    run = await run_on(PUSH_OK, "embedded")
     r = one(run)
     assert r.verdict is Verdict.PASS, r.checks
     assert r.error is None
@@ -170,8 +171,9 @@ def test_pass_against_the_embedded_server():
     assert not run_failed([run])
 
 
-def test_fail_when_the_server_refuses():
-    run = asyncio.run(run_fake(PUSH_OK, FakeBunqueue(refuse)))
+@pytest.mark.asyncio
+async def test_fail_when_the_server_refuses():
+    run = await run_fake(PUSH_OK, FakeBunqueue(refuse))
     r = one(run)
     assert r.verdict is Verdict.FAIL
     bad = r.failed_checks[0]
@@ -180,31 +182,35 @@ def test_fail_when_the_server_refuses():
     assert run_failed([run])
 
 
-def test_fail_when_the_server_never_replies():
-    run = asyncio.run(run_fake(PUSH_OK, FakeBunqueue(lambda m: None), timeout=0.3))
+@pytest.mark.asyncio
+async def test_fail_when_the_server_never_replies():
+    run = await run_fake(PUSH_OK, FakeBunqueue(lambda m: None), timeout=0.3)
     r = one(run)
     assert r.verdict is Verdict.FAIL
     assert "no reply within" in r.failed_checks[0].message
 
 
-def test_fail_when_the_server_closes_at_once():
-    run = asyncio.run(run_fake(PUSH_OK, FakeBunqueue(close_at_once=True)))
+@pytest.mark.asyncio
+async def test_fail_when_the_server_closes_at_once():
+    run = await run_fake(PUSH_OK, FakeBunqueue(close_at_once=True))
     r = one(run)
     assert r.verdict is Verdict.FAIL
     assert "closed" in r.failed_checks[0].message
     assert any(e.direction == "close" and "peer" in e.note for e in r.transcript.events)
 
 
-def test_fail_when_the_reqid_is_wrong():
-    run = asyncio.run(run_fake(PUSH_OK, FakeBunqueue(wrong_reqid), timeout=0.3))
+@pytest.mark.asyncio
+async def test_fail_when_the_reqid_is_wrong():
+    run = await run_fake(PUSH_OK, FakeBunqueue(wrong_reqid), timeout=0.3)
     r = one(run)
     assert r.verdict is Verdict.FAIL
     msg = r.failed_checks[0].message
     assert "no reply within" in msg and "not-r" in msg  # says what arrived instead
 
 
-def test_unimplemented_when_the_command_is_unknown():
-    run = asyncio.run(run_fake(PUSH_OK, FakeBunqueue(unknown)))
+@pytest.mark.asyncio
+async def test_unimplemented_when_the_command_is_unknown():
+    run = await run_fake(PUSH_OK, FakeBunqueue(unknown))
     r = one(run)
     assert r.verdict is Verdict.UNIMPLEMENTED
     assert any(c.kind == "unimplemented" for c in r.checks)
@@ -214,16 +220,18 @@ def test_unimplemented_when_the_command_is_unknown():
     assert run_failed([run])
 
 
-def test_unknown_command_is_a_failure_when_it_is_not_the_command_under_test():
+@pytest.mark.asyncio
+async def test_unknown_command_is_a_failure_when_it_is_not_the_command_under_test():
     text = PUSH_OK.replace("    command: PUSH\n", "")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(unknown))))
+    r = one(await run_fake(text, FakeBunqueue(unknown)))
     assert r.verdict is Verdict.FAIL
 
 
-def test_non_strict_when_only_a_should_fails():
+@pytest.mark.asyncio
+async def test_non_strict_when_only_a_should_fails():
     text = PUSH_OK.replace("expect: {ok: {id: {$type: str}}}",
                            "expect: {ok: {}, level: SHOULD}")
-    run = asyncio.run(run_fake(text, FakeBunqueue(refuse)))
+    run = await run_fake(text, FakeBunqueue(refuse))
     r = one(run)
     assert r.verdict is Verdict.NON_STRICT
     assert r.failed_checks[0].level == "SHOULD"
@@ -232,7 +240,8 @@ def test_non_strict_when_only_a_should_fails():
     assert run_failed([run])
 
 
-def test_info_case():
+@pytest.mark.asyncio
+async def test_info_case():
     text = """
     cases:
       - id: t.info
@@ -243,14 +252,15 @@ def test_info_case():
           - send: {cmd: Stats}
             expect: {ok: {}}
     """
-    r = one(asyncio.run(run_on(text, "embedded")))
+    r = one(await run_on(text, "embedded"))
     assert r.verdict is Verdict.INFO
     assert r.checks and all(c.ok for c in r.checks)
 
 
-def test_error_when_the_target_is_unreachable():
+@pytest.mark.asyncio
+async def test_error_when_the_target_is_unreachable():
     port = free_port()
-    run = asyncio.run(run_on(PUSH_OK, f"127.0.0.1:{port}", timeout=0.5))
+    run = await run_on(PUSH_OK, f"127.0.0.1:{port}", timeout=0.5)
     r = one(run)
     assert r.verdict is Verdict.ERROR
     assert r.error.startswith(f"cannot connect to 127.0.0.1:{port}")
@@ -259,7 +269,8 @@ def test_error_when_the_target_is_unreachable():
     assert run_failed([run])
 
 
-def test_error_when_a_case_checks_nothing():
+@pytest.mark.asyncio
+async def test_error_when_a_case_checks_nothing():
     text = """
     cases:
       - id: t.nothing
@@ -268,13 +279,14 @@ def test_error_when_a_case_checks_nothing():
         steps:
           - sleep: 1
     """
-    r = one(asyncio.run(run_on(text, "embedded")))
+    r = one(await run_on(text, "embedded"))
     assert r.verdict is Verdict.ERROR and "checked nothing" in r.error
 
 
-def test_error_when_token_is_missing():
+@pytest.mark.asyncio
+async def test_error_when_token_is_missing():
     text = PUSH_OK.replace('queue: "${queue}"', 'queue: "${token}"')
-    r = one(asyncio.run(run_on(text, "embedded")))
+    r = one(await run_on(text, "embedded"))
     assert r.verdict is Verdict.ERROR
     assert r.error == "step 1: the case uses ${token} but no --auth-token was given"
 
@@ -302,7 +314,8 @@ async def logic_should(ctx: CaseContext) -> None:
     ctx.check(False, "an observation that a SHOULD does not hold", level="SHOULD", actual=reply)
 
 
-def test_python_cases():
+@pytest.mark.asyncio
+async def test_python_cases():
     text = """
     cases:
       - id: t.logic.pass
@@ -318,7 +331,7 @@ def test_python_cases():
         requirements: [BQ-CMD-PULL]
         logic: test_runner:logic_should
     """
-    run = asyncio.run(run_on(text, "embedded"))
+    run = await run_on(text, "embedded")
     got = {r.case.id: r for r in run.results}
     assert got["t.logic.pass"].verdict is Verdict.PASS
     assert [c.requirement for c in got["t.logic.pass"].checks] == ["BQ-CMD-PULL"] * 2
@@ -356,11 +369,12 @@ cases:
 """
 
 
-def test_select_skip_known_failing_progress_and_coverage():
+@pytest.mark.asyncio
+async def test_select_skip_known_failing_progress_and_coverage():
     seen: list[tuple[str, Any]] = []
-    run = asyncio.run(run_on(MANY, "embedded", select=["t.a.*", "t.b.three"], skip=["*.two"],
-                             known_failing=["t.a.one"],
-                             progress=lambda kind, value: seen.append((kind, value))))
+    run = await run_on(MANY, "embedded", select=["t.a.*", "t.b.three"], skip=["*.two"],
+                       known_failing=["t.a.one"],
+                       progress=lambda kind, value: seen.append((kind, value)))
     assert [r.case.id for r in run.results] == ["t.a.one", "t.b.three"]
     assert [k for k, _ in seen] == ["start", "case", "case", "done"]
     assert seen[0][1] == 2 and seen[-1][1] is run
@@ -395,7 +409,8 @@ def test_reproduction_for_an_address_with_options():
     assert "secret" not in line
 
 
-def test_auth_token_is_sent_on_every_connection():
+@pytest.mark.asyncio
+async def test_auth_token_is_sent_on_every_connection():
     text = """
     cases:
       - id: t.auth
@@ -409,7 +424,7 @@ def test_auth_token_is_sent_on_every_connection():
             send: {cmd: PUSH, queue: "${queue}", data: 1}
             expect: {error: not_authenticated}
     """
-    run = asyncio.run(run_on(text, "embedded", auth_token="tok"))
+    run = await run_on(text, "embedded", auth_token="tok")
     r = one(run)
     assert r.verdict is Verdict.PASS, [c.message for c in r.failed_checks] or r.error
     sent = [(e.conn, e.decoded["cmd"]) for e in r.transcript.events if e.direction == "send"]
@@ -420,11 +435,12 @@ def test_auth_token_is_sent_on_every_connection():
         async with embedded("bunqueue", BQ, auth_tokens=("right",)) as (host, port):
             return await runner.run_target("bunqueue", f"{host}:{port}", auth_token="wrong",
                                            cases=cases_of(PUSH_OK))
-    r = one(asyncio.run(wrong()))
+    r = one(await wrong())
     assert r.verdict is Verdict.ERROR and "Auth with --auth-token was refused" in r.error
 
 
-def test_case_wall_clock_limit():
+@pytest.mark.asyncio
+async def test_case_wall_clock_limit():
     text = """
     cases:
       - id: t.slow
@@ -433,7 +449,7 @@ def test_case_wall_clock_limit():
         steps:
           - sleep: 2000
     """
-    r = one(asyncio.run(run_on(text, "embedded", timeout=0.1)))
+    r = one(await run_on(text, "embedded", timeout=0.1))
     assert r.verdict is Verdict.ERROR and "did not finish within" in r.error
 
 
@@ -538,10 +554,11 @@ def test_packaged_cases_are_found():
     assert d.name == "bunqueue"
 
 
-def test_jobs_keep_order_and_separate_transcripts():
+@pytest.mark.asyncio
+async def test_jobs_keep_order_and_separate_transcripts():
     seen: list[str] = []
-    run = asyncio.run(run_on(MANY, "embedded", jobs=3,
-                             progress=lambda k, v: seen.append(k)))
+    run = await run_on(MANY, "embedded", jobs=3,
+                       progress=lambda k, v: seen.append(k))
     assert [r.case.id for r in run.results] == ["t.a.one", "t.a.two", "t.b.three"]
     assert all(r.verdict is Verdict.PASS for r in run.results)
     for r in run.results:

@@ -11,7 +11,6 @@ bytes are kept for replay, and a send kept in part replays exactly only when its
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -67,8 +66,9 @@ CLEANUP_AFTER_MUST = case("""
 """)
 
 
-def test_cleanup_runs_after_a_must_failure_and_never_changes_the_verdict():
-    r = one(asyncio.run(run_on(CLEANUP_AFTER_MUST, "embedded")))
+@pytest.mark.asyncio
+async def test_cleanup_runs_after_a_must_failure_and_never_changes_the_verdict():
+    r = one(await run_on(CLEANUP_AFTER_MUST, "embedded"))
     assert r.verdict is Verdict.FAIL
     # the checks are the steps' only: none from the cleanup (its steps are 4..9)
     assert r.checks and all(c.step in (1, 2) for c in r.checks)
@@ -85,7 +85,8 @@ def test_cleanup_runs_after_a_must_failure_and_never_changes_the_verdict():
     assert not any("step 9" in c.message for c in r.checks)
 
 
-def test_cleanup_failing_on_a_passing_case_and_after_an_error():
+@pytest.mark.asyncio
+async def test_cleanup_failing_on_a_passing_case_and_after_an_error():
     text = case("""
   - id: t.cleanup.pass
     title: a passing case whose cleanup fails stays PASS
@@ -106,7 +107,7 @@ def test_cleanup_failing_on_a_passing_case_and_after_an_error():
     cleanup:
       - send: {cmd: Obliterate, queue: "${queue}"}
 """)
-    run = asyncio.run(run_on(text, "embedded"))
+    run = await run_on(text, "embedded")
     ok, err = run.results
     assert ok.verdict is Verdict.PASS and all(c.ok for c in ok.checks)
     assert sent_cmds(ok) == ["PUSH", "PUSH", "Obliterate"]
@@ -168,8 +169,9 @@ HTTP_CASE = case("""
 """)
 
 
-def test_http_steps_against_the_embedded_http_api():
-    r = one(asyncio.run(run_on(HTTP_CASE, "embedded")))
+@pytest.mark.asyncio
+async def test_http_steps_against_the_embedded_http_api():
+    r = one(await run_on(HTTP_CASE, "embedded"))
     assert r.verdict is Verdict.PASS, [c.message for c in r.failed_checks] or r.error
     http = [e.decoded for e in r.transcript.events if e.conn == 0 and e.direction == "note"]
     assert [d["http"] for d in http] == ["request", "response"] * 4
@@ -177,11 +179,12 @@ def test_http_steps_against_the_embedded_http_api():
     assert http[1]["status"] in (200, 201) and "id" in http[1]["json"]
 
 
-def test_http_case_is_info_without_an_http_target():
+@pytest.mark.asyncio
+async def test_http_case_is_info_without_an_http_target():
     async def go():
         async with BunqueueServer(load_profile(BQ), "127.0.0.1", 0) as server:
             return await run_on(HTTP_CASE, f"127.0.0.1:{server.port}")
-    r = one(asyncio.run(go()))
+    r = one(await go())
     assert r.verdict is Verdict.INFO
     assert "no --http-target" in r.checks[0].message and r.checks[0].kind == "skipped"
     assert any("no --http-target" in n for n in notes(r))
@@ -238,14 +241,15 @@ class BrokenHttp:
         await self.runner.cleanup()
 
 
-def test_packaged_http_cases_against_a_broken_http_api():
+@pytest.mark.asyncio
+async def test_packaged_http_cases_against_a_broken_http_api():
     async def go():
         async with BunqueueServer(load_profile(BQ), "127.0.0.1", 0) as server, \
                 BrokenHttp() as broken:
             return await runner.run_target("bunqueue", f"127.0.0.1:{server.port}", profile=BQ,
                                            select=["bunqueue.http.*"], timeout=2.0,
                                            http_target=f"127.0.0.1:{broken.port}")
-    run = asyncio.run(go())
+    run = await go()
     verdicts = {r.case.id: r.verdict for r in run.results}
     assert verdicts.pop("bunqueue.http.api") is Verdict.PASS  # it does answer HTTP
     # every other endpoint is wrong in its own way: each case catches it, as a SHOULD
@@ -260,23 +264,25 @@ def test_packaged_http_cases_against_a_broken_http_api():
     assert "step 2" in reasons["bunqueue.http.add-job"]
 
 
-def test_http_target_that_does_not_answer_fails_the_step():
+@pytest.mark.asyncio
+async def test_http_target_that_does_not_answer_fails_the_step():
     async def go():
         async with BunqueueServer(load_profile(BQ), "127.0.0.1", 0) as server:
             from test_runner import free_port
             return await run_on(HTTP_CASE, f"127.0.0.1:{server.port}", timeout=1.0,
                                 http_target=f"127.0.0.1:{free_port()}")
-    r = one(asyncio.run(go()))
+    r = one(await go())
     assert r.verdict is Verdict.NON_STRICT
     assert "cannot connect to 127.0.0.1" in r.failed_checks[0].message
 
 
-def test_http_target_is_parsed_and_in_the_reproduction():
+@pytest.mark.asyncio
+async def test_http_target_is_parsed_and_in_the_reproduction():
     c = cases_of(HTTP_CASE)[0]
     line = runner.reproduction(c, "bunqueue", "10.0.0.1:6789", BQ, http_target="10.0.0.1:6790")
     assert "--http-target 10.0.0.1:6790" in line
     with pytest.raises(ValueError, match="--http-target 'nope' is not HOST:PORT"):
-        asyncio.run(runner.run_target("bunqueue", "127.0.0.1:1", cases=[c], http_target="nope"))
+        await runner.run_target("bunqueue", "127.0.0.1:1", cases=[c], http_target="nope")
 
 
 # ---------------------------------------------------------------------------- coverage
@@ -304,7 +310,8 @@ def test_coverage_counts_judged_cases_as_exercised_and_info_as_observed():
     assert cov.ratio == pytest.approx(4 / len(cov.applicable))
 
 
-def test_reports_show_observed_only_requirements():
+@pytest.mark.asyncio
+async def test_reports_show_observed_only_requirements():
     from io import StringIO
 
     from rich.console import Console
@@ -316,7 +323,7 @@ def test_reports_show_observed_only_requirements():
         async with BunqueueServer(load_profile(BQ), "127.0.0.1", 0) as server:
             return await runner.run_target("bunqueue", f"127.0.0.1:{server.port}", profile=BQ,
                                            select=["bunqueue.http.healthz"])
-    run = asyncio.run(go())
+    run = await go()
     assert run.coverage.observed == ("BQ-HTTP-3",) and not run.coverage.exercised
     doc = json_report.build([run])["runs"][0]["coverage"]
     assert doc["observed_ids"] == ["BQ-HTTP-3"] and doc["exercised"] == 0
@@ -328,7 +335,8 @@ def test_reports_show_observed_only_requirements():
 
 # ---------------------------------------------------------------------------- caps
 
-def test_decoded_views_are_capped_and_bytes_kept_for_replay():
+@pytest.mark.asyncio
+async def test_decoded_views_are_capped_and_bytes_kept_for_replay():
     big = "x" * 5000
     text = case(f"""
   - id: t.cap
@@ -342,7 +350,7 @@ def test_decoded_views_are_capped_and_bytes_kept_for_replay():
     cleanup:
       - send: {{cmd: Obliterate, queue: "${{queue}}"}}
 """)
-    r = one(asyncio.run(run_on(text, "embedded")))
+    r = one(await run_on(text, "embedded"))
     assert r.verdict is Verdict.PASS, [c.message for c in r.failed_checks]  # judged on values
     push = next(e for e in r.transcript.events if e.direction == "send")
     shown = push.decoded["data"]["big"]
@@ -357,7 +365,8 @@ def test_decoded_views_are_capped_and_bytes_kept_for_replay():
         f"…[{wire.VIEW_ITEMS_MAX + 5} items, shortened]"
 
 
-def test_sends_over_the_record_limit_replay_exactly_only_when_the_rest_is_zero(
+@pytest.mark.asyncio
+async def test_sends_over_the_record_limit_replay_exactly_only_when_the_rest_is_zero(
         monkeypatch, tmp_path):
     monkeypatch.setattr(wire, "RECORD_LIMIT", 1024)
     text = case("""
@@ -371,7 +380,7 @@ def test_sends_over_the_record_limit_replay_exactly_only_when_the_rest_is_zero(
         send_raw: {hex: "41", repeat: 3000}
         expect: {any_of: [{close: true}, {error: true}, {none: 100}]}
 """)
-    run = asyncio.run(run_on(text, "embedded"))
+    run = await run_on(text, "embedded")
     r = one(run)
     sends = [e for e in r.transcript.events if e.direction == "send"]
     assert [len(e.data) for e in sends] == [1024, 1024]
@@ -385,7 +394,7 @@ def test_sends_over_the_record_limit_replay_exactly_only_when_the_rest_is_zero(
     async def again():
         async with BunqueueServer(load_profile(BQ), "127.0.0.1", 0) as server:
             return await replay(loaded, "127.0.0.1", server.port, timeout=1.0)
-    res = asyncio.run(again())
+    res = await again()
     inexact = [w for w in res.warnings if "cannot replay exactly" in w]
     assert len(inexact) == 1 and "conn 2: cannot replay exactly: 1976 bytes were not recorded" \
         in inexact[0]
@@ -427,7 +436,8 @@ def test_cli_http_target_option(tmp_path):
     assert doc["runs"][0]["counts"]["PASS"] == 2  # health and healthz, over the embedded HTTP API
 
 
-def test_quicx_cleanup_is_sent_and_not_judged():
+@pytest.mark.asyncio
+async def test_quicx_cleanup_is_sent_and_not_judged():
     text = case("""
   - id: t.qx.cleanup
     title: a quicx case whose MUST step fails still sends its cleanup
@@ -439,7 +449,7 @@ def test_quicx_cleanup_is_sent_and_not_judged():
       - send: {type: MSG_HEARTBEAT}
         expect: {message: {type: MSG_STATS_RESPONSE}}
 """)
-    r = one(asyncio.run(run_on(text, "embedded", protocol="quicx", profile="quicx/v1")))
+    r = one(await run_on(text, "embedded", protocol="quicx", profile="quicx/v1"))
     assert r.verdict is Verdict.FAIL and [c.step for c in r.checks] == [1]
     sends = [e for e in r.transcript.events if e.direction == "send"]
     assert len(sends) == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from test_runner import FakeBunqueue, good, one, run_fake, run_on
 
 from queuewire.conformance.model import Verdict
@@ -18,6 +19,8 @@ from queuewire.spec import load_profile
 BQ = load_profile("bunqueue/v2")
 MAX_FRAME = BQ.model.max_frame_bytes
 
+pytestmark = pytest.mark.asyncio
+
 
 def case(steps: str, requirements: str = "[BQ-CMD-PUSH]", extra: str = "") -> str:
     return ("cases:\n  - id: t.case\n    title: a case\n"
@@ -25,16 +28,16 @@ def case(steps: str, requirements: str = "[BQ-CMD-PUSH]", extra: str = "") -> st
             "".join(f"      {line}\n" for line in steps.strip("\n").splitlines()))
 
 
-def embedded(text: str, **kw):
-    return one(asyncio.run(run_on(text, "embedded", **kw)))
+async def embedded(text: str, **kw):
+    return one(await run_on(text, "embedded", **kw))
 
 
 def failed(r) -> list[str]:
     return [c.message for c in r.failed_checks]
 
 
-def test_send_save_variables_and_subset_operators():
-    r = embedded(case("""
+async def test_send_save_variables_and_subset_operators():
+    r = await embedded(case("""
 - send: {cmd: PUSHB, queue: "${queue}", jobs: [{data: {n: 1}, priority: 3}, {data: {n: 2}}]}
   expect: {ok: {ids: [{$type: str}, {$any: true}]}}
   save: {first: ids.0, second: ids.-1}
@@ -51,8 +54,8 @@ def test_send_save_variables_and_subset_operators():
     assert sent[3]["data"] == "bunqueue/v2"
 
 
-def test_subset_mismatch_is_explained():
-    r = embedded(case("""
+async def test_subset_mismatch_is_explained():
+    r = await embedded(case("""
 - send: {cmd: PUSH, queue: "${queue}", data: 1}
   expect: {ok: {id: {$type: int}}}
 """))
@@ -60,8 +63,8 @@ def test_subset_mismatch_is_explained():
     assert "id is '" in failed(r)[0] and "not of type int" in failed(r)[0]
 
 
-def test_error_outcomes_by_name_regex_and_any():
-    r = embedded(case("""
+async def test_error_outcomes_by_name_regex_and_any():
+    r = await embedded(case("""
 - send: {cmd: ACK, id: "${uuid}"}
   expect: {error: job_not_processing}
 - send: {cmd: ACK, id: "${uuid}"}
@@ -73,7 +76,7 @@ def test_error_outcomes_by_name_regex_and_any():
 """, "[BQ-CMD-ACK]", "    command: ACK\n"))
     assert r.verdict is Verdict.PASS, failed(r) or r.error
     # the wrong error string is a failure naming both
-    r = embedded(case("""
+    r = await embedded(case("""
 - send: {cmd: ACK, id: "${uuid}"}
   expect: {error: job_not_found}
 """, "[BQ-CMD-ACK]"))
@@ -82,8 +85,8 @@ def test_error_outcomes_by_name_regex_and_any():
     assert "Job not found or not in processing state" in failed(r)[0]
 
 
-def test_send_raw_forms_none_and_close():
-    r = embedded(case(f"""
+async def test_send_raw_forms_none_and_close():
+    r = await embedded(case(f"""
 - send_raw: {{frame: {{cmd: Stats, reqId: a}}, truncate: 6}}
   expect: {{none: 150}}
 - conn: 2
@@ -108,9 +111,9 @@ def test_send_raw_forms_none_and_close():
     assert any("closed by the peer" in e.note for e in r.transcript.events if e.conn == 3)
 
 
-def test_declared_length_lie_and_step_timeout():
+async def test_declared_length_lie_and_step_timeout():
     # the prefix claims more than is sent: the server waits for the rest
-    r = embedded(case("""
+    r = await embedded(case("""
 - send_raw: {frame: {cmd: Stats, reqId: a}, declared_length: 200}
   timeout: 0.2
   expect: {any_of: [{error: true}, {close: true}]}
@@ -119,8 +122,8 @@ def test_declared_length_lie_and_step_timeout():
     assert "no reply within 0.2" in failed(r)[0] or "stayed open" in failed(r)[0]
 
 
-def test_send_frames_split_and_pipeline():
-    r = embedded(case("""
+async def test_send_frames_split_and_pipeline():
+    r = await embedded(case("""
 - send_frames: [{cmd: PUSH, queue: "${queue}", data: 1}, {cmd: PUSH, queue: "${queue}", data: 2}]
   split: 1
   expect: {ok: {id: {$type: str}}}
@@ -139,7 +142,7 @@ def test_send_frames_split_and_pipeline():
     assert [e.decoded["data"]["i"] for e in sends[2:5]] == [0, 1, 2]
 
 
-def test_pipeline_with_missing_and_duplicate_replies():
+async def test_pipeline_with_missing_and_duplicate_replies():
     def twice_or_never(msg):
         n = int(str(msg.get("reqId"))[1:])
         if n % 3 == 0:
@@ -150,14 +153,14 @@ def test_pipeline_with_missing_and_duplicate_replies():
 - pipeline: {count: 6, send: {cmd: PUSH, queue: "${queue}", data: 1}}
   expect: {ok: {}}
 """, "[BQ-PIPE-1]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(twice_or_never), timeout=0.3)))
+    r = one(await run_fake(text, FakeBunqueue(twice_or_never), timeout=0.3))
     assert r.verdict is Verdict.FAIL
     msg = [c for c in r.checks if c.kind == "reqid"][0].message
     assert msg.startswith("4 of 6 requests answered once by reqId; no reply for r3, r6")
     assert "answered twice: r1, r4" in msg
 
 
-def test_recv_push_frames_sleep_close_and_connections():
+async def test_recv_push_frames_sleep_close_and_connections():
     fake = FakeBunqueue(good, on_connect=[{"event": "hello", "n": 1}])
     text = case("""
 - send: {cmd: Stats}
@@ -183,7 +186,7 @@ def test_recv_push_frames_sleep_close_and_connections():
   send: {cmd: Stats}
   expect: {ok: {}}
 """, "[BQ-CMD-Stats]")
-    r = one(asyncio.run(run_fake(text, fake)))
+    r = one(await run_fake(text, fake))
     assert r.verdict is Verdict.PASS, failed(r) or r.error
     closes = [e for e in r.transcript.events if e.direction == "close"]
     assert closes[0].conn == 1 and closes[0].note == "closed by the tester"
@@ -191,19 +194,19 @@ def test_recv_push_frames_sleep_close_and_connections():
     assert "reqId" not in sent[0] and "reqId" in sent[1]
 
 
-def test_send_on_a_connection_the_server_closed_is_an_error():
+async def test_send_on_a_connection_the_server_closed_is_an_error():
     text = case("""
 - send: {cmd: Stats}
   expect: {close: true}
 - send: {cmd: Stats}
   expect: {ok: {}}
 """, "[BQ-CMD-Stats]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(lambda m: "close"))))
+    r = one(await run_fake(text, FakeBunqueue(lambda m: "close")))
     assert r.verdict is Verdict.ERROR
     assert r.error.startswith("step 2: connection 1 was closed by the server")
 
 
-def test_schema_missing_and_extra_fields():
+async def test_schema_missing_and_extra_fields():
     def bad_push(msg):
         if msg.get("cmd") == "PUSH":
             return [{"ok": True, "reqId": msg["reqId"], "surprise": 1}]
@@ -212,7 +215,7 @@ def test_schema_missing_and_extra_fields():
 - send: {cmd: PUSH, queue: "${queue}", data: 1}
   expect: {ok: {}, level: SHOULD}
 """)
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(bad_push))))
+    r = one(await run_fake(text, FakeBunqueue(bad_push)))
     kinds = {c.kind: c for c in r.checks}
     assert kinds["missing-field"].ok is False and kinds["missing-field"].requirement == "BQ-CMD-PUSH"
     assert "lacks the required field id" in kinds["missing-field"].message
@@ -224,12 +227,12 @@ def test_schema_missing_and_extra_fields():
 - send: {cmd: GetJob, id: x}
   expect: {ok: {}}
 """, "[BQ-CMD-GetJob]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(bad_push))))
+    r = one(await run_fake(text, FakeBunqueue(bad_push)))
     assert r.verdict is Verdict.FAIL
     assert any(c.kind in ("schema", "missing-field") and not c.ok for c in r.checks)
 
 
-def test_degraded_outcome_is_non_strict():
+async def test_degraded_outcome_is_non_strict():
     text = case("""
 - send: {cmd: PUSH, queue: "${queue}", data: 1}
   expect:
@@ -237,14 +240,14 @@ def test_degraded_outcome_is_non_strict():
       - {error: invalid_request}
       - {close: true, degraded: true, level: SHOULD, requirement: BQ-FRAME-2}
 """)
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(lambda m: "close"))))
+    r = one(await run_fake(text, FakeBunqueue(lambda m: "close")))
     assert r.verdict is Verdict.NON_STRICT
     bad = r.failed_checks[0]
     assert bad.requirement == "BQ-FRAME-2" and bad.level == "SHOULD"
     assert "accepted, but not what the requirement asks first" in bad.message
 
 
-def test_any_of_miss_fails_at_the_strongest_level_and_continues_after_should():
+async def test_any_of_miss_fails_at_the_strongest_level_and_continues_after_should():
     text = case("""
 - send: {cmd: Stats}
   expect: {any_of: [{error: true, level: MAY}, {close: true, level: SHOULD}]}
@@ -252,7 +255,7 @@ def test_any_of_miss_fails_at_the_strongest_level_and_continues_after_should():
 - send: {cmd: Stats}
   expect: {ok: {}}
 """, "[BQ-CMD-Stats]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(good))))
+    r = one(await run_fake(text, FakeBunqueue(good)))
     assert r.verdict is Verdict.NON_STRICT
     assert [c.step for c in r.checks if c.kind == "reply"] == [1, 2]  # went on after a SHOULD
     assert r.failed_checks[0].level == "SHOULD"
@@ -263,30 +266,30 @@ def test_any_of_miss_fails_at_the_strongest_level_and_continues_after_should():
 - send: {cmd: Stats}
   expect: {ok: {}}
 """, "[BQ-CMD-Stats]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(good))))
+    r = one(await run_fake(text, FakeBunqueue(good)))
     assert r.verdict is Verdict.FAIL
     assert {c.step for c in r.checks} == {1}
 
 
-def test_implicit_setup_check_and_failed_save():
+async def test_implicit_setup_check_and_failed_save():
     text = case("""
 - send: {cmd: PUSH, queue: "${queue}", data: 1}
   save: {job: id}
 - send: {cmd: GetJob, id: "${job}"}
   expect: {ok: {}}
 """)
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(lambda m: [{"ok": True, "reqId": m["reqId"]}]))))
+    r = one(await run_fake(text, FakeBunqueue(lambda m: [{"ok": True, "reqId": m["reqId"]}])))
     assert r.verdict is Verdict.FAIL
     kinds = [c.kind for c in r.checks]
     assert "setup" in kinds and kinds[-1] == "save"
     assert r.failed_checks[-1].message == "step 1: the reply has no id to save as job"
-    r = one(asyncio.run(run_fake(text, FakeBunqueue(lambda m: [{"ok": False, "error": "no",
-                                                                "reqId": m["reqId"]}]))))
+    r = one(await run_fake(text, FakeBunqueue(lambda m: [{"ok": False, "error": "no",
+                                                          "reqId": m["reqId"]}])))
     setup = [c for c in r.checks if c.kind == "setup"][0]
     assert r.verdict is Verdict.FAIL and not setup.ok and "'no'" in setup.message
 
 
-def test_garbage_from_the_server_is_recorded():
+async def test_garbage_from_the_server_is_recorded():
     class Garbage(FakeBunqueue):
         async def _serve(self, reader, writer):
             await reader.read(100)
@@ -299,14 +302,14 @@ def test_garbage_from_the_server_is_recorded():
   expect: {ok: {}}
   timeout: 0.3
 """, "[BQ-CMD-Stats]")
-    r = one(asyncio.run(run_fake(text, Garbage())))
+    r = one(await run_fake(text, Garbage()))
     assert r.verdict is Verdict.FAIL
     assert "undecodable" in failed(r)[0]
     notes = [e for e in r.transcript.events if e.direction == "note"]
     assert notes and notes[0].note.startswith("decode error:")
 
 
-def test_large_sends_are_recorded_by_their_first_bytes(monkeypatch):
+async def test_large_sends_are_recorded_by_their_first_bytes(monkeypatch):
     from queuewire.conformance import wire
     monkeypatch.setattr(wire, "RECORD_LIMIT", 1 << 16)  # the real one is 16 MiB
     RECORD_LIMIT = wire.RECORD_LIMIT
@@ -314,7 +317,7 @@ def test_large_sends_are_recorded_by_their_first_bytes(monkeypatch):
 - send_raw: {{hex: "00", repeat: {RECORD_LIMIT * 3}}}
   expect: {{none: 50}}
 """, "[BQ-FRAME-1]")
-    r = one(asyncio.run(run_fake(text, FakeBunqueue())))
+    r = one(await run_fake(text, FakeBunqueue()))
     assert r.verdict is Verdict.PASS, failed(r) or r.error
     sent = [e for e in r.transcript.events if e.direction == "send"][0]
     assert len(sent.data) == RECORD_LIMIT
@@ -338,7 +341,7 @@ async def logic_helpers(ctx):
         ctx.check("closed by the tester" in str(exc), "no send after close")
 
 
-def test_python_case_helpers():
+async def test_python_case_helpers():
     text = """
 cases:
   - id: t.helpers
@@ -346,6 +349,6 @@ cases:
     requirements: [BQ-CMD-Stats]
     logic: test_steps_bunqueue:logic_helpers
 """
-    r = embedded(text)
+    r = await embedded(text)
     assert r.verdict is Verdict.PASS, failed(r) or r.error
     assert len(r.checks) == 3

@@ -28,8 +28,8 @@ def case(steps: str, requirements: str = "[QX-MSG-1]", extra: str = "") -> str:
             "".join(f"      {line}\n" for line in steps.strip("\n").splitlines()))
 
 
-def embedded(text: str, profile: str = "quicx/v1", **kw):
-    return one(asyncio.run(run_on(text, "embedded", protocol="quicx", profile=profile, **kw)))
+async def embedded(text: str, profile: str = "quicx/v1", **kw):
+    return one(await run_on(text, "embedded", protocol="quicx", profile=profile, **kw))
 
 
 def failed(r) -> list[str]:
@@ -71,17 +71,18 @@ class FakeQuicx:
             writer.close()
 
 
-def run_fake(text: str, profile: str, behave, timeout: float = 0.4):
+async def run_fake(text: str, profile: str, behave, timeout: float = 0.4):
     async def go():
         async with FakeQuicx(profile, behave) as fake:
             return await run_on(text, f"127.0.0.1:{fake.port}", protocol="quicx",
                                 profile=profile, timeout=timeout)
-    return one(asyncio.run(go()))
+    return one(await go())
 
 
 @pytest.mark.parametrize("profile", ["quicx/v1", "quicx/1.0.3"])
-def test_producer_and_worker_flow(profile):
-    r = embedded(case("""
+@pytest.mark.asyncio
+async def test_producer_and_worker_flow(profile):
+    r = await embedded(case("""
 - send: {type: MSG_SUBMIT, fields: {task_type: email, payload: "hex:0102ff"}}
   expect: {message: {type: MSG_OK, fields: {task_id: {$type: int}}}}
   save: {tid: task_id}
@@ -99,10 +100,11 @@ def test_producer_and_worker_flow(profile):
     assert recv[0]["type"] == "MSG_OK" and recv[1]["fields"]["payload"] == "0102ff"
 
 
-def test_error_codes_raw_headers_none_and_close():
+@pytest.mark.asyncio
+async def test_error_codes_raw_headers_none_and_close():
     spec = load_profile("quicx/v1").model
     bad_version = max(spec.accepted_versions) + 1
-    r = embedded(case(f"""
+    r = await embedded(case(f"""
 - send_raw: {{header: {{version: {bad_version}, type: MSG_SUBMIT}}, payload: "0161"}}
   expect: {{error: INVALID_MESSAGE}}
 - send_raw: {{header: {{type: 250}}}}
@@ -116,33 +118,35 @@ def test_error_codes_raw_headers_none_and_close():
     assert r.verdict is Verdict.PASS, failed(r) or r.error
 
 
-def test_wrong_error_code_and_message_type_are_explained():
-    r = embedded(case("""
+@pytest.mark.asyncio
+async def test_wrong_error_code_and_message_type_are_explained():
+    r = await embedded(case("""
 - send_raw: {header: {version: 9, type: MSG_SUBMIT}, payload: "0161"}
   expect: {error: QUEUE_FULL}
 """))
     assert r.verdict is Verdict.FAIL
     assert "got error code 2 (INVALID_MESSAGE)" in failed(r)[0]
-    r = embedded(case("""
+    r = await embedded(case("""
 - send: {type: MSG_SUBMIT, fields: {task_type: a, payload: b}}
   expect: {message: {type: MSG_TASK}}
 """))
     assert r.verdict is Verdict.FAIL and "got MSG_OK" in failed(r)[0]
 
 
-def test_silent_closing_and_off_role_daemons():
+@pytest.mark.asyncio
+async def test_silent_closing_and_off_role_daemons():
     text = case("""
 - send: {type: MSG_SUBMIT, fields: {task_type: a, payload: b}}
   expect: {message: {type: MSG_OK}}
 """, extra="    command: MSG_SUBMIT\n")
-    r = run_fake(text, "quicx/v1", lambda m: None, timeout=0.2)
+    r = await run_fake(text, "quicx/v1", lambda m: None, timeout=0.2)
     assert r.verdict is Verdict.FAIL and "no message within" in failed(r)[0]
-    r = run_fake(text, "quicx/v1", lambda m: "close")
+    r = await run_fake(text, "quicx/v1", lambda m: "close")
     assert r.verdict is Verdict.FAIL and "closed" in failed(r)[0]
     enc = QuicxEncoder("quicx/v1")
     # MSG_TASK to a producer: the producer-role decoder refuses it
     task = enc.encode("MSG_TASK", task_id=1, task_type="a", payload=b"b")
-    r = run_fake(text, "quicx/v1", lambda m: [task])
+    r = await run_fake(text, "quicx/v1", lambda m: [task])
     assert r.verdict is Verdict.FAIL and "do not decode" in failed(r)[0]
     assert any(e.direction == "note" for e in r.transcript.events)
     # the "unknown message type" answer to the command under test: UNIMPLEMENTED
@@ -150,12 +154,13 @@ def test_silent_closing_and_off_role_daemons():
         spec = load_profile(profile).model
         code = spec.error_code(spec.protocol_errors["unknown_type"].error_code)
         err = QuicxEncoder(profile).encode("MSG_ERROR", error_code=code, message="unknown")
-        r = run_fake(text, profile, lambda m, err=err: [err])
+        r = await run_fake(text, profile, lambda m, err=err: [err])
         assert r.verdict is Verdict.UNIMPLEMENTED, (profile, r.checks)
 
 
-def test_degraded_and_should_levels():
-    r = embedded(case("""
+@pytest.mark.asyncio
+async def test_degraded_and_should_levels():
+    r = await embedded(case("""
 - send: {type: MSG_SUBMIT, fields: {task_type: a, payload: b}}
   expect: {any_of: [{message: {type: MSG_TASK}}, {message: {type: MSG_OK}, degraded: true, level: SHOULD}]}
 - send: {type: MSG_SUBMIT, fields: {task_type: a, payload: b}}
@@ -177,7 +182,8 @@ async def logic_quicx(ctx: CaseContext) -> None:
     await worker.close()
 
 
-def test_python_quicx_case():
+@pytest.mark.asyncio
+async def test_python_quicx_case():
     text = """
     cases:
       - id: t.qx.logic
@@ -185,8 +191,8 @@ def test_python_quicx_case():
         requirements: [QX-MSG-1]
         logic: test_steps_quicx:logic_quicx
     """
-    run = asyncio.run(runner.run_target("quicx", "embedded", cases=load_text(
-        textwrap.dedent(text), "t.yaml", "quicx", "quicx/v1")))
+    run = await runner.run_target("quicx", "embedded", cases=load_text(
+        textwrap.dedent(text), "t.yaml", "quicx", "quicx/v1"))
     r = one(run)
     assert r.verdict is Verdict.PASS, failed(r) or r.error
     assert [e.conn for e in r.transcript.events if e.direction == "open"] == [1, 2]
@@ -212,13 +218,14 @@ def test_quicx_loader_errors(step, message):
         load_text(text, "q.yaml", "quicx", "quicx/v1")
 
 
-def test_quicx_info_and_error_verdicts():
-    r = embedded(case("""
+@pytest.mark.asyncio
+async def test_quicx_info_and_error_verdicts():
+    r = await embedded(case("""
 - send: {type: MSG_SUBMIT, fields: {task_type: a, payload: b}}
   expect: {message: {type: MSG_OK}}
 """, extra="    info: true\n"))
     assert r.verdict is Verdict.INFO
-    r = embedded(case("""
+    r = await embedded(case("""
 - send: {type: MSG_SUBMIT, fields: {payload: b}}
   expect: {message: {type: MSG_OK}}
 """))

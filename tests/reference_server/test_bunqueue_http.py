@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
@@ -28,13 +29,15 @@ from queuewire.spec import load_profile
 PROFILE = load_profile("bunqueue/v2")
 GUARD = 15.0
 
+pytestmark = pytest.mark.asyncio
+
 
 def message(name: str, **fields: Any) -> str:
     return PROFILE.model.errors[name].message.format(**fields)
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, GUARD))
+async def run(coro):
+    return await asyncio.wait_for(coro, GUARD)
 
 
 class Tcp:
@@ -75,7 +78,7 @@ async def started(**kwargs: Any) -> tuple[BunqueueServer, str]:
 # =============================================================================================
 # Endpoints
 # =============================================================================================
-def test_probes_stats_and_prometheus():
+async def test_probes_stats_and_prometheus():
     async def go():
         server, url = await started()
         try:
@@ -107,10 +110,10 @@ def test_probes_stats_and_prometheus():
             await server.stop()
         assert not server.serving and server.http is None
 
-    run(go())
+    await run(go())
 
 
-def test_push_pull_get_ack_fail_across_http_and_tcp():
+async def test_push_pull_get_ack_fail_across_http_and_tcp():
     async def go():
         server, url = await started()
         tcp = await Tcp.open(server.port)
@@ -170,10 +173,10 @@ def test_push_pull_get_ack_fail_across_http_and_tcp():
             await tcp.close()
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_validation_errors_are_400_with_the_spec_s_message():
+async def test_validation_errors_are_400_with_the_spec_s_message():
     async def go():
         server, url = await started()
         prefix = message("invalid_request", detail="")
@@ -202,10 +205,10 @@ def test_validation_errors_are_400_with_the_spec_s_message():
         finally:
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_auth_bearer_token():
+async def test_auth_bearer_token():
     async def go():
         server, url = await started(auth_tokens=["s3cret", "other"])
         try:
@@ -233,10 +236,10 @@ def test_auth_bearer_token():
         finally:
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_frontend_on_a_bare_engine_and_no_http_by_default():
+async def test_frontend_on_a_bare_engine_and_no_http_by_default():
     async def go():
         server = BunqueueServer(PROFILE, "127.0.0.1", 0)
         await server.start()
@@ -253,7 +256,7 @@ def test_frontend_on_a_bare_engine_and_no_http_by_default():
         finally:
             await front.stop()
 
-    run(go())
+    await run(go())
 
 
 # =============================================================================================
@@ -284,7 +287,7 @@ async def until(predicate, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_webhook_is_delivered_with_a_valid_hmac_signature():
+async def test_webhook_is_delivered_with_a_valid_hmac_signature():
     async def go():
         rx, hook_url, got = await receiver()
         engine = BunqueueEngine(PROFILE, config=EngineConfig(allow_private_webhooks=True))
@@ -320,10 +323,10 @@ def test_webhook_is_delivered_with_a_valid_hmac_signature():
             await server.stop()
             await rx.cleanup()
 
-    run(go())
+    await run(go())
 
 
-def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
+async def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
     caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue.http")
 
     async def go():
@@ -349,7 +352,7 @@ def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
             await front.stop()
             await rx.cleanup()
 
-    run(go())
+    await run(go())
 
 
 # =============================================================================================
@@ -403,7 +406,7 @@ async def open_sse(http: aiohttp.ClientSession, url: str, **kwargs: Any) -> Sse:
     return sse
 
 
-def test_sse_streams_job_events_filtered_by_queue_and_heartbeats():
+async def test_sse_streams_job_events_filtered_by_queue_and_heartbeats():
     async def go():
         server, url = await started()
         tcp = await Tcp.open(server.port)
@@ -440,10 +443,10 @@ def test_sse_streams_job_events_filtered_by_queue_and_heartbeats():
             await tcp.close()
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_stopping_the_server_ends_open_streams_and_websockets():
+async def test_stopping_the_server_ends_open_streams_and_websockets():
     async def go():
         server, url = await started()
         async with aiohttp.ClientSession() as http:
@@ -456,7 +459,7 @@ def test_stopping_the_server_ends_open_streams_and_websockets():
             assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
             sse.response.close()
 
-    run(go())
+    await run(go())
 
 
 class Ws:
@@ -496,7 +499,7 @@ class Ws:
                 return body
 
 
-def test_websocket_speaks_the_tcp_commands_and_pushes_events():
+async def test_websocket_speaks_the_tcp_commands_and_pushes_events():
     async def go():
         server, url = await started()
         tcp = await Tcp.open(server.port)
@@ -541,10 +544,10 @@ def test_websocket_speaks_the_tcp_commands_and_pushes_events():
             await tcp.close()
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_websocket_and_events_need_the_bearer_token():
+async def test_websocket_and_events_need_the_bearer_token():
     async def go():
         server, url = await started(auth_tokens=["s3cret"])
         try:
@@ -572,10 +575,10 @@ def test_websocket_and_events_need_the_bearer_token():
         finally:
             await server.stop()
 
-    run(go())
+    await run(go())
 
 
-def test_websocket_subscribe_events_where_the_profile_has_them():
+async def test_websocket_subscribe_events_where_the_profile_has_them():
     profile = load_profile("bunqueue/2.9.5")
 
     async def go():
@@ -595,4 +598,4 @@ def test_websocket_subscribe_events_where_the_profile_has_them():
         finally:
             await server.stop()
 
-    run(go())
+    await run(go())

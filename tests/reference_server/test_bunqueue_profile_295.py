@@ -24,6 +24,8 @@ BASE = load_profile("bunqueue/v2")
 GUARD = 20.0  # seconds: a hang fails the test instead of stalling the run
 QUIET = 0.2   # seconds of silence that count as "no frame"
 
+pytestmark = pytest.mark.asyncio
+
 
 def event_schema() -> dict:
     """The profile's event frame schema, standalone (its $defs attached)."""
@@ -36,8 +38,8 @@ def event_schema() -> dict:
 EVENT_VALIDATOR = jsonschema.Draft202012Validator(event_schema())
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, GUARD))
+async def run(coro):
+    return await asyncio.wait_for(coro, GUARD)
 
 
 class Client:
@@ -103,7 +105,7 @@ class Client:
         self.writer.close()
 
 
-def test_hello_answers_the_profile_s_version_and_capabilities():
+async def test_hello_answers_the_profile_s_version_and_capabilities():
     async def scenario():
         for profile in (EXT, BASE):
             async with BunqueueServer(profile, port=0) as server:
@@ -113,10 +115,10 @@ def test_hello_answers_the_profile_s_version_and_capabilities():
                 assert reply["capabilities"] == list(profile.tree["capabilities"])
                 await c.close()
         assert EXT.limit("protocol_version").value != BASE.limit("protocol_version").value
-    run(scenario())
+    await run(scenario())
 
 
-def test_subscribe_events_is_unknown_under_v2_and_known_under_2_9_5():
+async def test_subscribe_events_is_unknown_under_v2_and_known_under_2_9_5():
     async def scenario():
         async with BunqueueServer(BASE, port=0) as server:
             c = await Client.open(BASE, server.port)
@@ -132,10 +134,10 @@ def test_subscribe_events_is_unknown_under_v2_and_known_under_2_9_5():
             # SubscribeEvents only looks the queue up: the name rule is the reading BQ-LIMIT-14
             assert bad["ok"] is False and "BQ-LIMIT-14" in bad["error"]
             await c.close()
-    run(scenario())
+    await run(scenario())
 
 
-def test_subscribed_connection_gets_the_job_s_events_without_reqid():
+async def test_subscribed_connection_gets_the_job_s_events_without_reqid():
     async def scenario():
         async with BunqueueServer(EXT, port=0) as server:
             watcher = await Client.open(EXT, server.port)
@@ -162,10 +164,10 @@ def test_subscribed_connection_gets_the_job_s_events_without_reqid():
             assert worker.pushed == []
             await watcher.close()
             await worker.close()
-    run(scenario())
+    await run(scenario())
 
 
-def test_a_final_failure_is_terminal_and_a_stall_is_announced():
+async def test_a_final_failure_is_terminal_and_a_stall_is_announced():
     async def scenario():
         config = EngineConfig(stall_interval_ms=100, max_stalls=5)
         async with BunqueueServer(EXT, port=0, config=config, tick_interval=0.02) as server:
@@ -184,10 +186,10 @@ def test_a_final_failure_is_terminal_and_a_stall_is_announced():
             assert events[2]["terminal"] is True
             await watcher.close()
             await worker.close()
-    run(scenario())
+    await run(scenario())
 
 
-def test_one_queue_per_connection_unsubscribe_and_close_end_the_events():
+async def test_one_queue_per_connection_unsubscribe_and_close_end_the_events():
     async def scenario():
         async with BunqueueServer(EXT, port=0) as server:
             c = await Client.open(EXT, server.port)
@@ -209,10 +211,10 @@ def test_one_queue_per_connection_unsubscribe_and_close_end_the_events():
             assert server.engine._subscribers == {}  # closing ended the subscription
             await p.ok("PUSH", queue="b", data=4)
             await p.close()
-    run(scenario())
+    await run(scenario())
 
 
-def test_subscribe_events_is_behind_the_auth_gate():
+async def test_subscribe_events_is_behind_the_auth_gate():
     async def scenario():
         async with BunqueueServer(EXT, port=0, auth_tokens=["s3cret"]) as server:
             c = await Client.open(EXT, server.port)
@@ -222,11 +224,11 @@ def test_subscribe_events_is_behind_the_auth_gate():
             await c.ok("Auth", token="s3cret")
             await c.ok("SubscribeEvents", queue="q")
             await c.close()
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", [EXT, BASE], ids=lambda p: p.name)
-def test_job_name_apart_from_data_and_the_legacy_envelope(profile):
+async def test_job_name_apart_from_data_and_the_legacy_envelope(profile):
     legacy = bool(((profile.tree.get("semantics") or {}).get("legacy_data_name") or {})
                   .get("value"))
     assert legacy is (profile is EXT)
@@ -259,4 +261,4 @@ def test_job_name_apart_from_data_and_the_legacy_envelope(profile):
                 assert (jobs[ids[0]]["name"], jobs[ids[0]]["data"]) == \
                     ("default", {"name": "b1", "k": 3})
             await c.close()
-    run(scenario())
+    await run(scenario())

@@ -45,8 +45,8 @@ def documented(error: str) -> bool:
     return False
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, GUARD))
+async def run(coro):
+    return await asyncio.wait_for(coro, GUARD)
 
 
 class Client:
@@ -173,7 +173,8 @@ async def prepare(c: Client, cmd: str) -> dict:
 
 
 @pytest.mark.parametrize("cmd", sorted(MODEL.commands))
-def test_every_command_answers_a_valid_reply(cmd):
+@pytest.mark.asyncio
+async def test_every_command_answers_a_valid_reply(cmd):
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -190,7 +191,7 @@ def test_every_command_answers_a_valid_reply(cmd):
                 assert reply["error"] == message("invalid_token")
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 def test_the_commands_are_the_spec_s():
@@ -200,7 +201,8 @@ def test_the_commands_are_the_spec_s():
 # =============================================================================================
 # Envelope, Hello, Auth, rate limit
 # =============================================================================================
-def test_reqid_is_echoed_verbatim_and_absent_when_not_sent():
+@pytest.mark.asyncio
+async def test_reqid_is_echoed_verbatim_and_absent_when_not_sent():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -217,10 +219,11 @@ def test_reqid_is_echoed_verbatim_and_absent_when_not_sent():
                                       "reqId": "u"}
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_hello_announces_the_spec_s_version_and_capabilities():
+@pytest.mark.asyncio
+async def test_hello_announces_the_spec_s_version_and_capabilities():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -230,10 +233,11 @@ def test_hello_announces_the_spec_s_version_and_capabilities():
             assert reply["capabilities"] == list(MODEL.capabilities)
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_schema_violation_names_the_requirement_and_path():
+@pytest.mark.asyncio
+async def test_schema_violation_names_the_requirement_and_path():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -246,10 +250,11 @@ def test_schema_violation_names_the_requirement_and_path():
             await c.ok("Ping")  # the connection goes on
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_auth_gate():
+@pytest.mark.asyncio
+async def test_auth_gate():
     async def scenario():
         async with BunqueueServer(port=0, auth_tokens=["alpha", "s3cret"]) as server:
             c = await Client.open(server.port)
@@ -272,10 +277,11 @@ def test_auth_gate():
             await other.close()
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_rate_limit_per_connection():
+@pytest.mark.asyncio
+async def test_rate_limit_per_connection():
     async def scenario():
         async with BunqueueServer(port=0, rate_limit=(5, 60.0)) as server:
             c = await Client.open(server.port)
@@ -287,13 +293,14 @@ def test_rate_limit_per_connection():
             await other.close()
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 # =============================================================================================
 # Pipelining
 # =============================================================================================
-def test_300_pipelined_requests_in_one_write_are_all_answered():
+@pytest.mark.asyncio
+async def test_300_pipelined_requests_in_one_write_are_all_answered():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -314,7 +321,7 @@ def test_300_pipelined_requests_in_one_write_are_all_answered():
             assert (await c.ok("Count", queue="pipe"))["count"] == 150
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 class CountingEngine(BunqueueEngine):
@@ -343,7 +350,8 @@ class CountingEngine(BunqueueEngine):
         return self._track(True, super().expire(wait))
 
 
-def test_pipelined_long_polls_never_exceed_max_in_flight():
+@pytest.mark.asyncio
+async def test_pipelined_long_polls_never_exceed_max_in_flight():
     async def scenario():
         engine = CountingEngine("bunqueue/v2")
         async with BunqueueServer(port=0, engine=engine) as server:
@@ -372,13 +380,14 @@ def test_pipelined_long_polls_never_exceed_max_in_flight():
             await producer.close()
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 # =============================================================================================
 # Protocol errors
 # =============================================================================================
-def test_frame_too_large_is_answered_once_then_closed():
+@pytest.mark.asyncio
+async def test_frame_too_large_is_answered_once_then_closed():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -404,7 +413,7 @@ def test_frame_too_large_is_answered_once_then_closed():
             await c3.ok("Ping")
             await c3.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize(("payload", "error"), [
@@ -416,7 +425,8 @@ def test_frame_too_large_is_answered_once_then_closed():
     (b"\x92\x01\x02", "invalid_command"),                   # an array, not a map
     (b"\x81\xa5reqId\xa1x", "invalid_command"),             # no cmd
 ])
-def test_invalid_payload_is_answered_and_the_connection_continues(payload, error):
+@pytest.mark.asyncio
+async def test_invalid_payload_is_answered_and_the_connection_continues(payload, error):
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -429,10 +439,11 @@ def test_invalid_payload_is_answered_and_the_connection_continues(payload, error
             await c.ok("Ping")
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_truncated_frame_at_close_is_closed_unanswered():
+@pytest.mark.asyncio
+async def test_truncated_frame_at_close_is_closed_unanswered():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             c = await Client.open(server.port)
@@ -450,10 +461,11 @@ def test_truncated_frame_at_close_is_closed_unanswered():
             await c2.ok("Ping")
             await c2.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_a_bug_closes_only_its_connection(caplog):
+@pytest.mark.asyncio
+async def test_a_bug_closes_only_its_connection(caplog):
     class Buggy(BunqueueEngine):
         def handle(self, conn_id, request):
             if request.get("cmd") == "Stats":
@@ -469,11 +481,12 @@ def test_a_bug_closes_only_its_connection(caplog):
             await b.ok("Ping")
             await b.close()
 
-    run(scenario())
+    await run(scenario())
     assert "boom" in caplog.text
 
 
-def test_hostile_bytes_never_hurt_the_server():
+@pytest.mark.asyncio
+async def test_hostile_bytes_never_hurt_the_server():
     import random
 
     rng = random.Random(20261121)
@@ -494,13 +507,14 @@ def test_hostile_bytes_never_hurt_the_server():
             await good.ok("Ping")
             await good.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 # =============================================================================================
 # Long polls and connection lifecycle
 # =============================================================================================
-def test_long_poll_pull_is_woken_by_a_push_on_another_connection():
+@pytest.mark.asyncio
+async def test_long_poll_pull_is_woken_by_a_push_on_another_connection():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             worker = await Client.open(server.port)
@@ -519,10 +533,11 @@ def test_long_poll_pull_is_woken_by_a_push_on_another_connection():
             await producer.close()
             await worker.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_waitjob_is_woken_by_ack():
+@pytest.mark.asyncio
+async def test_waitjob_is_woken_by_ack():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             worker = await Client.open(server.port)
@@ -539,10 +554,11 @@ def test_waitjob_is_woken_by_ack():
             await waiter.close()
             await worker.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_disconnect_releases_the_active_job():
+@pytest.mark.asyncio
+async def test_disconnect_releases_the_active_job():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             a = await Client.open(server.port)
@@ -557,10 +573,11 @@ def test_disconnect_releases_the_active_job():
             assert reply["reqId"] == "b" and reply["job"]["id"] == job_id
             await b.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_closing_a_connection_drops_its_parked_polls():
+@pytest.mark.asyncio
+async def test_closing_a_connection_drops_its_parked_polls():
     async def scenario():
         async with BunqueueServer(port=0) as server:
             a = await Client.open(server.port)
@@ -573,10 +590,11 @@ def test_closing_a_connection_drops_its_parked_polls():
             assert server.parked_polls == 0
             await b.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_a_peer_gone_with_every_slot_parked_is_noticed():
+@pytest.mark.asyncio
+async def test_a_peer_gone_with_every_slot_parked_is_noticed():
     async def scenario():
         engine = CountingEngine("bunqueue/v2")
         async with BunqueueServer(port=0, engine=engine) as server:
@@ -599,10 +617,11 @@ def test_a_peer_gone_with_every_slot_parked_is_noticed():
             assert (await b.ok("PULL", queue="gone"))["job"]["id"] == job_id
             await b.close()
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_delayed_job_becomes_pullable_by_the_timer():
+@pytest.mark.asyncio
+async def test_delayed_job_becomes_pullable_by_the_timer():
     async def scenario():
         async with BunqueueServer(port=0, tick_interval=5.0) as server:
             c = await Client.open(server.port)
@@ -611,7 +630,7 @@ def test_delayed_job_becomes_pullable_by_the_timer():
             assert reply["job"]["id"] == job_id  # woken by tick() at the deadline
             await c.close()
 
-    run(scenario())
+    await run(scenario())
 
 
 # =============================================================================================
@@ -629,7 +648,8 @@ async def start_cli(*args: str) -> tuple[asyncio.subprocess.Process, int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_cli_serves_and_stops_cleanly(sig):
+@pytest.mark.asyncio
+async def test_cli_serves_and_stops_cleanly(sig):
     async def scenario():
         proc, port = await start_cli("--auth-tokens", "t1,t2")
         try:
@@ -644,10 +664,11 @@ def test_cli_serves_and_stops_cleanly(sig):
         assert proc.returncode == 0, err.decode()
         assert b"bunqueue server stopped" in out and b"Traceback" not in err
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_cli_bad_options_are_clear_errors():
+@pytest.mark.asyncio
+async def test_cli_bad_options_are_clear_errors():
     async def cli(*args: str) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "queuewire.cli", "serve", "bunqueue", *args,
@@ -669,4 +690,4 @@ def test_cli_bad_options_are_clear_errors():
             await taken.wait_closed()
         assert code == 1 and "cannot listen" in text and "Traceback" not in text
 
-    run(scenario())
+    await run(scenario())

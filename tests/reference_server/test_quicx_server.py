@@ -35,9 +35,9 @@ GUARD = 30.0           # seconds: a hang fails the test instead of stalling the 
 QUIET = 0.25           # seconds of silence that count as "no answer"
 
 
-def run(coro):
+async def run(coro):
     """Run a scenario under the module's timeout guard."""
-    return asyncio.run(asyncio.wait_for(coro, GUARD))
+    return await asyncio.wait_for(coro, GUARD)
 
 
 def spec_of(profile: str) -> QuicxSpec:
@@ -207,7 +207,8 @@ def test_a_held_worker_is_pushed_no_task_until_released(profile):
 # ---------------------------------------------------------------------- every message type
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_submit_is_answered_ok_with_a_task_id(profile):
+@pytest.mark.asyncio
+async def test_submit_is_answered_ok_with_a_task_id(profile):
     async def scenario():
         async with QuicxServer(profile, port=0) as server:
             producer = await Peer.open(server)
@@ -218,11 +219,12 @@ def test_submit_is_answered_ok_with_a_task_id(profile):
             assert bytes(producer.raw) == enc.ok(1) + enc.ok(2) + enc.ok(3)
             stats = server.stats()
             assert stats.queue_depth == 3 and stats.accepted == 3
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_ready_on_an_empty_queue_and_task_dispatch(profile):
+@pytest.mark.asyncio
+async def test_ready_on_an_empty_queue_and_task_dispatch(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -245,11 +247,12 @@ def test_ready_on_an_empty_queue_and_task_dispatch(profile):
             assert task.code == spec.message("MSG_TASK").code
             stats = server.stats()
             assert (stats.workers_total, stats.workers_idle, stats.in_flight) == (1, 0, 1)
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_fifo_dispatch_to_idle_workers(profile):
+@pytest.mark.asyncio
+async def test_fifo_dispatch_to_idle_workers(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -272,12 +275,13 @@ def test_fifo_dispatch_to_idle_workers(profile):
                     got.append((await w.one("MSG_TASK")).fields)
             assert [(f["task_id"], f["payload"]) for f in got] == [(1, b"\x00"), (2, b"\x01"),
                                                                   (3, b"\x02")]
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("outcome", ["MSG_DONE", "MSG_FAILED"])
 @pytest.mark.parametrize("profile", PROFILES)
-def test_results_free_the_slot_and_reach_the_producer_where_forwarded(profile, outcome):
+@pytest.mark.asyncio
+async def test_results_free_the_slot_and_reach_the_producer_where_forwarded(profile, outcome):
     spec = spec_of(profile)
 
     async def scenario():
@@ -307,22 +311,24 @@ def test_results_free_the_slot_and_reach_the_producer_where_forwarded(profile, o
             stats = server.stats()
             assert stats.pool_bytes_used == size_class(body2)  # task 1's slot is back
             assert (stats.done, stats.failed) == ((1, 0) if outcome == "MSG_DONE" else (0, 1))
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_heartbeat_is_answered_pong(profile):
+@pytest.mark.asyncio
+async def test_heartbeat_is_answered_pong(profile):
     async def scenario():
         async with QuicxServer(profile, port=0) as server:
             peer = await Peer.open(server)
             await peer.send(peer.enc.heartbeat(), peer.enc.heartbeat())
             await peer.recv(2)
             assert bytes(peer.raw) == 2 * peer.enc.pong()
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_inbound_pong(profile):
+@pytest.mark.asyncio
+async def test_inbound_pong(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -333,7 +339,7 @@ def test_inbound_pong(profile):
                 await peer.roundtrip()  # accepted silently: the next answer is the PONG
             else:
                 assert await error_code(peer) == spec.error_replies["wrong_direction"]
-    run(scenario())
+    await run(scenario())
 
 
 def snapshot(server: QuicxServer) -> dict[str, int]:
@@ -345,7 +351,8 @@ def snapshot(server: QuicxServer) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_stats_report_real_figures(profile):
+@pytest.mark.asyncio
+async def test_stats_report_real_figures(profile):
     spec = spec_of(profile)
     pages = 8
     total = pages * default_largest_class(spec)
@@ -384,13 +391,14 @@ def test_stats_report_real_figures(profile):
             await worker.send(enc.ready() if not rearmed else enc.done(2))
             await worker.roundtrip()
             assert server.stats().pool_bytes_used == sizes[2] + (0 if rearmed else sizes[1])
-    run(scenario())
+    await run(scenario())
 
 
 # ----------------------------------------------------------------------------- error codes
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_queue_full_and_the_slot_coming_back(profile):
+@pytest.mark.asyncio
+async def test_queue_full_and_the_slot_coming_back(profile):
     spec = spec_of(profile)
     page = default_largest_class(spec)
 
@@ -417,11 +425,12 @@ def test_queue_full_and_the_slot_coming_back(profile):
             # the only page is carved into the smallest class: a bigger task finds no slot
             await producer.send(enc.submit("t", b"x" * SMALLEST_CLASS))
             assert await error_code(producer) == spec.error_replies["queue_full"]
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_payload_too_large(profile):
+@pytest.mark.asyncio
+async def test_payload_too_large(profile):
     spec = spec_of(profile)
     largest = default_largest_class(spec)
     submit = spec.message("MSG_SUBMIT").code
@@ -447,11 +456,12 @@ def test_payload_too_large(profile):
             assert (await peer.one("MSG_OK")).fields["task_id"] == 1
             await peer.roundtrip()  # the connection went on after each refusal
             assert server.stats().classes[-1].slots_used == 1
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_unknown_task_type(profile):
+@pytest.mark.asyncio
+async def test_unknown_task_type(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -462,11 +472,12 @@ def test_unknown_task_type(profile):
             assert spec.error_replies["unknown_task_type"] == spec.error_codes["UNKNOWN_TASK_TYPE"].code
             assert (await peer.one("MSG_OK")).raw == peer.enc.ok(1)  # no id spent on the refusal
             assert server.stats().queue_depth == 1
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_invalid_frames_are_answered_and_the_connection_goes_on(profile):
+@pytest.mark.asyncio
+async def test_invalid_frames_are_answered_and_the_connection_goes_on(profile):
     spec = spec_of(profile)
     enc = QuicxEncoder(profile)
     m = spec.message
@@ -494,11 +505,12 @@ def test_invalid_frames_are_answered_and_the_connection_goes_on(profile):
             assert all(spec.error(k).reaction == "reply" for _, k in cases)
             await peer.roundtrip()
             assert server.stats().refused == {k: 1 for _, k in cases}
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_inbound_error_frame(profile):
+@pytest.mark.asyncio
+async def test_inbound_error_frame(profile):
     spec = spec_of(profile)
     kind = spec.message("MSG_ERROR").errors.get("direction", "wrong_direction")
 
@@ -514,11 +526,12 @@ def test_inbound_error_frame(profile):
                 await peer.roundtrip()
             other = await Peer.open(server)
             await other.roundtrip()
-    run(scenario())
+    await run(scenario())
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_result_for_a_task_not_in_flight_here(profile):
+@pytest.mark.asyncio
+async def test_result_for_a_task_not_in_flight_here(profile):
     spec = spec_of(profile)
 
     async def scenario():
@@ -538,13 +551,14 @@ def test_result_for_a_task_not_in_flight_here(profile):
             await worker.send(enc.done(1))
             await worker.roundtrip()
             assert server.stats().done == 1
-    run(scenario())
+    await run(scenario())
 
 
 # --------------------------------------------------------- worker disconnect (QX-WORKER-1)
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_task_of_a_disconnected_worker_is_requeued_and_done_once(profile):
+@pytest.mark.asyncio
+async def test_task_of_a_disconnected_worker_is_requeued_and_done_once(profile):
     spec = spec_of(profile)
     assert spec.flag("requeue_on_worker_disconnect") is True
     assert spec.semantics["requeue_on_worker_disconnect"].requirement == "QX-WORKER-1"
@@ -585,7 +599,7 @@ def test_task_of_a_disconnected_worker_is_requeued_and_done_once(profile):
             await producer.silent()  # exactly one result per task
             stats = server.stats()
             assert (stats.done, stats.queue_depth, stats.in_flight, stats.pool_bytes_used) == (2, 0, 0, 0)
-    run(scenario())
+    await run(scenario())
 
 
 # -------------------------------------------------------------------- the other profile
@@ -625,8 +639,9 @@ def client_frames(profile: str) -> list[tuple[str, bytes]]:
 
 @pytest.mark.parametrize("server_profile,client_profile",
                          [(a, b) for a in PROFILES for b in PROFILES if a != b])
-def test_the_other_profiles_opcodes_are_refused_with_the_documented_error(server_profile,
-                                                                          client_profile):
+@pytest.mark.asyncio
+async def test_the_other_profiles_opcodes_are_refused_with_the_documented_error(server_profile,
+                                                                                client_profile):
     spec, theirs = spec_of(server_profile), spec_of(client_profile)
     moved = [(name, frame) for name, frame in client_frames(client_profile)
              if (spec.opcode(frame[1]) is None or spec.opcode(frame[1]).name != name
@@ -655,7 +670,7 @@ def test_the_other_profiles_opcodes_are_refused_with_the_documented_error(server
             for kind in {k for _, _, k in cases if k is not None}:
                 assert refused[kind] == sum(k == kind for _, _, k in cases)
 
-    run(scenario())
+    await run(scenario())
     for name in ("MSG_DONE", "MSG_FAILED", "MSG_TASK"):  # the renumbered opcodes
         assert theirs.message(name).code != spec.message(name).code
 
@@ -678,7 +693,8 @@ def test_cross_profile_cases_named_in_the_notes():
 
 # ------------------------------------------------------------------------ hostile bytes
 
-def test_truncated_stream_and_garbage_never_take_the_daemon_down(caplog):
+@pytest.mark.asyncio
+async def test_truncated_stream_and_garbage_never_take_the_daemon_down(caplog):
     profile = "quicx/v1"
     rng = random.Random(20261121)
     enc = QuicxEncoder(profile)
@@ -703,11 +719,12 @@ def test_truncated_stream_and_garbage_never_take_the_daemon_down(caplog):
             assert server.stats().connections == 1
 
     with caplog.at_level(logging.WARNING, logger="queuewire.reference_server.quicx"):
-        run(scenario())
+        await run(scenario())
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_an_unexpected_exception_closes_only_its_connection(caplog):
+@pytest.mark.asyncio
+async def test_an_unexpected_exception_closes_only_its_connection(caplog):
     class Exploding(QuicxEngine):
         def handle(self, conn, message):
             if message.name == "MSG_SUBMIT" and message.fields["task_type"] == "explode":
@@ -724,11 +741,12 @@ def test_an_unexpected_exception_closes_only_its_connection(caplog):
             assert server.serving and server.stats().connections == 1
 
     with caplog.at_level(logging.ERROR, logger="queuewire.reference_server.quicx"):
-        run(scenario())
+        await run(scenario())
     assert any("unexpected error" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
-def test_stop_closes_every_connection():
+@pytest.mark.asyncio
+async def test_stop_closes_every_connection():
     async def scenario():
         server = await QuicxServer("quicx/1.0.3", port=0).start()
         peers = [await Peer.open(server) for _ in range(3)]
@@ -739,7 +757,7 @@ def test_stop_closes_every_connection():
         assert not server.serving
         with pytest.raises(OSError):
             await asyncio.open_connection("127.0.0.1", server.port)
-    run(scenario())
+    await run(scenario())
 
 
 # ------------------------------------------------------------- queuewire serve quicx (CLI)
@@ -757,7 +775,8 @@ async def start_cli(*args: str) -> tuple[asyncio.subprocess.Process, int]:
 
 @pytest.mark.parametrize("profile,sig", [("quicx/v1", signal.SIGTERM),
                                          ("quicx/1.0.3", signal.SIGINT)])
-def test_cli_serves_the_matching_client_and_refuses_the_other_profile(profile, sig):
+@pytest.mark.asyncio
+async def test_cli_serves_the_matching_client_and_refuses_the_other_profile(profile, sig):
     from queuewire.client.quicx import QuicxProducer, QuicxWorker
 
     spec = spec_of(profile)
@@ -792,10 +811,11 @@ def test_cli_serves_the_matching_client_and_refuses_the_other_profile(profile, s
         assert b"quicx daemon stopped (1 accepted, 1 done" in out
         assert b"Traceback" not in err
 
-    run(scenario())
+    await run(scenario())
 
 
-def test_cli_bad_options_are_clear_errors():
+@pytest.mark.asyncio
+async def test_cli_bad_options_are_clear_errors():
     async def cli(*args: str) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "queuewire.cli", "serve", "quicx", *args,
@@ -822,4 +842,4 @@ def test_cli_bad_options_are_clear_errors():
         for option in ("--host", "--port", "--profile", "--pool-bytes", "--task-types",
                        "--partial-frame-timeout", "--backlog"):
             assert option in text
-    run(scenario())
+    await run(scenario())

@@ -24,13 +24,13 @@ from queuewire.spec import load_profile
 GUARD = 30.0               # seconds: a hang fails the test instead of stalling the run
 LATENCY_BOUND = 0.1        # seconds: another connection's answer during a flood (the issue's bound)
 
+pytestmark = pytest.mark.asyncio
 
-def run(coro):
-    """Run a scenario under the guard (``asyncio.timeout``: it never swallows a cancel)."""
-    async def guarded():
-        async with asyncio.timeout(GUARD):
-            return await coro
-    return asyncio.run(guarded())
+
+async def run(coro):
+    """Await a scenario under the guard (``asyncio.timeout``: it never swallows a cancel)."""
+    async with asyncio.timeout(GUARD):
+        return await coro
 
 
 async def connect(server: QuicxServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -63,7 +63,7 @@ async def closed_by_daemon(reader: asyncio.StreamReader, within: float) -> float
 
 # ------------------------------------------------------------------------------- fairness
 
-def test_a_flood_on_one_connection_does_not_delay_another_connections_heartbeat():
+async def test_a_flood_on_one_connection_does_not_delay_another_connections_heartbeat():
     """QX-HB-2 (the receiver of a MSG_HEARTBEAT answers MSG_PONG) under the fairness rule
     (QX-FLOW-2, _flow.FRAMES_PER_TURN): while a peer pipelines MSG_STATS as fast as it can and reads the
     answers, another connection's heartbeat is answered within 100 ms. A daemon that handles
@@ -110,12 +110,12 @@ def test_a_flood_on_one_connection_does_not_delay_another_connections_heartbeat(
                                            f"flood ({answered} STATS answered meanwhile)")
             assert answered > 10 * FRAMES_PER_TURN, "the flood stopped during the measurement"
 
-    run(scenario())
+    await run(scenario())
 
 
 # --------------------------------------------------------------------------- backpressure
 
-def test_a_worker_that_never_reads_costs_at_most_the_high_water_mark():
+async def test_a_worker_that_never_reads_costs_at_most_the_high_water_mark():
     """The backpressure rule (QX-FLOW-1, _flow.OUTPUT_HIGH_WATER) for frames the daemon writes to a
     connection on another's behalf: a worker that registers for many tasks (each MSG_READY a
     credit, QX-READY-101) and never reads is pushed tasks only until its unsent output is over
@@ -160,7 +160,7 @@ def test_a_worker_that_never_reads_costs_at_most_the_high_water_mark():
             assert got and got[0].name == "MSG_TASK"
             greedy_w.transport.abort()
 
-    run(scenario())
+    await run(scenario())
 
 
 # ------------------------------------------------------------------- half-received frames
@@ -169,7 +169,7 @@ PARTIAL_TIMEOUT = 0.3  # seconds, the test's own setting (the default is 60)
 
 
 @pytest.mark.parametrize("case", ["header", "payload", "refused-payload"])
-def test_a_peer_silent_inside_a_frame_is_reset_after_the_timeout(case):
+async def test_a_peer_silent_inside_a_frame_is_reset_after_the_timeout(case):
     """QX-HDR-7 (a stream that stops inside a frame is invalid) under the partial-frame rule
     (QX-FLOW-3, _flow.DEFAULT_PARTIAL_FRAME_TIMEOUT): a peer that sends part of a frame, or part of the
     payload the daemon skips after refusing a frame's header, and then nothing, is reset once
@@ -217,12 +217,12 @@ def test_a_peer_silent_inside_a_frame_is_reset_after_the_timeout(case):
             assert await heartbeat_latency(server, enc, idle_r, idle_w) < LATENCY_BOUND
             assert server.stats().connections == 1
 
-    run(scenario())
+    await run(scenario())
 
 
 # -------------------------------------------------------------------------------- backlog
 
-def test_a_burst_of_200_connects_is_accepted_without_retries():
+async def test_a_burst_of_200_connects_is_accepted_without_retries():
     """The listen backlog rule (_flow.DEFAULT_LISTEN_BACKLOG): 200 clients connecting at once
     are all accepted and answered at the first attempt. With asyncio's default backlog of 100
     the kernel drops the handshakes that overflow the accept queue and those clients connect
@@ -251,4 +251,4 @@ def test_a_burst_of_200_connects_is_accepted_without_retries():
             # a retransmitted SYN comes after at least one second on every common kernel
             assert slowest < 0.9, f"a connect took {slowest:.2f} s: it was retried"
 
-    run(scenario())
+    await run(scenario())

@@ -1,17 +1,53 @@
 """Reference clients for the queuewire protocols: a sans-IO core and an asyncio shell.
 
 Design: the client layer sits on the codecs and the spec and beside the reference servers,
-which it never imports (nor the vector generator; the import contracts in ``pyproject.toml``
-check both). The core is a set of state machines written as transition tables, like h11's
-``_state.py``: a session takes the bytes that arrived and the calls its user makes, and
-returns events and the bytes to send; it owns no socket and reads time from an injected
-clock, so every transition (request correlation, timeouts, heartbeats, graceful stop) is
-testable without a network. The core has two rooms: ``session`` is what no protocol owns
-(the connection and request tables, base errors and events, the state machine driver,
-outbox and heartbeat timer), ready for a bunqueue session to share; ``quicx_session`` is the
-quicx producer, worker and monitor built on it. The shell (``quicx``:
-:class:`~queuewire.client.quicx.QuicxProducer`, :class:`~queuewire.client.quicx.QuicxWorker`,
-:class:`~queuewire.client.quicx.QuicxMonitor`) runs a session over an asyncio stream and only
-moves bytes and time. Behaviour comes from the profile's ``semantics`` flags and limits, so
-the same classes speak every profile.
+which it never imports, with one exception the import contracts in ``pyproject.toml`` name:
+the embedded mode (:mod:`.transport`) runs the reference server's request path in process,
+as document 002's embedded mode calls the server's queue manager. The core is a set of state
+machines written as transition tables, like h11's ``_state.py``: a session takes the bytes
+that arrived and the calls its user makes, and returns events and the bytes to send; it owns
+no socket and reads time from an injected clock, so every transition (negotiation, request
+correlation, timeouts, dead-link detection, reconnect backoff, graceful stop) is testable
+without a network. ``session`` is what no protocol owns (the request table, base errors and
+events, the state machine driver and outbox); ``bunqueue_session`` is a bunqueue link
+(document 000's lifecycle on document 003's model) and ``quicx_session`` the quicx producer,
+worker and monitor. The shells only move bytes and time: ``bunqueue_pool`` (links and the
+shared pool), ``transport`` (TCP or embedded), and the SDK of document 002 on top,
+``queue`` (:class:`Queue`), ``worker`` (:class:`Worker`), ``flow`` (:class:`FlowProducer`,
+:class:`QueueGroup`, :class:`QueueEvents`), ``job`` and ``sync`` (a blocking facade);
+``quicx`` is the quicx shell. Options and their defaults come from the spec (``options``).
+Every error a caller meets is a :class:`ClientError`.
 """
+
+from .bunqueue_session import (
+    BunqueueAuthError,
+    BunqueueClientError,
+    BunqueueConnectionLost,
+    BunqueueEncodeError,
+    BunqueueProtocolViolation,
+    BunqueueRefused,
+    BunqueueSessionStopped,
+    BunqueueStateError,
+    BunqueueTimeout,
+)
+from .flow import FlowProducer, QueueEvents, QueueGroup
+from .job import Job
+from .options import ClientConfigError, ConnectionOptions, WorkerOptions
+from .queue import Queue
+from .session import (
+    ClientConnectionLost,
+    ClientError,
+    ClientSessionStopped,
+    ClientStateError,
+    ClientTimeout,
+)
+from .worker import Worker
+
+__all__ = [
+    "BunqueueAuthError", "BunqueueClientError", "BunqueueConnectionLost", "BunqueueEncodeError",
+    "BunqueueProtocolViolation", "BunqueueRefused", "BunqueueSessionStopped",
+    "BunqueueStateError", "BunqueueTimeout", "ClientConfigError", "ClientConnectionLost",
+    "ClientError", "ClientSessionStopped", "ClientStateError", "ClientTimeout",
+    "ConnectionOptions", "FlowProducer", "Job", "Queue", "QueueEvents", "QueueGroup", "Worker",
+    "WorkerOptions",
+]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -42,6 +43,7 @@ __all__ = [
     "ClientStateError",
     "ClientTimeout",
     "Closed",
+    "mermaid",
     "Event",
     "HeartbeatSent",
     "Request",
@@ -112,6 +114,7 @@ CLIENT_TRANSITIONS: Mapping[tuple[ClientState, ClientEvent], ClientState] = {
 
 
 class RequestState(enum.Enum):
+    QUEUED = "queued"        # accepted by the session, not written yet (no window, no link)
     SENT = "sent"            # written, no answer yet
     ACCEPTED = "accepted"    # the server took it (final unless the result is forwarded)
     ANSWERED = "answered"    # a query's answer (quicx: a monitor's MSG_STATS_RESPONSE)
@@ -123,6 +126,7 @@ class RequestState(enum.Enum):
 
 
 class RequestEvent(enum.Enum):
+    SEND = "send"
     OK = "ok"
     ANSWER = "answer"
     DONE = "done"
@@ -136,6 +140,11 @@ _R, _RE = RequestState, RequestEvent
 
 #: One request of a session (quicx: producer submissions and monitor requests).
 REQUEST_TRANSITIONS: Mapping[tuple[RequestState, RequestEvent], RequestState] = {
+    # a request held back (bunqueue: window full, or the link is being built) is written later,
+    # or times out or is lost before that
+    (_R.QUEUED, _RE.SEND): _R.SENT,
+    (_R.QUEUED, _RE.TIMEOUT): _R.TIMED_OUT,
+    (_R.QUEUED, _RE.CLOSED): _R.LOST,
     (_R.SENT, _RE.OK): _R.ACCEPTED,
     (_R.SENT, _RE.ANSWER): _R.ANSWERED,
     (_R.SENT, _RE.ERROR): _R.REFUSED,
@@ -151,6 +160,18 @@ REQUEST_TRANSITIONS: Mapping[tuple[RequestState, RequestEvent], RequestState] = 
     (_R.TIMED_OUT, _RE.ERROR): _R.TIMED_OUT,
     (_R.TIMED_OUT, _RE.CLOSED): _R.TIMED_OUT,
 }
+
+
+def mermaid(table: Mapping, initial: Any = None, final: Any = None) -> str:
+    """A transition table as a Mermaid ``stateDiagram-v2`` (what the docs render)."""
+    lines = ["stateDiagram-v2"]
+    if initial is not None:
+        lines.append(f"    [*] --> {initial.name}")
+    for (state, event), target in table.items():
+        lines.append(f"    {state.name} --> {target.name}: {event.value}")
+    if final is not None:
+        lines.append(f"    {final.name} --> [*]")
+    return "\n".join(lines)
 
 
 def step(table: Mapping, state: Any, event: Any, what: str,
@@ -227,6 +248,8 @@ class Session:
     state_error: type[Exception] = ClientStateError
     lost_error: type[Exception] = ClientConnectionLost
     stopped_error: type[Exception] = ClientSessionStopped
+    #: the name of the final state
+    _terminal = "CLOSED"
     #: what answers a heartbeat, for the error when none comes
     heartbeat_answer = "heartbeat answer"
 
@@ -238,6 +261,8 @@ class Session:
         self.pong_timeout = pong_timeout
         self._clock = clock
         self.state = self._states["CREATED"]
+        #: the last transitions taken, (state, event, next state), oldest first
+        self.history: deque[tuple[Any, Any, Any]] = deque(maxlen=64)
         self._outbox = bytearray()
         self._last_io = clock()
         self._pong_due: float | None = None
@@ -246,12 +271,14 @@ class Session:
 
     # -- state
     def _fire(self, event: Any) -> Any:
-        self.state = step(self._table, self.state, event, f"{self.role} session", self.state_error)
+        before = self.state
+        self.state = step(self._table, before, event, f"{self.role} session", self.state_error)
+        self.history.append((before, event, self.state))
         return self.state
 
     @property
     def closed(self) -> bool:
-        return self.state.name == "CLOSED"
+        return self.state.name == self._terminal
 
     def now(self) -> float:
         """The session's clock."""

@@ -11,13 +11,15 @@ vocabulary (states, events, :class:`~.model.Event`, :class:`~.model.Wait`,
 :mod:`.jobs`, webhook target rules in :mod:`.webhook_urls`. State is written through a
 :class:`~.store.Store` (:mod:`.store`: memory and null stores; :mod:`.sqlite`: SQLite WAL). The
 shells move bytes and never hold queue semantics: :mod:`.tcp` (:class:`BunqueueServer`, the
-framed MessagePack protocol, with flow control from :mod:`.._flow`) and :mod:`.http` (the HTTP
-API, Server-Sent Events and WebSocket of document 000). Dependencies point one way: shells ->
+framed MessagePack protocol, with flow control from :mod:`.._flow`), :mod:`.http` (the HTTP
+API, Server-Sent Events and WebSocket of document 000) and :mod:`.embedded` (the TCP shell's
+request path without a socket, for the client's embedded mode). Dependencies point one way: shells ->
 engine -> commands/lifecycle/timers -> model/jobs -> store; nothing in the engine imports a
 shell, and the HTTP shell does not import the TCP one.
 """
 
 from .commands.auth import check_token
+from .embedded import EmbeddedServer
 from .engine import BunqueueEngine, request_refusal
 from .http import HttpFrontend
 from .jobs import Job, job_to_wire, uuid7, uuid7_batch
@@ -28,7 +30,8 @@ from .tcp import BunqueueServer, tune_gc
 from .webhook_urls import WebhookDelivery, webhook_host_error, webhook_url_error
 
 __all__ = [
-    "FLUSH_INTERVAL_MS", "LIFECYCLE_EVENTS", "BunqueueEngine", "BunqueueServer", "EngineConfig",
+    "FLUSH_INTERVAL_MS", "LIFECYCLE_EVENTS", "BunqueueEngine", "BunqueueServer", "EmbeddedServer",
+    "EngineConfig",
     "Event", "HttpFrontend", "Job", "MemoryStore", "NullStore", "SqliteStore", "StorageStatus",
     "Store", "Wait", "WebhookDelivery", "check_token", "job_to_wire", "request_refusal",
     "tune_gc", "uuid7", "uuid7_batch", "webhook_host_error", "webhook_url_error",

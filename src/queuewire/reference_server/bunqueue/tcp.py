@@ -237,12 +237,29 @@ class BunqueueServer(TcpService):
                 server.close()
                 await server.wait_closed()
                 raise
+        self.start_timers()
+        log.info("%s server listening on %s:%d", self.profile.name, self.host, self._port)
+        return self
+
+    def start_timers(self) -> None:
+        """Start the engine's timer and the store's flush loop (``start`` does; an embedded
+        server, which never listens, calls only this)."""
         self._tick_wake = asyncio.Event()
         self._ticker = asyncio.create_task(self._tick_loop(), name="bunqueue-tick")
         if self._sqlite is not None:
             self._flusher = asyncio.create_task(self._flush_loop(), name="bunqueue-flush")
-        log.info("%s server listening on %s:%d", self.profile.name, self.host, self._port)
-        return self
+
+    async def stop_timers(self) -> None:
+        """Stop what :meth:`start_timers` started; close the store (an embedded server)."""
+        tasks = [t for t in (self._ticker, self._flusher) if t is not None]
+        self._ticker = self._flusher = None
+        self._tick_wake = None
+        self._room.cancel_all()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._sqlite is not None:
+            self._sqlite.close()
 
     async def stop(self) -> None:
         """Stop listening, close every connection and stop the timer."""

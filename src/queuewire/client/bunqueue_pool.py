@@ -1,0 +1,369 @@
+"""The asyncio shell of the bunqueue client: links (one session each) and the pool.
+
+Design. A :class:`Link` runs one :class:`~.bunqueue_session.BunqueueSession` over a TCP socket
+and does nothing the session does not tell it to: it connects when the session starts or
+says :class:`~.bunqueue_session.ConnectNow`, writes what the session queued, feeds it what it
+reads, closes the socket on :class:`~.bunqueue_session.LinkDown`, and calls ``tick()`` from a
+loop timer armed for ``next_tick()`` (the session's clock is the loop's). Each command is an
+asyncio future hung on its :class:`~.bunqueue_session.Command`; a settled command resolves it
+with the reply or the typed error, so callers only ever see ``BunqueueClientError``
+subclasses. Pushed frames go to the link's subscribers; a subscriber's exception is logged,
+never raised into the reader (document 003: errors are channelled, not thrown).
+
+A :class:`Pool` holds ``pool_size`` links to one address and picks one per command
+round-robin, preferring READY links (BQ-CLIENT-5). Pools are shared: :func:`acquire_pool`
+returns the running pool for the same event loop, profile and connection options, counting
+references, and :func:`release_pool` stops it when the last user lets go, so every Queue and
+Worker of a process on one address shares ``pool_size`` sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..spec import Profile, load_profile
+from .bunqueue_session import (
+    BunqueueClientError,
+    BunqueueConnectionLost,
+    BunqueueSession,
+    BunqueueSessionStopped,
+    Command,
+    ConnectNow,
+    LinkDown,
+    PushedFrame,
+    Ready,
+    SessionState,
+)
+from .options import ConnectionOptions
+from .session import Closed, Event, Settled
+
+__all__ = ["Link", "Pool", "acquire_pool", "release_pool"]
+
+log = logging.getLogger("queuewire.client.bunqueue")
+
+READ_SIZE = 256 * 1024
+#: pause a caller while this many bytes wait in the socket's buffer (backpressure)
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+Subscriber = Callable[[dict[str, Any]], Any]
+
+
+class Link:
+    """One session over one (re)connecting TCP socket."""
+
+    def __init__(self, profile: Profile, options: ConnectionOptions, name: str = "link"):
+        self.profile = profile
+        self.options = options
+        self.name = name
+        self._loop = asyncio.get_running_loop()
+        self.session = BunqueueSession(profile, options, clock=self._loop.time)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._connect_task: asyncio.Task | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = float("inf")
+        self._ready = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self.subscribers: list[Subscriber] = []
+        self.on_ready: list[Callable[[], Any]] = []
+
+    # -- lifecycle
+    def start(self) -> None:
+        self.session.start()
+        self._connect_task = self._loop.create_task(self._connect(), name=f"{self.name}-connect")
+
+    @property
+    def ready(self) -> bool:
+        return self.session.state is SessionState.READY
+
+    @property
+    def stopped(self) -> bool:
+        return self.session.stopped
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._ready.wait()
+            return True
+        except TimeoutError:
+            return False
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Graceful stop: pending commands drain (for at most ``grace`` s), then close."""
+        self._dispatch(self.session.stop())
+        if not self.session.stopped:
+            try:
+                async with asyncio.timeout(grace):
+                    await self._stopped.wait()
+            except TimeoutError:
+                self._dispatch(self.session.abort(BunqueueSessionStopped(
+                    f"Session stopped: still pending after the {grace:g} s grace")))
+        await self._teardown()
+
+    async def abort(self) -> None:
+        self._dispatch(self.session.abort())
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._close_socket()
+        tasks = [t for t in (self._reader_task, self._connect_task)
+                 if t is not None and t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- commands
+    async def call(self, payload: Mapping[str, Any], timeout: float | None = None) -> dict:
+        """Send one command and return its reply; typed errors otherwise."""
+        command = self.session.send(payload, timeout)
+        future = self._loop.create_future()
+        command.waiter = future
+        self._flush()
+        self._arm()
+        writer = self._writer
+        if writer is not None and writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        return await future
+
+    def send_nowait(self, payload: Mapping[str, Any], timeout: float | None = None,
+                    ) -> asyncio.Future:
+        """Like :meth:`call` but returns the future at once (for pipelined bursts)."""
+        command = self.session.send(payload, timeout)
+        future = self._loop.create_future()
+        command.waiter = future
+        return future
+
+    def flush(self) -> None:
+        """Write what :meth:`send_nowait` queued."""
+        self._flush()
+        self._arm()
+
+    # -- the socket
+    async def _connect(self) -> None:
+        options = self.options
+        host, port = options.address
+        timeout = (options.connect_timeout or options.command_timeout) / 1000.0
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+            self._dispatch(self.session.connect_failed(why))
+            return
+        except asyncio.CancelledError:
+            raise
+        if self.session.state is not SessionState.CONNECTING:  # stopped meanwhile
+            writer.transport.abort()
+            return
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if options.keepalive:  # BQ-CLIENT-7
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self._writer = writer
+        self._dispatch(self.session.connected())
+        self._reader_task = self._loop.create_task(self._read(reader, writer),
+                                                   name=f"{self.name}-read")
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = self.session
+        try:
+            while self._writer is writer:
+                data = await reader.read(READ_SIZE)
+                if self._writer is not writer:
+                    break
+                self._dispatch(session.receive_data(data) if data else session.receive_eof())
+                if not data:
+                    break
+        except OSError as exc:
+            if self._writer is writer:
+                self._dispatch(session.connection_lost(BunqueueConnectionLost(
+                    f"Connection lost: {exc}")))
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave futures hanging
+            log.exception("%s: unexpected error in the reader", self.name)
+            self._dispatch(session.connection_lost(BunqueueConnectionLost(
+                f"Connection lost: internal error {exc!r}")))
+
+    def _close_socket(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.transport.abort()
+
+    # -- the session's output
+    def _flush(self) -> None:
+        data = self.session.data_to_send()
+        if data:
+            writer = self._writer
+            if writer is not None and not writer.is_closing():
+                writer.write(data)
+
+    def _dispatch(self, events: list[Event]) -> None:
+        self._flush()
+        for event in events:
+            if type(event) is Settled:
+                command: Command = event.request  # type: ignore[assignment]
+                future = command.waiter
+                if future is not None and not future.done():
+                    if command.error is None:
+                        future.set_result(command.result)
+                    else:
+                        future.set_exception(command.error)
+            elif type(event) is PushedFrame:
+                for subscriber in list(self.subscribers):
+                    try:
+                        subscriber(event.frame)
+                    except Exception:  # noqa: BLE001 - a callback's error is not the link's
+                        log.exception("%s: a pushed-frame subscriber failed", self.name)
+            elif type(event) is Ready:
+                self._ready.set()
+                for callback in list(self.on_ready):
+                    try:
+                        callback()
+                    except Exception:  # noqa: BLE001
+                        log.exception("%s: an on-ready callback failed", self.name)
+            elif type(event) is LinkDown:
+                self._ready.clear()
+                log.info("%s: link down (%s)%s", self.name, event.reason,
+                         "" if event.retry_at is None else
+                         f"; reconnecting in {max(0.0, event.retry_at - self._loop.time()):.2f} s")
+                self._close_socket()
+            elif type(event) is ConnectNow:
+                self._connect_task = self._loop.create_task(self._connect(),
+                                                            name=f"{self.name}-connect")
+            elif type(event) is Closed:
+                self._ready.clear()
+                self._close_socket()
+                self._stopped.set()
+        self._flush()
+        self._arm()
+
+    def _arm(self) -> None:
+        """Arm the loop timer for the session's next tick (sooner only; it re-arms itself)."""
+        due = self.session.next_tick()
+        if due is None or due >= self._timer_due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due
+        self._timer = self._loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_due = float("inf")
+        try:
+            self._dispatch(self.session.tick())
+        except Exception:  # noqa: BLE001 - the timer must outlive a bug
+            log.exception("%s: session tick failed", self.name)
+            self._arm()
+
+
+class Pool:
+    """``pool_size`` links to one address, picked round-robin preferring READY ones."""
+
+    def __init__(self, profile: Profile | str, options: ConnectionOptions):
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        self.options = options
+        self.links: list[Link] = []
+        self._turn = itertools.count()
+        self._started = False
+        self.refs = 0
+
+    def start(self) -> Pool:
+        if not self._started:
+            self._started = True
+            for i in range(self.options.pool_size):
+                link = Link(self.profile, self.options, name=f"bunqueue-{i}")
+                link.start()
+                self.links.append(link)
+        return self
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        """Whether at least one link became READY within ``timeout`` seconds."""
+        waits = [asyncio.ensure_future(link.wait_ready()) for link in self.links]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            return any(w.result() for w in done)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def pick(self) -> Link:
+        """The next link round-robin, preferring READY ones (BQ-CLIENT-5)."""
+        links = self.links
+        n = len(links)
+        start = next(self._turn)
+        for i in range(n):
+            link = links[(start + i) % n]
+            if link.ready:
+                return link
+        for i in range(n):  # none READY: one that will be (its commands wait in its backlog)
+            link = links[(start + i) % n]
+            if not link.stopped:
+                return link
+        for link in links:  # the reason they stopped (a refused token, say), when there is one
+            if isinstance(link.session.error, BunqueueClientError):
+                raise link.session.error
+        raise BunqueueSessionStopped("Session stopped: every link of the pool is stopped")
+
+    async def call(self, payload: Mapping[str, Any], timeout: float | None = None) -> dict:
+        return await self.pick().call(payload, timeout)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        for link in self.links:
+            link.subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        for link in self.links:
+            with contextlib.suppress(ValueError):
+                link.subscribers.remove(subscriber)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await asyncio.gather(*(link.stop(grace) for link in self.links))
+
+
+_POOLS: dict[tuple, Pool] = {}
+
+
+def _key(profile: Profile, options: ConnectionOptions) -> tuple:
+    return (id(asyncio.get_running_loop()), profile.name, options)
+
+
+def acquire_pool(profile: Profile | str, options: ConnectionOptions, *,
+                 shared: bool = True) -> Pool:
+    """A started pool for this loop, profile and options: the shared one when there is one."""
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    if not shared:
+        pool = Pool(prof, options).start()
+        pool.refs = 1
+        return pool
+    key = _key(prof, options)
+    pool = _POOLS.get(key)
+    if pool is None or all(link.stopped for link in pool.links):
+        pool = _POOLS[key] = Pool(prof, options).start()
+    pool.refs += 1
+    return pool
+
+
+async def release_pool(pool: Pool, grace: float = 5.0) -> None:
+    """Drop one reference; the last one stops the pool."""
+    pool.refs -= 1
+    if pool.refs > 0:
+        return
+    for key, value in list(_POOLS.items()):
+        if value is pool:
+            del _POOLS[key]
+    await pool.stop(grace)

@@ -1,0 +1,298 @@
+"""``Queue``: document 002's job submission and every queue command, async, in snake_case.
+
+A Queue names one queue and holds a :class:`~.transport.Transport`: the shared TCP pool for
+its connection options (document 000), or the embedded reference engine (``embedded=True``).
+Each method sends one command and returns the reply's meaningful field; a refusal raises
+:class:`~.bunqueue_session.BunqueueRefused` (with the spec's name of the error when the
+message is one of the profile's), a timeout :class:`~.bunqueue_session.BunqueueTimeout`, a lost
+link :class:`~.bunqueue_session.BunqueueConnectionLost`: all :class:`ClientError`. Commands
+the methods do not cover are reachable through :meth:`Queue.command`. The method names are
+the official client's in snake_case (``addBulk`` is ``add_bulk``, ``getJobCounts`` is
+``get_job_counts``); where the official client has a sync and an ``Async`` variant, the one
+method here is the async one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..spec import Profile, load_profile
+from .bunqueue_session import BunqueueRefused
+from .job import Job, JobCodec
+from .options import ClientConfigError
+from .transport import Transport, transport_for
+
+__all__ = ["Queue", "open_transport"]
+
+
+def open_transport(profile: Profile | str, connection: Any, embedded: bool,
+                   data_path: str | os.PathLike[str] | None) -> Transport:
+    return transport_for(profile, connection, embedded=embedded, data_path=data_path)
+
+
+class Queue:
+    """One queue. ``async with Queue("emails", connection={...}) as queue: ...``"""
+
+    def __init__(self, name: str, *, connection: Mapping[str, Any] | Any = None,
+                 profile: Profile | str = "bunqueue/v2", embedded: bool = False,
+                 data_path: str | os.PathLike[str] | None = None,
+                 default_job_options: Mapping[str, Any] | None = None,
+                 transport: Transport | None = None):
+        if not isinstance(name, str) or not name:
+            raise ClientConfigError(f"a queue name must be a non-empty string, got {name!r}")
+        self.name = name
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        self._connection, self._embedded, self._data_path = connection, embedded, data_path
+        self.default_job_options = dict(default_job_options or {})
+        self.codec = JobCodec(self.profile)
+        self._transport = transport
+        self._owns_transport = transport is None
+
+    # -- lifecycle
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:  # first use, inside the running loop
+            self._transport = open_transport(self.profile, self._connection, self._embedded,
+                                             self._data_path)
+        return self._transport
+
+    @property
+    def embedded(self) -> bool:
+        return self.transport.embedded
+
+    async def __aenter__(self) -> Queue:
+        self.transport  # noqa: B018 - opens the pool now
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the transport (the shared pool closes with its last user)."""
+        transport, self._transport = self._transport, None
+        if transport is not None and self._owns_transport:
+            await transport.close()
+
+    async def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Return once the server answers a Ping."""
+        await self.command("Ping", timeout=timeout)
+
+    async def command(self, cmd: str, *, timeout: float | None = None, **fields: Any) -> dict:
+        """Send any command of the profile; returns the whole reply map. ``timeout`` in s."""
+        return await self.transport.call({"cmd": cmd, **fields}, timeout)
+
+    async def _q(self, cmd: str, **fields: Any) -> dict:
+        return await self.transport.call({"cmd": cmd, "queue": self.name, **fields})
+
+    def _job(self, raw: Any, token: str | None = None) -> Job | None:
+        return Job.from_wire(self.codec, raw, token, self) if isinstance(raw, Mapping) else None
+
+    # -- adding jobs (PUSH, PUSHB)
+    async def add(self, name: str | None, data: Any = None, **opts: Any) -> Job:
+        """Add one job (PUSH). ``opts`` are the PUSH fields in snake_case: priority, delay,
+        attempts, backoff, ttl, timeout, job_id, unique_key, depends_on, tags, durable, ..."""
+        merged = {**self.default_job_options, **opts}
+        payload = self.codec.push(self.name, name, {} if data is None else data, merged)
+        reply = await self.transport.call(payload)
+        return Job(str(reply["id"]), name or "default", {} if data is None else data, self.name,
+                   {"opts": merged}, queue=self)
+
+    async def add_bulk(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job]:
+        """Add many jobs in one PUSHB: ``[{"name": ..., "data": ..., "opts": {...}}, ...]``."""
+        given = list(jobs)
+        entries = []
+        for job in given:
+            opts = {**self.default_job_options, **(job.get("opts") or {})}
+            entries.append(self.codec.bulk_entry(job.get("name"), job.get("data", {}), opts))
+        reply = await self._q("PUSHB", jobs=entries)
+        ids = reply.get("ids") or []
+        return [Job(str(job_id), job.get("name") or "default", job.get("data", {}), self.name,
+                    {"opts": job.get("opts") or {}}, queue=self)
+                for job_id, job in zip(ids, given)]
+
+    # -- reading jobs
+    async def get_job(self, job_id: str) -> Job | None:
+        """The job, or None when the server does not know it."""
+        try:
+            reply = await self.transport.call({"cmd": "GetJob", "id": job_id})
+        except BunqueueRefused:
+            return None
+        return self._job(reply.get("job"))
+
+    async def get_job_by_custom_id(self, custom_id: str) -> Job | None:
+        try:
+            reply = await self.transport.call({"cmd": "GetJobByCustomId", "customId": custom_id})
+        except BunqueueRefused:
+            return None
+        return self._job(reply.get("job"))
+
+    async def get_job_state(self, job_id: str) -> str:
+        return (await self.command("GetState", id=job_id)).get("state", "unknown")
+
+    async def get_job_result(self, job_id: str) -> Any:
+        return (await self.command("GetResult", id=job_id)).get("result")
+
+    async def get_job_progress(self, job_id: str) -> Any:
+        return (await self.command("GetProgress", id=job_id)).get("progress")
+
+    async def get_jobs(self, state: str | None = None, start: int = 0, end: int = 100,
+                       ) -> list[Job]:
+        """Jobs of the queue (in ``state``), from ``start`` to ``end`` (exclusive)."""
+        fields: dict[str, Any] = {"offset": start, "limit": max(0, end - start)}
+        if state is not None:
+            fields["state"] = state
+        reply = await self._q("GetJobs", **fields)
+        return [job for job in map(self._job, reply.get("jobs") or []) if job is not None]
+
+    async def get_job_counts(self) -> dict[str, int]:
+        return dict((await self._q("GetJobCounts")).get("counts") or {})
+
+    async def get_counts_per_priority(self) -> dict[str, int]:
+        return dict((await self._q("GetCountsPerPriority")).get("counts") or {})
+
+    async def count(self) -> int:
+        return int((await self._q("Count")).get("count", 0))
+
+    async def get_children_values(self, job_id: str) -> Any:
+        return (await self.command("GetChildrenValues", id=job_id)).get("data")
+
+    async def wait_job(self, job_id: str, timeout: float = 30000) -> Any:
+        """Wait (WaitJob, ``timeout`` ms) until the job finished; returns the reply."""
+        return await self.transport.call({"cmd": "WaitJob", "id": job_id, "timeout": timeout},
+                                         timeout / 1000.0 + self._command_timeout())
+
+    def _command_timeout(self) -> float:
+        options = getattr(self.transport, "options", None)
+        return options.command_timeout / 1000.0 if options is not None else 30.0
+
+    # -- control
+    async def pause(self) -> None:
+        await self._q("Pause")
+
+    async def resume(self) -> None:
+        await self._q("Resume")
+
+    async def is_paused(self) -> bool:
+        return bool((await self._q("IsPaused")).get("paused"))
+
+    async def drain(self) -> int:
+        """Remove the waiting jobs; returns how many."""
+        return int((await self._q("Drain")).get("count", 0))
+
+    async def obliterate(self) -> None:
+        await self._q("Obliterate")
+
+    async def clean(self, grace: float, limit: int | None = None, state: str | None = None,
+                    ) -> list[str]:
+        """Remove finished jobs older than ``grace`` ms; returns their ids."""
+        fields: dict[str, Any] = {"grace": grace}
+        if limit is not None:
+            fields["limit"] = limit
+        if state is not None:
+            fields["state"] = state
+        return list((await self._q("Clean", **fields)).get("ids") or [])
+
+    async def remove(self, job_id: str) -> None:
+        await self.command("Cancel", id=job_id)
+
+    async def discard(self, job_id: str) -> None:
+        await self.command("Discard", id=job_id)
+
+    async def promote_job(self, job_id: str) -> None:
+        await self.command("Promote", id=job_id)
+
+    async def move_job_to_delayed(self, job_id: str, delay: float) -> None:
+        await self.command("MoveToDelayed", id=job_id, delay=delay)
+
+    async def update_job_progress(self, job_id: str, progress: Any,
+                                  message: str | None = None) -> None:
+        fields = {"id": job_id, "progress": progress}
+        if message is not None:
+            fields["message"] = message
+        await self.command("Progress", **fields)
+
+    async def update_job_data(self, job_id: str, data: Any) -> None:
+        await self.command("Update", id=job_id, data=data)
+
+    async def change_job_priority(self, job_id: str, priority: int) -> None:
+        await self.command("ChangePriority", id=job_id, priority=priority)
+
+    async def add_job_log(self, job_id: str, message: str) -> Any:
+        return (await self.command("AddLog", id=job_id, message=message)).get("data")
+
+    async def get_job_logs(self, job_id: str) -> Any:
+        return (await self.command("GetLogs", id=job_id)).get("data")
+
+    # -- dead-letter queue
+    async def get_dlq(self, count: int | None = None) -> list[Job]:
+        fields = {} if count is None else {"count": count}
+        reply = await self._q("Dlq", **fields)
+        return [job for job in map(self._job, reply.get("jobs") or []) if job is not None]
+
+    async def retry_dlq(self, job_id: str | None = None) -> int:
+        fields = {} if job_id is None else {"jobId": job_id}
+        return int((await self._q("RetryDlq", **fields)).get("count", 0))
+
+    async def retry_completed(self, job_id: str | None = None) -> int:
+        fields = {} if job_id is None else {"id": job_id}
+        return int((await self._q("RetryCompleted", **fields)).get("count", 0))
+
+    async def purge_dlq(self) -> int:
+        return int((await self._q("PurgeDlq")).get("count", 0))
+
+    # -- schedules (Cron)
+    async def upsert_job_scheduler(self, scheduler_id: str, *, pattern: str | None = None,
+                                   every: float | None = None, data: Any = None,
+                                   **fields: Any) -> Any:
+        """A cron schedule (``pattern``) or a repeat interval (``every`` ms) for this queue."""
+        payload: dict[str, Any] = {"name": scheduler_id, "queue": self.name,
+                                   "data": {} if data is None else data}
+        if pattern is not None:
+            payload["schedule"] = pattern
+        if every is not None:
+            payload["repeatEvery"] = every
+        payload.update({k if k in ("priority", "timezone") else _camel(k): v
+                        for k, v in fields.items()})
+        return (await self.command("Cron", **payload)).get("cron")
+
+    async def remove_job_scheduler(self, scheduler_id: str) -> None:
+        await self.command("CronDelete", name=scheduler_id)
+
+    async def get_job_scheduler(self, scheduler_id: str) -> Any:
+        return (await self.command("CronGet", name=scheduler_id)).get("cron")
+
+    async def get_job_schedulers(self) -> list[Any]:
+        return list((await self.command("CronList")).get("crons") or [])
+
+    # -- limits
+    async def set_global_concurrency(self, limit: int) -> None:
+        await self._q("SetConcurrency", limit=limit)
+
+    async def remove_global_concurrency(self) -> None:
+        await self._q("ClearConcurrency")
+
+    async def set_global_rate_limit(self, limit: int) -> None:
+        await self._q("RateLimit", limit=limit)
+
+    async def remove_global_rate_limit(self) -> None:
+        await self._q("RateLimitClear")
+
+    # -- the server
+    async def get_workers(self) -> Any:
+        return (await self.command("ListWorkers")).get("data")
+
+    async def get_metrics(self) -> Any:
+        return (await self.command("Metrics")).get("metrics")
+
+    async def list_queues(self) -> list[Any]:
+        return list((await self.command("ListQueues")).get("queues") or [])
+
+    async def ping(self) -> Any:
+        return (await self.command("Ping")).get("data")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)

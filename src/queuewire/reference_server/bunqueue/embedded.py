@@ -1,0 +1,110 @@
+"""The reference server in process, without a socket: the client's embedded mode.
+
+Document 002's embedded mode calls the queue manager directly. Here the caller gets the TCP
+shell's own request path minus the bytes of a socket: :class:`EmbeddedServer` wraps a
+:class:`~.tcp.BunqueueServer` that never listens, runs its timer (delays, locks, stalls, cron)
+and its store's flush loop, and answers :meth:`EmbeddedServer.request` exactly as a TCP
+connection would be answered (the rate and auth gates, schema refusals, long polls parked in
+the same :class:`~.waits.WaitRoom`), so an embedded client and a TCP client see the same
+replies. Each caller opens its own connection id, which the engine treats as a TCP connection
+(its active jobs go back to waiting when it is closed, BQ-CONN-1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...spec import Profile
+from .model import EngineConfig, Wait
+from .tcp import BunqueueServer
+
+__all__ = ["EmbeddedServer"]
+
+
+@dataclass
+class _LocalConnection:
+    """What the request path asks of a connection (BunqueueServer._answer)."""
+
+    id: str
+    authenticated: bool = True  # no socket, no token to present
+    rate: Any = None
+
+
+class EmbeddedServer:
+    """A bunqueue reference server answering in-process requests."""
+
+    def __init__(self, profile: Profile | str = "bunqueue/v2", *,
+                 data_path: str | os.PathLike[str] | None = None,
+                 config: EngineConfig | None = None):
+        self.server = BunqueueServer(profile, port=0, data_path=data_path, config=config)
+        self.engine = self.server.engine
+        self.profile = self.server.profile
+        self._ids = itertools.count(1)
+        self._connections: dict[str, _LocalConnection] = {}
+        self._running = False
+        #: where a connection's pushed frames (job events, BQ-EVENT-102) go
+        self._listeners: dict[str, Callable[[bytes], Any]] = {}
+        tcp_publish = self.engine.publish
+
+        def publish(conn_ids: tuple[str, ...], frame: dict) -> None:
+            local = [c for c in conn_ids if c in self._listeners]
+            if len(local) != len(conn_ids):
+                tcp_publish(tuple(c for c in conn_ids if c not in self._listeners), frame)
+            if local:
+                data = self.encode(frame)
+                for conn_id in local:
+                    self._listeners[conn_id](data)
+
+        self.engine.publish = publish
+
+    def listen(self, conn_id: str, listener: Callable[[bytes], Any] | None) -> None:
+        """Hand ``conn_id``'s pushed frames, encoded, to ``listener`` (None: stop)."""
+        if listener is None:
+            self._listeners.pop(conn_id, None)
+        else:
+            self._listeners[conn_id] = listener
+
+    async def start(self) -> EmbeddedServer:
+        if not self._running:
+            self._running = True
+            self.server.start_timers()
+        return self
+
+    def open(self) -> str:
+        """A new in-process connection; its id is what :meth:`request` takes."""
+        conn = _LocalConnection(f"e{next(self._ids)}")
+        self._connections[conn.id] = conn
+        self.engine.connection_opened(conn.id)
+        return conn.id
+
+    def close(self, conn_id: str) -> None:
+        """The connection ends: its active jobs return to waiting (BQ-CONN-1)."""
+        self._listeners.pop(conn_id, None)
+        if self._connections.pop(conn_id, None) is not None:
+            self.engine.connection_closed(conn_id)
+            self.server._poke_timer()
+
+    async def request(self, conn_id: str, request: Any) -> dict[str, Any]:
+        """The reply (without reqId) a TCP connection would get for ``request``."""
+        server = self.server
+        conn = self._connections[conn_id]
+        reply: dict | Wait = server._answer(conn, request)  # noqa: SLF001 - the same path
+        if isinstance(reply, Wait):
+            reply = await server._room.park(conn_id, reply)  # noqa: SLF001
+        server._poke_timer()  # noqa: SLF001
+        return reply
+
+    def encode(self, reply: dict[str, Any]) -> bytes:
+        """The frame a TCP connection would carry for ``reply`` (its encoder's exact rules)."""
+        return self.server._encoder.encode(reply)  # noqa: SLF001
+
+    async def stop(self) -> None:
+        for conn_id in list(self._connections):
+            self.close(conn_id)
+        if self._running:
+            self._running = False
+            await self.server.stop_timers()

@@ -1,0 +1,478 @@
+"""The sans-IO bunqueue session, driven by hand with a fake clock: no sockets.
+
+The first test walks SESSION_TRANSITIONS: every pair in the table is reached through the
+session's public inputs and lands where the table says, and every pair NOT in the table is
+refused; together they show the table is the only source of the session's transitions.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from queuewire.client.bunqueue_session import (
+    SESSION_TRANSITIONS,
+    SPEC_STATES,
+    BunqueueAuthError,
+    BunqueueConnectionLost,
+    BunqueueEncodeError,
+    BunqueueProtocolViolation,
+    BunqueueRefused,
+    BunqueueSession,
+    BunqueueSessionStopped,
+    BunqueueStateError,
+    BunqueueTimeout,
+    ConnectNow,
+    LinkDown,
+    PushedFrame,
+    Ready,
+    SessionEvent,
+    SessionState,
+    session_mermaid,
+)
+from queuewire.client.options import ClientConfigError, ConnectionOptions
+from queuewire.client.session import Closed, RequestState, Settled
+from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
+from queuewire.spec import load_profile
+
+S, E = SessionState, SessionEvent
+PROFILE = "bunqueue/v2"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Peer:
+    """The server's side of the bytes."""
+
+    def __init__(self, profile: str = PROFILE):
+        self.decoder = FrameDecoder(profile)
+        self.encoder = FrameEncoder(profile)
+
+    def read(self, session: BunqueueSession) -> list[dict]:
+        return self.decoder.feed(session.data_to_send())
+
+    def reply(self, request: dict, **fields) -> bytes:
+        return self.encoder.encode({"ok": True, **fields, "reqId": request["reqId"]})
+
+    def refuse(self, request: dict, error: str) -> bytes:
+        return self.encoder.encode({"ok": False, "error": error, "reqId": request["reqId"]})
+
+
+def make(profile: str = PROFILE, **options) -> tuple[BunqueueSession, Clock, Peer]:
+    clock = Clock()
+    opts = ConnectionOptions.from_profile(profile, {"port": 6789, **options})
+    return BunqueueSession(profile, opts, clock=clock, rng=random.Random(7)), clock, Peer(profile)
+
+
+def ready(session: BunqueueSession, peer: Peer, **hello) -> list:
+    session.start()
+    session.connected()
+    out = peer.read(session)
+    events = []
+    if out[0]["cmd"] == "Auth":
+        events += session.receive_data(peer.reply(out[0]))
+        out = peer.read(session)
+    assert out[0]["cmd"] == "Hello"
+    fields = {"protocolVersion": 2, "capabilities": ["pipelining"], **hello}
+    events += session.receive_data(peer.reply(out[0], **fields))
+    assert session.state is S.READY
+    return events
+
+
+# ------------------------------------------------------------------------------ the table
+
+def _drive_to(state: SessionState) -> tuple[BunqueueSession, Clock, Peer]:
+    session, clock, peer = make(ping_interval=0)
+    if state is S.CREATED:
+        return session, clock, peer
+    session.start()
+    if state is S.CONNECTING:
+        return session, clock, peer
+    if state is S.RECONNECTING:
+        session.connect_failed("refused")
+        return session, clock, peer
+    session.connected()
+    if state is S.NEGOTIATING:
+        return session, clock, peer
+    hello = peer.read(session)[0]
+    session.receive_data(peer.reply(hello, protocolVersion=2, capabilities=["pipelining"]))
+    if state is S.READY:
+        return session, clock, peer
+    if state is S.STOPPING:
+        for _ in range(session.options.max_command_timeouts):
+            session.send({"cmd": "Count", "queue": "q"})
+        session.stop()
+        assert session.state is S.STOPPING
+        return session, clock, peer
+    session.stop()
+    return session, clock, peer
+
+
+def _fire(session: BunqueueSession, clock: Clock, peer: Peer, event: SessionEvent) -> None:
+    """Cause ``event`` through the session's public inputs."""
+    if event is E.START:
+        session.start()
+    elif event is E.CONNECTED:
+        session.connected()
+    elif event is E.CONNECT_FAILED:
+        session.connect_failed("refused")
+    elif event is E.NEGOTIATED:
+        hello = peer.read(session)[0]
+        session.receive_data(peer.reply(hello, protocolVersion=2, capabilities=["pipelining"]))
+    elif event is E.REFUSED:
+        hello = peer.read(session)[0]
+        session.receive_data(peer.refuse(hello, "Unsupported protocol version"))
+    elif event is E.STOP:
+        session.stop()
+    elif event is E.DRAINED:
+        for frame in peer.read(session):
+            session.receive_data(peer.reply(frame, count=0))
+    elif event is E.CONNECTION_LOST:
+        session.receive_eof()
+    elif event is E.PROTOCOL_ERROR:
+        session.receive_data(b"\xff\xff\xff\xff")  # declares 4 GiB: a framing error
+    elif event is E.DEAD_LINK:
+        if session.state is not S.STOPPING:  # STOPPING has its commands written already
+            for _ in range(session.options.max_command_timeouts):
+                session.send({"cmd": "Count", "queue": "q"})
+        clock.t += session.options.command_timeout / 1000.0 + 1
+        session.tick()
+    elif event is E.BACKOFF_ELAPSED:
+        clock.t += 60
+        session.tick()
+    elif event is E.GIVE_UP:
+        pytest.skip("GIVE_UP is walked in test_reconnect_off_gives_up")
+
+
+@pytest.mark.parametrize(("pair", "target"), sorted(SESSION_TRANSITIONS.items(),
+                                                    key=lambda kv: (kv[0][0].value, kv[0][1].value)),
+                         ids=lambda v: v.value if hasattr(v, "value") else f"{v[0].value}-{v[1].value}")
+def test_every_transition_of_the_table_is_reached_through_the_public_inputs(pair, target):
+    state, event = pair
+    if event is E.GIVE_UP:
+        return  # needs reconnect=False: walked in test_reconnect_off_gives_up
+    session, clock, peer = _drive_to(state)
+    assert session.state is state
+    if event is E.NEGOTIATED or event is E.REFUSED:
+        assert state is S.NEGOTIATING
+    _fire(session, clock, peer, event)
+    assert (state, event, target) in session.history
+    # and every transition the session took is a row of the table
+    assert all(SESSION_TRANSITIONS[a, e] is b for a, e, b in session.history)
+
+
+def test_pairs_missing_from_the_table_are_refused():
+    session, _, _ = make()
+    with pytest.raises(BunqueueStateError, match="'connected' is not allowed in state 'created'"):
+        session.connected()
+    session.start()
+    with pytest.raises(BunqueueStateError, match="not allowed in state 'connecting'"):
+        session.start()
+
+
+def test_the_table_maps_onto_the_spec_connection_lifecycle():
+    """Each transition is a transition (or a stay) of the spec's connection_lifecycle."""
+    machine = load_profile(PROFILE).model.connection_lifecycle
+    spec_pairs = {(t.source, t.target) for t in machine.transitions}
+    spec_states = set(machine.states)
+    assert set(SPEC_STATES) == set(SessionState)
+    for (state, _event), target in SESSION_TRANSITIONS.items():
+        a, b = SPEC_STATES[state], SPEC_STATES[target]
+        assert a in spec_states and b in spec_states
+        assert a == b or (a, b) in spec_pairs, (state, target, a, b)
+
+
+def test_the_mermaid_rendering_has_every_transition():
+    text = session_mermaid()
+    assert text.startswith("stateDiagram-v2")
+    assert text.count("-->") == len(SESSION_TRANSITIONS) + 2
+
+
+# ------------------------------------------------------------------------- negotiation
+
+def test_auth_goes_first_and_hello_waits_for_its_answer():
+    session, _, peer = make(token="s3cret")
+    session.start()
+    session.connected()
+    out = peer.read(session)
+    assert [f["cmd"] for f in out] == ["Auth"]
+    assert out[0]["token"] == "s3cret"
+    session.send({"cmd": "Count", "queue": "q"})
+    assert peer.read(session) == []  # nothing but Auth before Auth is answered (BQ-AUTH-2)
+    session.receive_data(peer.reply(out[0]))
+    out = peer.read(session)
+    assert [f["cmd"] for f in out] == ["Hello"]
+    spec = load_profile(PROFILE).model
+    assert out[0]["protocolVersion"] == spec.protocol_version
+    assert out[0]["capabilities"] == list(spec.capabilities)
+    events = session.receive_data(peer.reply(out[0], protocolVersion=2,
+                                             capabilities=["pipelining"]))
+    assert any(isinstance(e, Ready) for e in events)
+    assert [f["cmd"] for f in peer.read(session)] == ["Count"]  # the queued command now
+
+
+def test_a_refused_token_stops_the_session_with_a_typed_error_and_no_reconnect():
+    session, _, peer = make(token="wrong")
+    session.start()
+    session.connected()
+    waiting = session.send({"cmd": "Count", "queue": "q"})
+    auth = peer.read(session)[0]
+    events = session.receive_data(peer.refuse(auth, "Invalid token"))
+    assert session.state is S.STOPPED
+    assert isinstance(session.error, BunqueueAuthError)
+    assert session.error.error_name == "invalid_token"
+    assert waiting.state is RequestState.LOST and isinstance(waiting.error, BunqueueAuthError)
+    assert any(isinstance(e, Closed) for e in events)
+    assert not any(isinstance(e, ConnectNow) for e in events)
+
+
+def test_a_server_without_pipelining_gets_one_command_at_a_time():
+    session, _, peer = make()
+    events = ready(session, peer, protocolVersion=1, capabilities=[])
+    assert next(e for e in events if isinstance(e, Ready)).window == 1
+    first = session.send({"cmd": "Count", "queue": "a"})
+    session.send({"cmd": "Count", "queue": "b"})
+    out = peer.read(session)
+    assert [f["queue"] for f in out] == ["a"]
+    session.receive_data(peer.reply(out[0], count=0))
+    assert first.state is RequestState.ANSWERED
+    assert [f["queue"] for f in peer.read(session)] == ["b"]
+
+
+# ------------------------------------------------------------------------- correlation
+
+def test_answers_out_of_order_match_by_req_id_and_the_window_holds():
+    session, _, peer = make(max_in_flight=3, ping_interval=0)
+    ready(session, peer)
+    commands = [session.send({"cmd": "Count", "queue": f"q{i}"}) for i in range(5)]
+    sent = peer.read(session)
+    assert len(sent) == 3 and session.in_flight == 3 and session.pending == 5
+    assert all(isinstance(f["reqId"], str) for f in sent)  # BQ-ENV-2
+    assert len({f["reqId"] for f in sent}) == 3
+    events = session.receive_data(peer.reply(sent[2], count=2) + peer.reply(sent[0], count=0))
+    settled = [e.request for e in events if isinstance(e, Settled)]
+    assert settled == [commands[2], commands[0]]
+    assert commands[2].result["count"] == 2 and commands[0].result["count"] == 0
+    assert [f["queue"] for f in peer.read(session)] == ["q3", "q4"]  # two slots freed
+
+
+def test_a_refusal_is_typed_and_names_the_spec_error():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "GetJob", "id": "nope"})
+    session.receive_data(peer.refuse(peer.read(session)[0], "Job not found"))
+    assert command.state is RequestState.REFUSED
+    assert isinstance(command.error, BunqueueRefused)
+    assert command.error.error == "Job not found"
+    assert command.error.error_name == "job_not_found"
+    assert command.error.requirement
+
+
+def test_a_frame_without_req_id_is_a_pushed_frame_and_unknown_answers_are_dropped():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    events = session.receive_data(peer.encoder.encode({"type": "event", "event": {"x": 1}})
+                                  + peer.encoder.encode({"ok": True, "reqId": "999"}))
+    assert events == [PushedFrame({"type": "event", "event": {"x": 1}})]
+    assert session.late_answers == 1
+
+
+def test_an_unencodable_command_is_refused_before_anything_is_written():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    with pytest.raises(BunqueueEncodeError, match="BQ-MSGPACK-7"):
+        session.send({"cmd": "PUSH", "queue": "q", "data": {"n": 2**60 + 1}})
+    assert peer.read(session) == [] and session.pending == 0
+
+
+# ---------------------------------------------------------------------- timeouts, dead links
+
+def test_a_command_times_out_and_its_late_answer_is_consumed():
+    session, clock, peer = make(command_timeout=1000, ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    frame = peer.read(session)[0]
+    assert session.next_tick() == pytest.approx(clock.t + 1.0)
+    clock.t += 1.01
+    events = session.tick()
+    assert [e.request for e in events if isinstance(e, Settled)] == [command]
+    assert isinstance(command.error, BunqueueTimeout) and command.state is RequestState.TIMED_OUT
+    assert session.receive_data(peer.reply(frame, count=1)) == []
+    assert session.late_answers == 1 and session.state is S.READY
+
+
+def test_consecutive_timeouts_conclude_the_link_is_dead_and_fail_every_written_command():
+    session, clock, peer = make(command_timeout=1000, max_command_timeouts=3, ping_interval=0)
+    ready(session, peer)
+    early = [session.send({"cmd": "Count", "queue": "q"}) for _ in range(3)]
+    clock.t += 0.5
+    late = session.send({"cmd": "Count", "queue": "late"})
+    unsent_window = peer.read(session)
+    assert len(unsent_window) == 4
+    clock.t += 0.51
+    events = session.tick()
+    assert session.state is S.RECONNECTING
+    assert all(isinstance(c.error, BunqueueTimeout) for c in early)
+    # the command that had not timed out yet fails at once with Connection lost (BQ-CLIENT-6)
+    assert isinstance(late.error, BunqueueConnectionLost) and "dead link" in str(late.error)
+    down = next(e for e in events if isinstance(e, LinkDown))
+    assert down.retry_at is not None and session.dead_links == 1
+
+
+def test_an_answer_resets_the_timeout_count():
+    session, clock, peer = make(command_timeout=1000, max_command_timeouts=2, ping_interval=0)
+    ready(session, peer)
+    session.send({"cmd": "Count", "queue": "a"})
+    clock.t += 1.01
+    session.tick()
+    answered = session.send({"cmd": "Count", "queue": "b"})
+    session.receive_data(peer.reply(peer.read(session)[-1], count=0))
+    assert answered.state is RequestState.ANSWERED
+    session.send({"cmd": "Count", "queue": "c"})
+    clock.t += 1.01
+    session.tick()
+    assert session.state is S.READY  # 1, reset, 1: never 2 in a row
+
+
+def test_failed_pings_conclude_the_link_is_dead():
+    session, clock, peer = make(command_timeout=1000, ping_interval=5000, max_ping_failures=3)
+    ready(session, peer)
+    for failure in range(3):
+        assert session.next_tick() == pytest.approx(clock.t + 5.0 if failure == 0 else
+                                                      session.next_tick())
+        clock.t = session.next_tick()
+        session.tick()
+        ping = peer.read(session)
+        assert [f["cmd"] for f in ping] == ["Ping"]
+        clock.t += 1.01
+        session.tick()  # the Ping timed out
+    assert session.state is S.RECONNECTING
+
+
+def test_a_ping_answer_clears_the_failures():
+    session, clock, peer = make(command_timeout=1000, ping_interval=5000, max_ping_failures=2)
+    ready(session, peer)
+    clock.t = session.next_tick()
+    session.tick()
+    clock.t += 1.01
+    session.tick()  # failure 1
+    clock.t = session.next_tick()
+    session.tick()
+    ping = peer.read(session)[-1]
+    session.receive_data(peer.reply(ping, data={"pong": True}))
+    clock.t = session.next_tick()
+    session.tick()
+    clock.t += 1.01
+    session.tick()  # failure 1 again, not 2
+    assert session.state is S.READY
+
+
+def test_an_unanswered_hello_is_a_dead_link():
+    session, clock, peer = make(command_timeout=1000)
+    session.start()
+    session.connected()
+    clock.t += 1.01
+    session.tick()
+    assert session.state is S.RECONNECTING
+
+
+# -------------------------------------------------------------------------- reconnecting
+
+def test_the_backoff_follows_document_000():
+    session, _, _ = make()
+    o = session.options
+    for attempt in range(12):
+        base = min(o.reconnect_base_delay * o.reconnect_factor ** attempt, o.reconnect_max_delay)
+        for _ in range(20):
+            delay = session.backoff_delay(attempt) * 1000
+            assert base * (1 - o.reconnect_jitter) <= delay <= base * (1 + o.reconnect_jitter)
+    assert session.backoff_delay(30) * 1000 <= o.reconnect_max_delay * (1 + o.reconnect_jitter)
+
+
+def test_unsent_commands_survive_a_reconnect_and_written_ones_fail_at_once():
+    session, clock, peer = make(max_in_flight=1, ping_interval=0)
+    ready(session, peer)
+    written = session.send({"cmd": "Count", "queue": "a"})
+    queued = session.send({"cmd": "Count", "queue": "b"})
+    peer.read(session)
+    events = session.receive_eof()
+    assert isinstance(written.error, BunqueueConnectionLost)
+    assert queued.state is RequestState.QUEUED
+    down = next(e for e in events if isinstance(e, LinkDown))
+    assert session.next_tick() == down.retry_at
+    clock.t = down.retry_at
+    assert any(isinstance(e, ConnectNow) for e in session.tick())
+    assert session.state is S.CONNECTING
+    ready_events = []
+    session.connected()
+    hello = peer.read(session)[0]
+    ready_events += session.receive_data(peer.reply(hello, protocolVersion=2,
+                                                    capabilities=["pipelining"]))
+    assert [f["queue"] for f in peer.read(session)] == ["b"]
+    assert session.reconnects == 1
+
+
+def test_reconnect_off_gives_up():
+    session, _, peer = make(reconnect=False, ping_interval=0)
+    ready(session, peer)
+    events = session.receive_eof()
+    assert session.state is S.STOPPED
+    assert any(isinstance(e, LinkDown) and e.retry_at is None for e in events)
+    assert any(isinstance(e, Closed) for e in events)
+
+
+def test_a_framing_error_tears_the_link_down():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    peer.read(session)
+    session.receive_data(b"\xff\xff\xff\xff")
+    assert session.state is S.RECONNECTING
+    assert isinstance(command.error, BunqueueProtocolViolation)
+
+
+# -------------------------------------------------------------------------------- stopping
+
+def test_stop_drains_then_stops_and_refuses_new_commands():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    frame = peer.read(session)[0]
+    session.stop()
+    assert session.state is S.STOPPING
+    with pytest.raises(BunqueueStateError):
+        session.send({"cmd": "Count", "queue": "q"})
+    events = session.receive_data(peer.reply(frame, count=3))
+    assert command.result["count"] == 3
+    assert session.state is S.STOPPED and any(isinstance(e, Closed) for e in events)
+
+
+def test_abort_settles_pending_commands_as_stopped():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    session.abort()
+    assert session.state is S.STOPPED
+    assert isinstance(command.error, BunqueueSessionStopped)
+
+
+# --------------------------------------------------------------------------------- options
+
+def test_options_come_from_the_spec_and_refuse_unknown_keys():
+    spec = load_profile(PROFILE).tree["client_defaults"]
+    options = ConnectionOptions.from_profile(PROFILE)
+    assert options.command_timeout == spec["commandTimeout"]["value"]
+    assert options.max_in_flight == spec["maxInFlight"]["value"]
+    assert options.pool_size == spec["poolSize"]["value"]
+    assert ConnectionOptions.from_profile(PROFILE, {"commandTimeout": 5}).command_timeout == 5
+    with pytest.raises(ClientConfigError, match="unknown option 'comand_timeout'"):
+        ConnectionOptions.from_profile(PROFILE, {"comand_timeout": 5})
+    with pytest.raises(ClientConfigError, match="reconnect_jitter"):
+        ConnectionOptions.from_profile(PROFILE, {"reconnect_jitter": 2})
