@@ -47,6 +47,7 @@ def _bunqueue(profile: Any) -> list[str]:
     for machine in (model.job_lifecycle, model.connection_lifecycle):
         lines += [f"## {machine.name.replace('_', ' ').capitalize()}", "", machine.doc, "",
                   "```mermaid", machine.mermaid(), "```", ""]
+    lines += _client_session()
     lines += ["## Limits", "", "| limit | min | max | value | unit | requirement | doc |",
               "|---|---|---|---|---|---|---|"]
     for lim in profile.limits.values():
@@ -63,6 +64,21 @@ def _bunqueue(profile: Any) -> list[str]:
         lines += [f"| {n} | {t} | {d} |" for n, t, d in _fields(cmd.response)]
         lines.append("")
     return lines + _requirements(profile)
+
+
+def _client_session() -> list[str]:
+    """The reference client's session table (queuewire.client.bunqueue_session), drawn from
+    the same dict the session steps through, with each state's connection-lifecycle state."""
+    from .client.bunqueue_session import SPEC_STATES, session_mermaid
+
+    lines = ["## Reference client session", "",
+             "The states of `queuewire.client`'s bunqueue session, drawn from "
+             "`SESSION_TRANSITIONS`, the table its code steps through; the second table maps "
+             "each onto the connection lifecycle above.", "",
+             "```mermaid", session_mermaid(), "```", "",
+             "| session state | connection lifecycle state |", "|---|---|"]
+    lines += [f"| {state.name} | {spec} |" for state, spec in SPEC_STATES.items()]
+    return lines + [""]
 
 
 def _quicx(profile: Any) -> list[str]:

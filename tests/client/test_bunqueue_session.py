@@ -476,3 +476,13 @@ def test_options_come_from_the_spec_and_refuse_unknown_keys():
         ConnectionOptions.from_profile(PROFILE, {"comand_timeout": 5})
     with pytest.raises(ClientConfigError, match="reconnect_jitter"):
         ConnectionOptions.from_profile(PROFILE, {"reconnect_jitter": 2})
+
+
+def test_the_docs_render_the_session_table(tmp_path):
+    from queuewire import docs
+
+    pages = {p.name: p.read_text() for p in docs.render(tmp_path)}
+    page = pages["bunqueue_v2.md"]
+    assert session_mermaid() in page
+    for state, spec_state in SPEC_STATES.items():
+        assert f"| {state.name} | {spec_state} |" in page
