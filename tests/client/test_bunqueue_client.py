@@ -21,6 +21,7 @@ import pytest_asyncio
 
 from queuewire.client import (
     BunqueueConnectionLost,
+    BunqueueEncodeError,
     BunqueueRefused,
     BunqueueTimeout,
     ClientConfigError,
@@ -515,3 +516,44 @@ async def test_a_session_refuses_commands_after_close(server):
     link_pool = queue.transport.pool
     await queue.close()
     assert all(link.session.state is SessionState.STOPPED for link in link_pool.links)
+
+
+async def test_auto_batch_gathers_concurrent_adds_into_pushb(server):
+    profile = server.profile.name
+    async with Queue("ab", connection=conn(server, ping_interval=0), profile=profile,
+                     auto_batch={"max_size": 50}) as queue:
+        pool = queue.transport.pool
+        await until(lambda: all(link.ready for link in pool.links), what="links ready")
+        before = sum(link.session._next_req for link in pool.links)
+        jobs = await asyncio.gather(*(queue.add("x", {"i": i}) for i in range(200)))
+        sent = sum(link.session._next_req for link in pool.links) - before
+        assert len({job.id for job in jobs}) == 200
+        assert sent <= 200 // 50 + 1  # PUSHBs of up to 50, not 200 PUSHes
+        got = await queue.get_job(jobs[123].id)
+        assert (got.name, got.data) == ("x", {"i": 123})
+        assert await queue.count() == 200
+        durable = await queue.add("d", {}, durable=True)  # always alone (a PUSH)
+        assert await queue.get_job_state(durable.id) == "waiting"
+        with pytest.raises(BunqueueRefused):  # a refused batch fails its adds
+            await queue.add("bad", {}, priority=10**9)
+
+
+@pytest.mark.parametrize("embedded", [False, True])
+async def test_data_at_the_nesting_limit_is_stored_and_read_back_and_deeper_is_refused(embedded):
+    srv = await BunqueueServer("bunqueue/v2", port=0).start()
+    try:
+        depth = srv.profile.model.max_nesting_depth
+        kw: dict[str, Any] = {"embedded": True} if embedded else {"connection": conn(srv)}
+        async with Queue("deep", **kw) as queue:
+            deep: Any = 1
+            for _ in range(depth - 3):  # the request map, data and its name envelope
+                deep = [deep]
+            job = await queue.add("d", {"v": deep})
+            got = await queue.get_job(job.id)  # the reply nests deeper than the request
+            assert got.data == {"v": deep}
+            # one level more: not sent (the server would refuse it without its reqId)
+            with pytest.raises(BunqueueEncodeError, match="BQ-MSGPACK-3"):
+                await queue.add("d", {"v": [[[[deep]]]]})
+            assert await queue.count() == 1
+    finally:
+        await srv.stop()

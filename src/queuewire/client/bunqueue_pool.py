@@ -1,10 +1,13 @@
 """The asyncio shell of the bunqueue client: links (one session each) and the pool.
 
 Design. A :class:`Link` runs one :class:`~.bunqueue_session.BunqueueSession` over a TCP socket
-and does nothing the session does not tell it to: it connects when the session starts or
+(an :class:`asyncio.Protocol`, so bytes reach the session in the turn they arrive) and does
+nothing the session does not tell it to: it connects when the session starts or
 says :class:`~.bunqueue_session.ConnectNow`, writes what the session queued, feeds it what it
 reads, closes the socket on :class:`~.bunqueue_session.LinkDown`, and calls ``tick()`` from a
-loop timer armed for ``next_tick()`` (the session's clock is the loop's). Each command is an
+loop timer armed for ``next_tick()`` (the session's clock is the loop's). The commands callers
+send in one turn of the loop go out in one write at the end of the turn (pipelining without a
+system call per command). Each command is an
 asyncio future hung on its :class:`~.bunqueue_session.Command`; a settled command resolves it
 with the reply or the typed error, so callers only ever see ``BunqueueClientError``
 subclasses. Pushed frames go to the link's subscribers; a subscriber's exception is logged,
@@ -47,7 +50,6 @@ __all__ = ["Link", "Pool", "acquire_pool", "release_pool"]
 
 log = logging.getLogger("queuewire.client.bunqueue")
 
-READ_SIZE = 256 * 1024
 #: pause a caller while this many bytes wait in the socket's buffer (backpressure)
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
@@ -63,11 +65,11 @@ class Link:
         self.name = name
         self._loop = asyncio.get_running_loop()
         self.session = BunqueueSession(profile, options, clock=self._loop.time)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
+        self._protocol: _LinkProtocol | None = None
         self._connect_task: asyncio.Task | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = float("inf")
+        self._flush_soon = False
         self._ready = asyncio.Event()
         self._stopped = asyncio.Event()
         self.subscribers: list[Subscriber] = []
@@ -115,7 +117,7 @@ class Link:
             self._timer.cancel()
             self._timer = None
         self._close_socket()
-        tasks = [t for t in (self._reader_task, self._connect_task)
+        tasks = [t for t in (self._connect_task,)
                  if t is not None and t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
@@ -127,12 +129,12 @@ class Link:
         command = self.session.send(payload, timeout)
         future = self._loop.create_future()
         command.waiter = future
-        self._flush()
-        self._arm()
-        writer = self._writer
-        if writer is not None and writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
+        if not self._flush_soon:  # one write per loop turn for every command of the turn
+            self._flush_soon = True
+            self._loop.call_soon(self._flush_turn)
+        protocol = self._protocol
+        if protocol is not None and protocol.paused:  # the socket's buffer is over its mark
+            await protocol.writable()
         return await future
 
     def send_nowait(self, payload: Mapping[str, Any], timeout: float | None = None,
@@ -142,6 +144,11 @@ class Link:
         future = self._loop.create_future()
         command.waiter = future
         return future
+
+    def _flush_turn(self) -> None:
+        self._flush_soon = False
+        self._flush()
+        self._arm()
 
     def flush(self) -> None:
         """Write what :meth:`send_nowait` queued."""
@@ -155,7 +162,8 @@ class Link:
         timeout = (options.connect_timeout or options.command_timeout) / 1000.0
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(host, port)
+                transport, protocol = await self._loop.create_connection(
+                    lambda: _LinkProtocol(self), host, port)
         except (OSError, TimeoutError) as exc:
             why = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
             self._dispatch(self.session.connect_failed(why))
@@ -163,52 +171,44 @@ class Link:
         except asyncio.CancelledError:
             raise
         if self.session.state is not SessionState.CONNECTING:  # stopped meanwhile
-            writer.transport.abort()
+            transport.abort()
             return
-        sock = writer.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if options.keepalive:  # BQ-CLIENT-7
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        self._writer = writer
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._protocol = protocol
         self._dispatch(self.session.connected())
-        self._reader_task = self._loop.create_task(self._read(reader, writer),
-                                                   name=f"{self.name}-read")
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = self.session
-        try:
-            while self._writer is writer:
-                data = await reader.read(READ_SIZE)
-                if self._writer is not writer:
-                    break
-                self._dispatch(session.receive_data(data) if data else session.receive_eof())
-                if not data:
-                    break
-        except OSError as exc:
-            if self._writer is writer:
-                self._dispatch(session.connection_lost(BunqueueConnectionLost(
-                    f"Connection lost: {exc}")))
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - a bug must not leave futures hanging
-            log.exception("%s: unexpected error in the reader", self.name)
-            self._dispatch(session.connection_lost(BunqueueConnectionLost(
-                f"Connection lost: internal error {exc!r}")))
+    # what the protocol reports (only while it is the link's current one)
+    def _received(self, protocol: _LinkProtocol, data: bytes) -> None:
+        if protocol is self._protocol:
+            self._dispatch(self.session.receive_data(data))
+
+    def _eof(self, protocol: _LinkProtocol) -> None:
+        if protocol is self._protocol:
+            self._dispatch(self.session.receive_eof())
+
+    def _lost(self, protocol: _LinkProtocol, exc: Exception | None) -> None:
+        if protocol is self._protocol:
+            self._dispatch(self.session.connection_lost(BunqueueConnectionLost(
+                f"Connection lost: {exc}" if exc else "Connection lost")))
 
     def _close_socket(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.transport.abort()
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            protocol.close()
 
     # -- the session's output
     def _flush(self) -> None:
         data = self.session.data_to_send()
         if data:
-            writer = self._writer
-            if writer is not None and not writer.is_closing():
-                writer.write(data)
+            protocol = self._protocol
+            if protocol is not None:
+                protocol.write(data)
 
     def _dispatch(self, events: list[Event]) -> None:
         self._flush()
@@ -268,6 +268,63 @@ class Link:
         except Exception:  # noqa: BLE001 - the timer must outlive a bug
             log.exception("%s: session tick failed", self.name)
             self._arm()
+
+
+class _LinkProtocol(asyncio.Protocol):
+    """The socket of one connection of a link: hands what arrives straight to the session
+    (no reader task, so an answer settles its caller's future in the turn it arrives)."""
+
+    def __init__(self, link: Link):
+        self.link = link
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self._writable: asyncio.Future | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.link._received(self, data)
+        except Exception:  # noqa: BLE001 - a bug must not kill the event loop's callback
+            log.exception("%s: error handling received bytes", self.link.name)
+            self.close()
+
+    def eof_received(self) -> bool:
+        self.link._eof(self)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._resume()
+        self.link._lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self._resume()
+
+    def _resume(self) -> None:
+        self.paused = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    async def writable(self) -> None:
+        if self.paused:
+            if self._writable is None:
+                self._writable = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._writable)
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._resume()
 
 
 class Pool:

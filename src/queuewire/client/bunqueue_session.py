@@ -66,7 +66,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs.bunqueue import FrameDecoder, FrameEncoder
+from ..codecs.bunqueue import FrameDecoder, FrameEncoder, nests_too_deep
 from ..codecs.errors import EncodeError, ProtocolError
 from ..spec import Profile, load_profile
 from .options import ConnectionOptions
@@ -108,6 +108,7 @@ __all__ = [
     "SessionEvent",
     "SessionState",
     "session_mermaid",
+    "too_deep_message",
 ]
 
 log = logging.getLogger("queuewire.client.bunqueue")
@@ -145,6 +146,12 @@ class BunqueueProtocolViolation(BunqueueConnectionLost):
 
 class BunqueueEncodeError(BunqueueClientError, ValueError):
     """The command cannot be written (too big, an integer msgpackr cannot read back, ...)."""
+
+
+def too_deep_message(limit: int) -> str:
+    """Why a command nested too deep is not sent (a server could not tell whose it is)."""
+    return (f"[BQ-MSGPACK-3] containers nest deeper than max_nesting_depth {limit}: a server "
+            f"refuses such a frame without its reqId, so it is not sent")
 
 
 class BunqueueRefused(BunqueueClientError):
@@ -244,6 +251,8 @@ class Command(Request):
     timeout: float = 0.0
     deadline: float = 0.0
     req_id: str = ""
+    #: the encoded frame of a command waiting in the backlog (dropped once written)
+    frame: bytes = b""
     state: RequestState = RequestState.QUEUED
     result: dict[str, Any] | None = None
     #: the session's own (Auth, Hello, Ping): settled inside, never reported
@@ -316,7 +325,8 @@ class BunqueueSession(Session):
         self.options = options or ConnectionOptions.from_profile(self.profile)
         o = self.options
         self._encode = FrameEncoder(self.profile).encode
-        self._decoder = FrameDecoder(self.profile)
+        self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
+        self._max_depth = self.profile.model.max_nesting_depth
         self._rng = rng or random.Random()
         self._timeout = o.command_timeout / 1000.0
         self._window = o.max_in_flight if o.pipelining else 1
@@ -366,7 +376,7 @@ class BunqueueSession(Session):
     def connected(self) -> list[Event]:
         """TCP is up: negotiate (Auth first when a token is set, then Hello)."""
         self._fire(_E.CONNECTED)
-        self._decoder = FrameDecoder(self.profile)
+        self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
         token = self.options.token
         if token:
             self._handshake = self._internal({"cmd": "Auth", "token": token}, "auth")
@@ -471,25 +481,32 @@ class BunqueueSession(Session):
         return command
 
     def _check_encodable(self, command: Command) -> None:
-        try:
-            self._encode({**command.payload, "reqId": "0"})
-        except EncodeError as exc:
-            command.state = RequestState.LOST
-            raise BunqueueEncodeError(str(exc)) from None
+        """Give a queued command its reqId and frame now: encoded once, refused at once."""
+        self._encoded(command)
 
-    def _write(self, command: Command) -> None:
+    def _encoded(self, command: Command) -> bytes:
         number = self._next_req
         self._next_req = number + 1
         req_id = str(number)  # a string (BQ-ENV-2), as the official client sends it
+        message = {**command.payload, "reqId": req_id}
         try:
-            frame = self._encode({**command.payload, "reqId": req_id})
+            frame = self._encode(message)
         except EncodeError as exc:
             command.state = RequestState.LOST
             raise BunqueueEncodeError(str(exc)) from None
-        command.fire(RequestEvent.SEND)
+        if nests_too_deep(frame, message, self._max_depth):
+            command.state = RequestState.LOST
+            raise BunqueueEncodeError(too_deep_message(self._max_depth))
         command.id = number
         command.req_id = req_id
-        self._inflight[req_id] = command
+        command.frame = frame
+        return frame
+
+    def _write(self, command: Command) -> None:
+        frame = command.frame or self._encoded(command)
+        command.frame = b""
+        command.fire(RequestEvent.SEND)
+        self._inflight[command.req_id] = command
         self._queue(frame)
 
     def _internal(self, payload: dict[str, Any], kind: str) -> Command:

@@ -76,6 +76,8 @@ class JobCodec:
                 **self._fields(opts, self.push_fields, "jobId", "PUSH")}
 
     def bulk_entry(self, name: str | None, data: Any, opts: Mapping[str, Any]) -> dict:
+        if not opts and self.top_level_name and name is not None:  # the common entry
+            return {"name": name, "data": data}
         top, data = self.named(name, data)
         return {**top, "data": data,
                 **self._fields(opts, self.bulk_fields, "customId", "a PUSHB job")}
@@ -98,10 +100,10 @@ class Job:
     __slots__ = ("id", "name", "data", "queue_name", "raw", "token", "_queue")
 
     def __init__(self, id: str, name: str, data: Any, queue_name: str,
-                 raw: Mapping[str, Any] | None = None, token: str | None = None,
+                 raw: Any = None, token: str | None = None,
                  queue: Any = None):
         self.id, self.name, self.data, self.queue_name = id, name, data, queue_name
-        self.raw = dict(raw or {})
+        self.raw = raw if raw is not None else {}
         self.token = token
         self._queue = queue
 

@@ -14,6 +14,7 @@ method here is the async one.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,6 +26,8 @@ from .options import ClientConfigError
 from .transport import Transport, transport_for
 
 __all__ = ["Queue", "open_transport"]
+
+_NO_OPTIONS: Mapping[str, Any] = {}
 
 
 def open_transport(profile: Profile | str, connection: Any, embedded: bool,
@@ -39,6 +42,7 @@ class Queue:
                  profile: Profile | str = "bunqueue/v2", embedded: bool = False,
                  data_path: str | os.PathLike[str] | None = None,
                  default_job_options: Mapping[str, Any] | None = None,
+                 auto_batch: bool | Mapping[str, Any] = False,
                  transport: Transport | None = None):
         if not isinstance(name, str) or not name:
             raise ClientConfigError(f"a queue name must be a non-empty string, got {name!r}")
@@ -49,6 +53,10 @@ class Queue:
         self.codec = JobCodec(self.profile)
         self._transport = transport
         self._owns_transport = transport is None
+        self._batcher: _AddBatcher | None = None
+        if auto_batch:
+            settings = dict(auto_batch) if isinstance(auto_batch, Mapping) else {}
+            self._batcher = _AddBatcher(self, **settings)
 
     # -- lifecycle
     @property
@@ -70,7 +78,10 @@ class Queue:
         await self.close()
 
     async def close(self) -> None:
-        """Release the transport (the shared pool closes with its last user)."""
+        """Send what the add batcher holds, then release the transport (the shared pool closes
+        with its last user)."""
+        if self._batcher is not None:
+            await self._batcher.drain()
         transport, self._transport = self._transport, None
         if transport is not None and self._owns_transport:
             await transport.close()
@@ -93,19 +104,34 @@ class Queue:
     async def add(self, name: str | None, data: Any = None, **opts: Any) -> Job:
         """Add one job (PUSH). ``opts`` are the PUSH fields in snake_case: priority, delay,
         attempts, backoff, ttl, timeout, job_id, unique_key, depends_on, tags, durable, ..."""
-        merged = {**self.default_job_options, **opts}
-        payload = self.codec.push(self.name, name, {} if data is None else data, merged)
+        merged = {**self.default_job_options, **opts} if self.default_job_options else opts
+        data = {} if data is None else data
+        batcher = self._batcher
+        if batcher is not None and not merged.get("durable"):
+            try:
+                entry = self.codec.bulk_entry(name, data, merged)
+            except ClientConfigError:
+                entry = None  # an option only PUSH has: sent alone
+            if entry is not None:
+                job_id = await batcher.add(entry)
+                return Job(job_id, name or "default", data, self.name, {"opts": merged},
+                           queue=self)
+        payload = self.codec.push(self.name, name, data, merged)
         reply = await self.transport.call(payload)
-        return Job(str(reply["id"]), name or "default", {} if data is None else data, self.name,
-                   {"opts": merged}, queue=self)
+        return Job(str(reply["id"]), name or "default", data, self.name, {"opts": merged},
+                   queue=self)
 
     async def add_bulk(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job]:
         """Add many jobs in one PUSHB: ``[{"name": ..., "data": ..., "opts": {...}}, ...]``."""
         given = list(jobs)
+        defaults = self.default_job_options
+        entry = self.codec.bulk_entry
         entries = []
         for job in given:
-            opts = {**self.default_job_options, **(job.get("opts") or {})}
-            entries.append(self.codec.bulk_entry(job.get("name"), job.get("data", {}), opts))
+            opts = job.get("opts")
+            if defaults:
+                opts = {**defaults, **(opts or {})}
+            entries.append(entry(job.get("name"), job.get("data", {}), opts or _NO_OPTIONS))
         reply = await self._q("PUSHB", jobs=entries)
         ids = reply.get("ids") or []
         return [Job(str(job_id), job.get("name") or "default", job.get("data", {}), self.name,
@@ -291,6 +317,71 @@ class Queue:
 
     async def ping(self) -> Any:
         return (await self.command("Ping")).get("data")
+
+
+class _AddBatcher:
+    """``auto_batch``: concurrent ``add`` calls gathered into PUSHB, as the official client's
+    AddBatcher does (a batch leaves at once when none is in flight, else at ``max_size`` jobs
+    or ``max_delay`` ms). Off by default: the server refuses a PUSHB as a whole, so one
+    invalid job fails the adds batched with it; ``durable`` adds always go alone."""
+
+    def __init__(self, queue: Queue, max_size: int = 50, max_delay: float = 5):
+        if max_size < 1 or max_delay < 0:
+            raise ClientConfigError("auto_batch needs max_size >= 1 and max_delay >= 0 (ms)")
+        self._queue = queue
+        self._max_size, self._max_delay = max_size, max_delay / 1000.0
+        self._pending: list[tuple[dict[str, Any], asyncio.Future]] = []
+        self._in_flight = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def add(self, entry: dict[str, Any]) -> str:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append((entry, future))
+        if len(self._pending) >= self._max_size or not self._in_flight:
+            self._flush()  # nothing in flight: at once (the adds that follow gather behind it)
+        elif self._timer is None:
+            self._timer = loop.call_later(self._max_delay, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._pending:
+            batch = self._pending[:self._max_size]
+            del self._pending[:self._max_size]
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
+        try:
+            reply = await self._queue.transport.call(
+                {"cmd": "PUSHB", "queue": self._queue.name, "jobs": [e for e, _ in batch]})
+            ids = reply.get("ids") or []
+            for i, (_, future) in enumerate(batch):
+                if not future.done():
+                    if i < len(ids):
+                        future.set_result(str(ids[i]))
+                    else:
+                        future.set_exception(BunqueueRefused(
+                            "PUSHB", f"the reply has {len(ids)} ids for {len(batch)} jobs"))
+        except Exception as exc:  # noqa: BLE001 - every add of the batch gets the error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self._in_flight -= 1
+            if self._pending and not self._in_flight and self._timer is None:
+                self._flush()
+
+    async def drain(self) -> None:
+        self._flush()
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 def _camel(name: str) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
-from ..codecs.errors import EncodeError
+from ..codecs.errors import EncodeError, ProtocolError
 from ..reference_server.bunqueue.embedded import EmbeddedServer
 from ..spec import Profile, load_profile
 from .bunqueue_pool import Pool, acquire_pool, release_pool
@@ -32,6 +32,7 @@ from .bunqueue_session import (
     BunqueueSessionStopped,
     BunqueueTimeout,
     ErrorMatcher,
+    too_deep_message,
 )
 from .options import ConnectionOptions
 
@@ -108,7 +109,9 @@ class EmbeddedTransport(Transport):
         refs[0] += 1
         self._conn: str | None = None
         self._encode = FrameEncoder(profile).encode
-        self._decoder = FrameDecoder(profile)
+        self._requests = FrameDecoder(profile)  # what a TCP server's decoder would refuse
+        self._max_depth = profile.model.max_nesting_depth
+        self._decoder = FrameDecoder(profile, check_depth=False)  # replies
         self._errors = ErrorMatcher(profile)
         self._timeout = command_timeout / 1000.0 if command_timeout else None
         self._subscribers: list[Subscriber] = []
@@ -122,7 +125,7 @@ class EmbeddedTransport(Transport):
         return self._conn
 
     def _pushed(self, data: bytes) -> None:
-        for frame in FrameDecoder(self.profile).feed(data):
+        for frame in FrameDecoder(self.profile, check_depth=False).feed(data):
             for subscriber in list(self._subscribers):
                 try:
                     subscriber(frame)
@@ -135,9 +138,11 @@ class EmbeddedTransport(Transport):
         conn = self._connection() if self._conn is None else None
         conn_id = await conn if conn is not None else self._conn
         try:
-            request = self._decoder.feed(self._encode(payload))[0]
+            request = self._requests.feed(self._encode(payload))[0]
         except EncodeError as exc:
             raise BunqueueEncodeError(str(exc)) from None
+        except ProtocolError as exc:  # too deep, as the TCP session refuses it (BQ-MSGPACK-3)
+            raise BunqueueEncodeError(too_deep_message(self._max_depth)) from exc
         limit = self._timeout if timeout is None else timeout
         if limit is None:
             reply = await self.server.request(conn_id, request)

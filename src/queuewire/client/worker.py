@@ -5,16 +5,17 @@ or the embedded engine): the **pull loop** asks PULLB for at most the free ``con
 slots (a long poll of ``poll_timeout`` ms, with the lock owner and ``lock_ttl``, so every job
 comes with a lock token) and starts one task per job; the **heartbeat loop** sends
 JobHeartbeatB ``{ids, tokens}`` every ``heartbeat_interval`` for every job pulled and not yet
-acknowledged (BQ-WORKER-4); the :class:`AckBatcher` gathers completions and sends ACKB
-``{ids, results, tokens}`` when ``ack_batch_size`` are waiting or ``ack_batch_delay`` ms after
-the first (BQ-WORKER-2), retrying a batch that met a lost link or timed out (an ACK of a job
-already acknowledged is refused harmlessly, a lost ACK costs a second run of the job). A processor's exception FAILs
-the job with its message. ``on_completed(job, result)`` runs once the job's ACK was accepted,
-``on_failed(job, error)`` once its FAIL was; ``on_error(error)`` gets what went wrong in the
-loops. Callbacks never break the worker: their exceptions are logged. A pull error backs off
-``min(100 * 2 ** (n - 1), 30000)`` ms, as the official worker does. ``close()`` follows
-document 002's order (BQ-WORKER-3): stop the pull loop, stop the heartbeat, wait for the
-active jobs, flush the pending ACKs, wait for the flushes in flight, close the transport.
+acknowledged (BQ-WORKER-4); the :class:`AckBatcher` gathers completions and sends ACKB ``{ids,
+results, tokens}`` when ``ack_batch_size`` are waiting or ``ack_batch_delay`` ms after the
+first (BQ-WORKER-2), retrying a batch that met a lost link or timed out (an ACK of a job
+already acknowledged is refused harmlessly, a lost ACK costs a second run of the job). A
+processor's exception FAILs the job with its message. ``on_completed(job, result)`` runs once
+the job's ACK was accepted, ``on_failed(job, error)`` once its FAIL was; ``on_error(error)``
+gets what went wrong in the loops. Callbacks never break the worker: their exceptions are
+logged. A pull error backs off ``min(100 * 2 ** (n - 1), 30000)`` ms, as the official worker
+does. ``close()`` follows document 002's order (BQ-WORKER-3): stop the pull loop, stop the
+heartbeat, wait for the active jobs, flush the pending ACKs, wait for the flushes in flight,
+close the transport.
 """
 
 from __future__ import annotations

@@ -38,6 +38,12 @@ from .errors import EncodeError, FramingError, PayloadError, ProtocolError
 # translate(None, _NOT_CONTAINER) deletes every other byte, leaving just the candidates.
 _NOT_CONTAINER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
+# Ten digits in a row (every integer beyond int32/uint32 has that many): a message whose
+# JSON text has none holds no integer FrameEncoder must rewrite.
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digit -> "0"
+_TEN_DIGITS = b"0" * 10
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_JSON_ENCODE = msgspec.json.Encoder(enc_hook=lambda obj: None).encode
 
 
 class _Undefined:
@@ -85,6 +91,26 @@ def _profile(profile: Profile | str | None) -> Profile:
     return load_profile(profile or "bunqueue/v2")
 
 
+def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
+    """Whether the message ``obj``, encoded as ``payload``, nests deeper than ``limit``
+    (BQ-MSGPACK-3), for a sender that checks what it is about to write. Exact, and cheap on
+    the common path: the decoder's count of container bytes first; then the brackets of the
+    message's JSON text, one level peeled per C-level pass (a message of depth d empties in
+    d passes; brackets inside strings can only make it look deeper); the Python walk only
+    when neither settles it."""
+    if len(payload) <= limit or len(payload.translate(None, _NOT_CONTAINER)) <= limit:
+        return False
+    try:
+        brackets = _JSON_ENCODE(obj).translate(None, _NOT_BRACKET)
+    except Exception:  # noqa: BLE001 - what JSON cannot write (map keys, ...): walk
+        return depth_exceeds(obj, limit)
+    for _ in range(limit):
+        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if not brackets:
+            return False
+    return depth_exceeds(obj, limit)
+
+
 def depth_exceeds(obj: Any, limit: int) -> bool:
     """Whether containers in ``obj`` nest deeper than ``limit`` (the top-level map is level 1).
 
@@ -97,7 +123,7 @@ def depth_exceeds(obj: Any, limit: int) -> bool:
             return True
         children = node.values() if type(node) is dict else node
         for child in children:
-            if type(child) is dict or type(child) is list:
+            if type(child) is dict or type(child) is list or type(child) is tuple:
                 stack.append((child, depth + 1))
     return False
 
@@ -105,12 +131,16 @@ def depth_exceeds(obj: Any, limit: int) -> bool:
 class FrameDecoder:
     """Incremental decoder for one direction of a bunqueue connection."""
 
-    def __init__(self, profile: Profile | str | None = None, *, max_frame_bytes: int | None = None):
+    def __init__(self, profile: Profile | str | None = None, *, max_frame_bytes: int | None = None,
+                 check_depth: bool = True):
         self.profile = _profile(profile)
         spec = self.profile.model
         self._errors = spec.protocol_errors
         self.max_frame_bytes = spec.max_frame_bytes if max_frame_bytes is None else max_frame_bytes
-        self.max_depth = spec.max_nesting_depth
+        # max_nesting_depth is a rule for requests (BQ-MSGPACK-3); a client reading replies
+        # (a job whose data is at the limit sits deeper in its reply) passes
+        # check_depth=False and keeps only msgspec's own recursion guard
+        self.max_depth: float = spec.max_nesting_depth if check_depth else float("inf")
         undef_code, undef_data = spec.undefined_ext
 
         def ext_hook(code: int, data: memoryview) -> Any:
@@ -296,6 +326,7 @@ class FrameEncoder:
             raise TypeError(f"cannot encode {type(obj).__name__}")
 
         self._encode = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode
+        self._json = msgspec.json.Encoder(enc_hook=lambda obj: None).encode
         self._prefix = struct.Struct(spec.len_format)
         self._int_min, self._int_max = spec.int_range
         self._safe = spec.safe_integer
@@ -308,10 +339,20 @@ class FrameEncoder:
         except (TypeError, OverflowError, ValueError) as exc:
             raise EncodeError(self._errors["encode_error"], str(exc)) from None
         # 0xcf / 0xd3 are the 64-bit integer markers; their absence proves there is nothing
-        # to rewrite, so the walk below runs only for messages that may hold one.
-        if b"\xcf" in data or b"\xd3" in data:
+        # to rewrite. They also occur inside other values (207 is cc cf), so a second,
+        # C-speed test follows: an integer outside the 32-bit ranges has at least 10 digits,
+        # and the JSON text of a message without one has no ten digits in a row. Only a message that
+        # passes both is walked (exactly) in Python.
+        if (b"\xcf" in data or b"\xd3" in data) and self._may_be_wide(obj):
             data = self._encode(self._floatify(obj))
         return data
+
+    def _may_be_wide(self, obj: Any) -> bool:
+        try:
+            text = self._json(obj)
+        except Exception:  # noqa: BLE001 - keys JSON cannot write, ...: walk to be sure
+            return True
+        return _TEN_DIGITS in text.translate(_DIGITS)
 
     def prefix(self, length: int) -> bytes:
         """The length prefix of a payload of ``length`` bytes (for hand-built frames)."""

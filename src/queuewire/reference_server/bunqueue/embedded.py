@@ -12,6 +12,7 @@ replies. Each caller opens its own connection id, which the engine treats as a T
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 
 from ...spec import Profile
 from .model import EngineConfig, Wait
-from .tcp import BunqueueServer
+from .tcp import GC_YOUNG_THRESHOLD, BunqueueServer
 
 __all__ = ["EmbeddedServer"]
 
@@ -39,7 +40,8 @@ class EmbeddedServer:
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", *,
                  data_path: str | os.PathLike[str] | None = None,
-                 config: EngineConfig | None = None):
+                 config: EngineConfig | None = None, tune_gc: bool = True):
+        self._tune_gc = tune_gc
         self.server = BunqueueServer(profile, port=0, data_path=data_path, config=config)
         self.engine = self.server.engine
         self.profile = self.server.profile
@@ -69,8 +71,17 @@ class EmbeddedServer:
             self._listeners[conn_id] = listener
 
     async def start(self) -> EmbeddedServer:
+        """Start the timers. ``tune_gc`` (the default) also raises the collector's
+        young-generation threshold to the server process's (``GC_YOUNG_THRESHOLD``): the
+        engine's jobs now live in the caller's heap, and with the default threshold a
+        process holding 100k jobs spends a third of an add_bulk collecting them
+        (benchmarks/README.md, "Client benchmark"). It only raises it, never lowers it."""
         if not self._running:
             self._running = True
+            if self._tune_gc:
+                young, older, oldest = gc.get_threshold()
+                if young < GC_YOUNG_THRESHOLD:
+                    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
             self.server.start_timers()
         return self
 
