@@ -58,7 +58,6 @@ import gc
 import io
 import json
 import os
-import platform
 import pstats
 import re
 import statistics
@@ -73,6 +72,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import codec_bench  # machine()
 import server_bench  # start_bunqueue, stop (the same server setup as that bench)
 
 from queuewire.client import Queue, Worker
@@ -435,19 +435,11 @@ def print_tables(summary: dict, targets: list[str]) -> None:
 
 
 def machine() -> dict:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     bun = subprocess.run([str(BUN), "--version"], capture_output=True, text=True,
                          check=False).stdout.strip()
     bq = json.loads((INTEROP / "node_modules" / "bunqueue" / "package.json").read_text())
-    return {"nproc": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
-            "python": platform.python_version(), "bun": bun, "bunqueue": bq.get("version"),
+    base = codec_bench.machine()  # nproc, cpu, platform, python, library versions
+    return {**base, "bun": bun, "bunqueue": bq.get("version"),
             "loadavg_start": os.getloadavg()}
 
 

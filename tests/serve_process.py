@@ -77,33 +77,12 @@ def _free_port() -> int:
 
 
 def start_real_bunqueue(log: Path, timeout: float = 30.0) -> tuple[subprocess.Popen, int, int]:
-    """The real bunqueue server; returns (process, TCP port, HTTP port). Output goes to ``log``."""
-    port, http_port = _free_port(), _free_port()
-    while http_port == port:
-        http_port = _free_port()
-    env = dict(os.environ)
-    for var in ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH",
-                "BUNQUEUE_STORAGE_DRIVER", "BUNQUEUE_POSTGRES_URL", "AUTH_TOKENS"):
-        env.pop(var, None)
-    env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
-               LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{env.get('PATH', '')}")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(BUN), str(BUNQUEUE_CLI), "start", "--host", "127.0.0.1", "--tcp-port", str(port),
-             "--http-port", str(http_port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=INTEROP, env=env)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"bunqueue exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return proc, port, http_port
-        except OSError:
-            time.sleep(0.1)
-    stop_serve(proc)
-    pytest.fail(f"bunqueue did not listen on 127.0.0.1:{port} within {timeout} s: "
-                f"{log.read_text()[-2000:]}")
+    """The real bunqueue server, in memory, on free ports; returns (process, TCP port, HTTP
+    port). Output goes to ``log``."""
+    port, http_port = free_tcp_ports(2)
+    if log.exists():
+        log.unlink()
+    return start_real_bunqueue_at(log, port, http_port, timeout=timeout), port, http_port
 
 
 def free_tcp_ports(count: int) -> list[int]:
