@@ -5,9 +5,10 @@ Design. A :class:`Link` runs one :class:`~.bunqueue_session.BunqueueSession` ove
 nothing the session does not tell it to: it connects when the session starts or
 says :class:`~.bunqueue_session.ConnectNow`, writes what the session queued, feeds it what it
 reads, closes the socket on :class:`~.bunqueue_session.LinkDown`, and calls ``tick()`` from a
-loop timer armed for ``next_tick()`` (the session's clock is the loop's). The commands callers
-send in one turn of the loop go out in one write at the end of the turn (pipelining without a
-system call per command). Each command is an
+loop timer armed for ``next_tick()`` (the session's clock is the loop's). The first command of a
+loop turn is written at once (a caller awaiting one command at a time loses no turn); the
+others sent in the same turn go out together at its end (pipelining without a system call per
+command). Each command is an
 asyncio future hung on its :class:`~.bunqueue_session.Command`; a settled command resolves it
 with the reply or the typed error, so callers only ever see ``BunqueueClientError``
 subclasses. Pushed frames go to the link's subscribers; a subscriber's exception is logged,
@@ -129,8 +130,10 @@ class Link:
         command = self.session.send(payload, timeout)
         future = self._loop.create_future()
         command.waiter = future
-        if not self._flush_soon:  # one write per loop turn for every command of the turn
-            self._flush_soon = True
+        if not self._flush_soon:  # the turn's first command goes now, the rest in one write
+            self._flush_soon = True  # at the end of the turn
+            self._flush()
+            self._arm()
             self._loop.call_soon(self._flush_turn)
         protocol = self._protocol
         if protocol is not None and protocol.paused:  # the socket's buffer is over its mark
