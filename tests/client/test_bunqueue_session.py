@@ -88,8 +88,8 @@ def ready(session: BunqueueSession, peer: Peer, **hello) -> list:
 
 # ------------------------------------------------------------------------------ the table
 
-def _drive_to(state: SessionState) -> tuple[BunqueueSession, Clock, Peer]:
-    session, clock, peer = make(ping_interval=0)
+def _drive_to(state: SessionState, **options) -> tuple[BunqueueSession, Clock, Peer]:
+    session, clock, peer = make(ping_interval=0, **options)
     if state is S.CREATED:
         return session, clock, peer
     session.start()
@@ -127,8 +127,9 @@ def _fire(session: BunqueueSession, clock: Clock, peer: Peer, event: SessionEven
         hello = peer.read(session)[0]
         session.receive_data(peer.reply(hello, protocolVersion=2, capabilities=["pipelining"]))
     elif event is E.REFUSED:
-        hello = peer.read(session)[0]
-        session.receive_data(peer.refuse(hello, "Unsupported protocol version"))
+        auth = peer.read(session)[0]
+        assert auth["cmd"] == "Auth"
+        session.receive_data(peer.refuse(auth, "Invalid token"))
     elif event is E.STOP:
         session.stop()
     elif event is E.DRAINED:
@@ -158,7 +159,7 @@ def test_every_transition_of_the_table_is_reached_through_the_public_inputs(pair
     state, event = pair
     if event is E.GIVE_UP:
         return  # needs reconnect=False: walked in test_reconnect_off_gives_up
-    session, clock, peer = _drive_to(state)
+    session, clock, peer = _drive_to(state, **({"token": "t"} if event is E.REFUSED else {}))
     assert session.state is state
     if event is E.NEGOTIATED or event is E.REFUSED:
         assert state is S.NEGOTIATING
@@ -231,6 +232,58 @@ def test_a_refused_token_stops_the_session_with_a_typed_error_and_no_reconnect()
     assert waiting.state is RequestState.LOST and isinstance(waiting.error, BunqueueAuthError)
     assert any(isinstance(e, Closed) for e in events)
     assert not any(isinstance(e, ConnectNow) for e in events)
+
+
+def test_a_refused_hello_means_protocol_v1_one_command_at_a_time():
+    session, _, peer = make(ping_interval=0)
+    session.start()
+    session.connected()
+    hello = peer.read(session)[0]
+    events = session.receive_data(peer.refuse(hello, "Unknown command: Hello"))
+    assert session.state is S.READY
+    assert next(e for e in events if isinstance(e, Ready)).window == 1
+
+
+def test_backlogged_commands_time_out_while_reconnecting():
+    session, clock, peer = make(command_timeout=1000, ping_interval=0, reconnect_base_delay=30000,
+                                reconnect_max_delay=30000, reconnect_jitter=0)
+    ready(session, peer)
+    session.receive_eof()
+    assert session.state is S.RECONNECTING
+    waiting = session.send({"cmd": "Count", "queue": "q"})
+    assert session.next_tick() == pytest.approx(clock.t + 1.0)  # not the 30 s backoff
+    clock.t += 1.01
+    events = session.tick()
+    assert [e.request for e in events if isinstance(e, Settled)] == [waiting]
+    assert isinstance(waiting.error, BunqueueTimeout)
+
+
+def test_bytes_for_a_socket_that_went_down_are_dropped_with_it():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "PUSH", "queue": "q", "data": {}})  # queued, not flushed
+    session.receive_data(b"\xff\xff\xff\xff")  # the link goes down before the shell writes
+    assert isinstance(command.error, BunqueueConnectionLost)
+    assert session.data_to_send() == b""  # so the PUSH the caller was told failed never goes
+
+
+def test_the_ping_waits_for_room_in_the_window_and_any_answer_counts():
+    session, clock, peer = make(command_timeout=60000, ping_interval=1000, max_ping_failures=1)
+    ready(session, peer, protocolVersion=1, capabilities=[])  # window 1
+    pull = session.send({"cmd": "PULL", "queue": "q", "timeout": 5000})
+    peer.read(session)
+    clock.t += 2
+    session.tick()
+    assert peer.read(session) == []  # no Ping beside the PULL in a window of one
+    session.receive_data(peer.reply({"reqId": pull.req_id}, job=None))
+    clock.t += 1
+    session.tick()
+    ping = peer.read(session)
+    assert [f["cmd"] for f in ping] == ["Ping"]
+    session.receive_data(peer.refuse(ping[0], "Rate limit exceeded"))
+    clock.t += 70
+    session.tick()
+    assert session.state is S.READY  # a refused Ping is still an answer
 
 
 def test_a_server_without_pipelining_gets_one_command_at_a_time():

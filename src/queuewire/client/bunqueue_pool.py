@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,12 +91,19 @@ class Link:
         return self.session.stopped
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
+        """Whether the link became READY within ``timeout`` s; False at once once stopped."""
+        ready = asyncio.ensure_future(self._ready.wait())
+        stopped = asyncio.ensure_future(self._stopped.wait())
         try:
-            async with asyncio.timeout(timeout):
-                await self._ready.wait()
-            return True
-        except TimeoutError:
-            return False
+            await asyncio.wait((ready, stopped), timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            stopped.cancel()
+        return self.ready
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
 
     async def stop(self, grace: float = 5.0) -> None:
         """Graceful stop: pending commands drain (for at most ``grace`` s), then close."""
@@ -167,12 +175,12 @@ class Link:
             async with asyncio.timeout(timeout):
                 transport, protocol = await self._loop.create_connection(
                     lambda: _LinkProtocol(self), host, port)
-        except (OSError, TimeoutError) as exc:
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - OSError, a timeout, a bad host name, ...
             why = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
             self._dispatch(self.session.connect_failed(why))
             return
-        except asyncio.CancelledError:
-            raise
         if self.session.state is not SessionState.CONNECTING:  # stopped meanwhile
             transport.abort()
             return
@@ -268,9 +276,10 @@ class Link:
         self._timer_due = float("inf")
         try:
             self._dispatch(self.session.tick())
-        except Exception:  # noqa: BLE001 - the timer must outlive a bug
+        except Exception:  # noqa: BLE001 - the timer must outlive a bug, without spinning
             log.exception("%s: session tick failed", self.name)
-            self._arm()
+            self._timer_due = self._loop.time() + 1.0
+            self._timer = self._loop.call_at(self._timer_due, self._on_timer)
 
 
 class _LinkProtocol(asyncio.Protocol):
@@ -395,11 +404,17 @@ class Pool:
         await asyncio.gather(*(link.stop(grace) for link in self.links))
 
 
-_POOLS: dict[tuple, Pool] = {}
+#: the shared pools of each running loop (a loop that is gone takes its entries with it)
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Pool]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _pools() -> dict[tuple, Pool]:
+    return _POOLS.setdefault(asyncio.get_running_loop(), {})
 
 
 def _key(profile: Profile, options: ConnectionOptions) -> tuple:
-    return (id(asyncio.get_running_loop()), profile.name, options)
+    return (profile.name, options)
 
 
 def acquire_pool(profile: Profile | str, options: ConnectionOptions, *,
@@ -411,9 +426,10 @@ def acquire_pool(profile: Profile | str, options: ConnectionOptions, *,
         pool.refs = 1
         return pool
     key = _key(prof, options)
-    pool = _POOLS.get(key)
+    pools = _pools()
+    pool = pools.get(key)
     if pool is None or all(link.stopped for link in pool.links):
-        pool = _POOLS[key] = Pool(prof, options).start()
+        pool = pools[key] = Pool(prof, options).start()
     pool.refs += 1
     return pool
 
@@ -423,7 +439,8 @@ async def release_pool(pool: Pool, grace: float = 5.0) -> None:
     pool.refs -= 1
     if pool.refs > 0:
         return
-    for key, value in list(_POOLS.items()):
+    pools = _pools()
+    for key, value in list(pools.items()):
         if value is pool:
-            del _POOLS[key]
+            del pools[key]
     await pool.stop(grace)

@@ -17,33 +17,33 @@ The rules, each citing the requirement it implements:
 
 * Negotiation (BQ-CLIENT-1): once TCP is up the session sends Auth when a token is set and
   waits for its answer (document 001 refuses every other command before Auth, BQ-AUTH-2), then
-  Hello with the profile's protocol version and capabilities. READY when Hello is answered;
-  a Hello answer without ``pipelining`` (or below version 2) makes the window 1 (sequential,
-  "older clients default to v1"). A refused Auth or Hello is final: no reconnect fixes a wrong
-  token, so the session stops with :class:`BunqueueAuthError` / :class:`BunqueueRefused`.
-* Correlation (BQ-PIPE-1): every command gets a fresh ``reqId``, a decimal string
-  (BQ-ENV-2); answers match by it
-  and may come in any order. A frame without ``reqId`` is a pushed frame (a job event,
-  BQ-EVENT-102) and is reported as :class:`PushedFrame`. An answer to a reqId nobody waits
-  for (its command timed out) is dropped. At most ``max_in_flight`` commands are on the wire;
-  the rest wait in a FIFO backlog, as do commands sent while the link is being (re)built, and
-  are written when a slot or the link comes.
+  Hello with the profile's protocol version and capabilities. READY when Hello is answered; a
+  Hello answer without ``pipelining`` (or below version 2), or a refused Hello, makes the
+  window 1 (sequential: "older clients without Hello default to v1"). A refused Auth is final:
+  no reconnect fixes a wrong token, so the session stops with :class:`BunqueueAuthError`.
+* Correlation (BQ-PIPE-1): every command gets a fresh ``reqId``, a decimal string (BQ-ENV-2);
+  answers match by it and may come in any order. A frame without ``reqId`` is a pushed frame
+  (a job event, BQ-EVENT-102) and is reported as :class:`PushedFrame`. An answer to a reqId
+  nobody waits for (its command timed out) is dropped. At most ``max_in_flight`` commands are
+  on the wire; the rest wait in a FIFO backlog, as do commands sent while the link is being
+  (re)built, and are written when a slot or the link comes.
 * Timeouts: every command has a deadline (``command_timeout`` from when it was submitted, or
   the caller's own, e.g. a long poll's server timeout plus ``command_timeout``); at the
   deadline it fails with :class:`BunqueueTimeout` and frees its slot.
 * Dead links (BQ-CLIENT-3, BQ-CLIENT-4, BQ-CLIENT-6): ``max_command_timeouts`` consecutive
-  timeouts of written commands with no answer in between, or ``max_ping_failures``
-  consecutive failed health-check Pings (one every ``ping_interval`` while READY, each with
-  ``command_timeout``), or a negotiation command's timeout, conclude the link is dead: the
-  shell is told to tear the socket down (:class:`LinkDown`), every written command fails at
-  once with :class:`BunqueueConnectionLost`, and reconnection starts. Any answer resets both
-  counters: an answer, even an error one, proves the link carries bytes both ways (a decision:
-  document 000 says "any successful response").
-* Reconnect (BQ-CLIENT-2): after a lost link or a failed connect the session waits
-  ``min(base * factor ** attempt, max)`` varied by +-``jitter``, then asks the shell to
-  connect (:class:`ConnectNow`); the attempt count resets when a link is READY. Commands not
-  yet written survive a reconnect (they were never sent, so sending them later cannot run them
-  twice); written ones do not (BQ-CLIENT-6). ``reconnect=False`` gives up instead.
+  timeouts of written commands with no answer in between, or ``max_ping_failures`` consecutive
+  unanswered health-check Pings (one every ``ping_interval`` while READY and the window has
+  room, each with ``command_timeout``), or a negotiation command's timeout, conclude the link
+  is dead: the shell is told to tear the socket down (:class:`LinkDown`), every written
+  command fails at once with :class:`BunqueueConnectionLost`, and reconnection starts. Any
+  answer resets both counters: an answer, even an error one, proves the link carries bytes
+  both ways (a decision: document 000 says "any successful response").
+* Reconnect (BQ-CLIENT-2): after a lost link or a failed connect the session waits ``min(base
+  * factor ** attempt, max)`` varied by +-``jitter``, then asks the shell to connect
+  (:class:`ConnectNow`); the attempt count resets when a link is READY. Commands not yet
+  written survive a reconnect (they were never sent, so sending them later cannot run them
+  twice) until their own deadline; written ones do not (BQ-CLIENT-6), and bytes queued for a
+  socket that went down are dropped with it. ``reconnect=False`` gives up instead.
 * Graceful stop (document 003's order): ``stop()`` refuses new commands; READY drains what is
   pending (STOPPING) and then STOPPED; any other state stops at once. Whatever is still
   pending when the session stops is settled with :class:`BunqueueSessionStopped`.
@@ -60,6 +60,7 @@ import heapq
 import logging
 import random
 import re
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -189,7 +190,7 @@ class SessionEvent(enum.Enum):
     CONNECTED = "connected"              # TCP is up
     CONNECT_FAILED = "connect failed"    # TCP connect failed
     NEGOTIATED = "negotiated"            # Hello (after Auth) answered ok
-    REFUSED = "refused"                  # Auth or Hello refused: final
+    REFUSED = "refused"                  # Auth refused: final
     STOP = "stop"                        # the user asks for a graceful stop
     DRAINED = "drained"                  # stopping and nothing is pending any more
     CONNECTION_LOST = "connection lost"  # EOF, reset, or the shell closed the socket
@@ -327,6 +328,7 @@ class BunqueueSession(Session):
         self._encode = FrameEncoder(self.profile).encode
         self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
         self._max_depth = self.profile.model.max_nesting_depth
+        self._prefix_len = struct.calcsize(self.profile.model.len_format)
         self._rng = rng or random.Random()
         self._timeout = o.command_timeout / 1000.0
         self._window = o.max_in_flight if o.pipelining else 1
@@ -494,7 +496,7 @@ class BunqueueSession(Session):
         except EncodeError as exc:
             command.state = RequestState.LOST
             raise BunqueueEncodeError(str(exc)) from None
-        if nests_too_deep(frame, message, self._max_depth):
+        if nests_too_deep(frame[self._prefix_len:], message, self._max_depth):
             command.state = RequestState.LOST
             raise BunqueueEncodeError(too_deep_message(self._max_depth))
         command.id = number
@@ -521,7 +523,7 @@ class BunqueueSession(Session):
         return {"cmd": "Hello", "protocolVersion": spec.protocol_version,
                 "capabilities": list(spec.capabilities)}
 
-    def _pump(self) -> None:
+    def _pump(self, events: list[Event]) -> None:
         """Write queued commands while the link is READY (or STOPPING) and the window allows."""
         backlog = self._backlog
         while backlog and len(self._inflight) < self._window:
@@ -533,6 +535,7 @@ class BunqueueSession(Session):
             except BunqueueEncodeError as exc:  # checked when queued; kept for safety
                 command.error = exc
                 command.state = RequestState.LOST
+                events.append(Settled(command))
 
     # -- answers
     def _on_frame(self, frame: dict[str, Any], events: list[Event]) -> None:
@@ -567,16 +570,18 @@ class BunqueueSession(Session):
     def _internal_settled(self, command: Command, events: list[Event]) -> None:
         kind = command.internal
         if kind == "ping":
-            self._ping = None
-            if command.state is RequestState.ANSWERED:
-                self._ping_failures = 0
-            else:
-                self._ping_failed(str(command.error), events)
+            self._ping = None  # an answer, even a refusal, proves the link carries bytes
+            self._ping_failures = 0
             return
         self._handshake = None
         if self.state is not _S.NEGOTIATING:
             return
-        if command.state is not RequestState.ANSWERED:
+        if command.state is not RequestState.ANSWERED and kind == "hello":
+            # a server without Hello (or without this version): document 000's v1, sequential
+            log.info("bunqueue session: Hello refused (%s); going on as protocol v1, one "
+                     "command at a time", command.error)
+            command.result = {"refused": str(command.error)}
+        elif command.state is not RequestState.ANSWERED:
             self._fire(_E.REFUSED)
             self._finish(f"{command.cmd} refused", command.error, events)
             return
@@ -599,12 +604,12 @@ class BunqueueSession(Session):
         self._next_ping = self._clock() + interval / 1000.0 if interval else None
         events.append(Ready(self.protocol_version, self.capabilities, self._window,
                             self.server_hello))
-        self._pump()
+        self._pump(events)
 
     def _after_input(self, events: list[Event]) -> None:
         if self.state is _S.READY or self.state is _S.STOPPING:
             if self._backlog:
-                self._pump()
+                self._pump(events)
             if self.state is _S.STOPPING and not self._inflight and not self._backlog:
                 self._fire(_E.DRAINED)
                 self._finish("stopped", None, events)
@@ -615,14 +620,12 @@ class BunqueueSession(Session):
         state = self.state
         if state is _S.STOPPED:
             return None
-        if state is _S.RECONNECTING:
-            return self._retry_at
-        due = None
+        due = self._retry_at if state is _S.RECONNECTING else None
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].state not in (RequestState.QUEUED, RequestState.SENT):
             heapq.heappop(deadlines)
         if deadlines:
-            due = deadlines[0][0]
+            due = deadlines[0][0] if due is None else min(due, deadlines[0][0])
         if self._next_ping is not None and state is _S.READY and self._ping is None:
             due = self._next_ping if due is None else min(due, self._next_ping)
         return due
@@ -631,6 +634,11 @@ class BunqueueSession(Session):
         """Expire commands past their deadline, send a due Ping, end a backoff."""
         events: list[Event] = []
         now = self._clock()
+        deadlines = self._deadlines  # commands time out in every state, backlogged ones too
+        while deadlines and deadlines[0][0] <= now and self.state is not _S.STOPPED:
+            _, command = heapq.heappop(deadlines)
+            if command.state is RequestState.QUEUED or command.state is RequestState.SENT:
+                self._expire(command, events)
         if self.state is _S.RECONNECTING:
             if self._retry_at is not None and now >= self._retry_at:
                 self._retry_at = None
@@ -638,13 +646,12 @@ class BunqueueSession(Session):
                 self.reconnects += 1
                 events.append(ConnectNow(self._attempt))
             return events
-        deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now and self.state is not _S.STOPPED:
             _, command = heapq.heappop(deadlines)
             if command.state is RequestState.QUEUED or command.state is RequestState.SENT:
                 self._expire(command, events)
         if (self.state is _S.READY and self._next_ping is not None and self._ping is None
-                and now >= self._next_ping):
+                and now >= self._next_ping and len(self._inflight) < self._window):
             self._ping = self._internal({"cmd": "Ping"}, "ping")
             self._next_ping = now + self.options.ping_interval / 1000.0
         self._after_input(events)
@@ -693,6 +700,7 @@ class BunqueueSession(Session):
                    events: list[Event]) -> None:
         """The link is gone: fail what was written, then reconnect (or stop)."""
         self._fire(event)
+        self._outbox.clear()  # bytes for the dead socket must not reach the next one
         self._handshake = self._ping = None
         self._next_ping = None
         self._timeouts_in_row = self._ping_failures = 0
@@ -727,6 +735,7 @@ class BunqueueSession(Session):
         """STOPPED: settle everything still pending, report Closed."""
         self.error, self.close_reason = error, reason
         self._next_ping = self._retry_at = None
+        self._outbox.clear()
         failure = error or BunqueueSessionStopped("Session stopped")
         pending = list(self._inflight.values()) + list(self._backlog)
         self._inflight, self._backlog = {}, deque()

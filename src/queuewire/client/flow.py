@@ -15,18 +15,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..spec import Profile, load_profile
 from .bunqueue_pool import Pool, acquire_pool, release_pool
+from .bunqueue_session import BunqueueSessionStopped
 from .options import ClientConfigError, ConnectionOptions
 from .queue import Queue
 from .transport import EmbeddedTransport, Transport, transport_for
 from .worker import Processor, Worker
 
 __all__ = ["FlowProducer", "QueueEvents", "QueueGroup"]
+
+log = logging.getLogger("queuewire.client.bunqueue")
 
 
 class FlowProducer:
@@ -160,17 +164,40 @@ class QueueEvents:
         self._pool = pool = acquire_pool(self.profile, options, shared=False)
         link = pool.links[0]
         link.subscribers.append(self._frame)
-        subscribed = asyncio.Event()
+        first: asyncio.Future = asyncio.get_running_loop().create_future()
 
         def resubscribe() -> None:  # on every READY: a new connection has no subscription
             future = link.send_nowait({"cmd": "SubscribeEvents", "queue": self.queue})
             link.flush()
-            future.add_done_callback(lambda f: f.exception() or subscribed.set())
+
+            def done(f: asyncio.Future) -> None:
+                error = None if f.cancelled() else f.exception()
+                if not first.done():
+                    if error is None:
+                        first.set_result(None)
+                    else:
+                        first.set_exception(error)  # refused: start() raises it
+                elif error is not None:
+                    log.warning("QueueEvents %s: re-subscribing failed: %s", self.queue, error)
+
+            future.add_done_callback(done)
 
         link.on_ready.append(resubscribe)
         if link.ready:
             resubscribe()
-        await subscribed.wait()
+        stopped = asyncio.ensure_future(link.wait_stopped())
+        try:
+            await asyncio.wait((first, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not first.done():  # the link stopped first (a refused token, say)
+            error = link.session.error
+            await self.close()
+            raise error if isinstance(error, Exception) else BunqueueSessionStopped(
+                "Session stopped before SubscribeEvents was answered")
+        if first.exception() is not None:
+            await self.close()
+        first.result()  # raises a refusal
         return self
 
     async def __aenter__(self) -> QueueEvents:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -89,7 +90,10 @@ class TcpTransport(Transport):
             await release_pool(self.pool, grace)
 
 
-_SERVERS: dict[tuple, tuple[EmbeddedServer, list[int]]] = {}
+#: the embedded servers of each running loop, by (profile, data path), with their user count
+_SERVERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                    dict[tuple, tuple[EmbeddedServer, list[int]]]] = (
+    weakref.WeakKeyDictionary())
 
 
 class EmbeddedTransport(Transport):
@@ -100,11 +104,11 @@ class EmbeddedTransport(Transport):
     def __init__(self, profile: Profile, *, data_path: str | os.PathLike[str] | None = None,
                  command_timeout: float | None = None):
         self.profile = profile
-        self._key = (id(asyncio.get_running_loop()), profile.name,
-                     None if data_path is None else os.fspath(data_path))
-        entry = _SERVERS.get(self._key)
+        self._key = (profile.name, None if data_path is None else os.fspath(data_path))
+        self._servers = servers = _SERVERS.setdefault(asyncio.get_running_loop(), {})
+        entry = servers.get(self._key)
         if entry is None:
-            entry = _SERVERS[self._key] = (EmbeddedServer(profile, data_path=data_path), [0])
+            entry = servers[self._key] = (EmbeddedServer(profile, data_path=data_path), [0])
         self.server, refs = entry
         refs[0] += 1
         self._conn: str | None = None
@@ -174,11 +178,11 @@ class EmbeddedTransport(Transport):
         self._closed = True
         if self._conn is not None:
             self.server.close(self._conn)
-        entry = _SERVERS.get(self._key)
+        entry = self._servers.get(self._key)
         if entry is not None and entry[0] is self.server:
             entry[1][0] -= 1
             if entry[1][0] <= 0:
-                del _SERVERS[self._key]
+                del self._servers[self._key]
                 await self.server.stop()
 
 

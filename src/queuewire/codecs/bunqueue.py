@@ -42,8 +42,9 @@ _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 # JSON text has none holds no integer FrameEncoder must rewrite.
 _DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digit -> "0"
 _TEN_DIGITS = b"0" * 10
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_JSON_ENCODE = msgspec.json.Encoder(enc_hook=lambda obj: None).encode
+# Reads a payload back as plain dicts, lists and ints (extensions kept as Ext).
+_PLAIN_DECODE = msgspec.msgpack.Decoder(
+    ext_hook=lambda code, data: msgspec.msgpack.Ext(code, bytes(data))).decode
 
 
 class _Undefined:
@@ -92,23 +93,17 @@ def _profile(profile: Profile | str | None) -> Profile:
 
 
 def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
-    """Whether the message ``obj``, encoded as ``payload``, nests deeper than ``limit``
-    (BQ-MSGPACK-3), for a sender that checks what it is about to write. Exact, and cheap on
-    the common path: the decoder's count of container bytes first; then the brackets of the
-    message's JSON text, one level peeled per C-level pass (a message of depth d empties in
-    d passes; brackets inside strings can only make it look deeper); the Python walk only
-    when neither settles it."""
+    """Whether the message encoded as ``payload`` nests deeper than ``limit`` (BQ-MSGPACK-3),
+    for a sender that checks what it is about to write: the decoder's cheap count of container
+    bytes first, then the exact walk over the payload read back as plain maps and lists (what
+    a server sees, whatever mapping or sequence types ``obj`` was built from)."""
     if len(payload) <= limit or len(payload.translate(None, _NOT_CONTAINER)) <= limit:
         return False
     try:
-        brackets = _JSON_ENCODE(obj).translate(None, _NOT_BRACKET)
-    except Exception:  # noqa: BLE001 - what JSON cannot write (map keys, ...): walk
-        return depth_exceeds(obj, limit)
-    for _ in range(limit):
-        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if not brackets:
-            return False
-    return depth_exceeds(obj, limit)
+        plain = _PLAIN_DECODE(payload)
+    except RecursionError:
+        return True
+    return depth_exceeds(plain, limit)
 
 
 def depth_exceeds(obj: Any, limit: int) -> bool:
@@ -197,6 +192,8 @@ class FrameDecoder:
         if self._dead is not None:
             raise self._dead
         if data:
+            if type(data) is not bytes:  # the caller may reuse its buffer: keep a copy
+                data = bytes(data)
             self._chunks.append(data)
             self._have += len(data)
         if self._have < self._need:
@@ -341,10 +338,12 @@ class FrameEncoder:
         # 0xcf / 0xd3 are the 64-bit integer markers; their absence proves there is nothing
         # to rewrite. They also occur inside other values (207 is cc cf), so a second,
         # C-speed test follows: an integer outside the 32-bit ranges has at least 10 digits,
-        # and the JSON text of a message without one has no ten digits in a row. Only a message that
-        # passes both is walked (exactly) in Python.
+        # and the JSON text of a message without one has no ten digits in a row. Only a
+        # message that passes both is walked (exactly) in Python.
         if (b"\xcf" in data or b"\xd3" in data) and self._may_be_wide(obj):
-            data = self._encode(self._floatify(obj))
+            # walk the payload read back as plain maps and lists, so an integer inside any
+            # mapping or sequence type msgspec writes (or a map key) is found
+            data = self._encode(self._floatify(_PLAIN_DECODE(data)))
         return data
 
     def _may_be_wide(self, obj: Any) -> bool:
@@ -378,7 +377,7 @@ class FrameEncoder:
             raise EncodeError(self._errors["encode_error"],
                               f"integer {obj} is beyond float64's exact range (BQ-MSGPACK-7)")
         if type(obj) is dict:
-            return {k: self._floatify(v) for k, v in obj.items()}
+            return {self._floatify(k): self._floatify(v) for k, v in obj.items()}
         if type(obj) in (list, tuple):
             return [self._floatify(v) for v in obj]
         return obj
