@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs bench lint clean vectors
+.PHONY: all setup run test docs bench lint clean vectors client-reports
 
 all: test
 
@@ -80,3 +80,32 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache tests/interop/node_modules $(REPORTS)
+
+# Client conformance reports (issue 12): queuewire's own bunqueue client, the PyPI
+# bunqueue-client and the npm bunqueue 2.9.5 client (under bun) against `queuewire conform
+# client`, side by side, into docs/conformance/clients/, and queuewire's quicx producer and
+# worker under each quicx profile into docs/conformance/clients/quicx-<profile>/: index.md
+# with each deviation's wire evidence, report.html with every transcript, report.json and
+# junit.xml (docs/conformance/client-testee.md says what is judged). Exit status 1 (a client
+# deviates) still writes the reports and is not an error here; 2 (a usage error) is.
+CLIENT_REPORTS := docs/conformance/clients
+
+client-reports: $(STAMP) $(NODE_PEERS)
+	@status=0; $(BIN)/queuewire conform client --protocol bunqueue --profile bunqueue/2.9.5 \
+		--testee-cwd tests/interop \
+		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.queuewire_client' \
+		--testee-name queuewire-client \
+		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.bunqueue_pypi' \
+		--testee-name bunqueue-client-pypi \
+		--testee 'node_modules/.bin/bun bunqueue_js_testee.mjs' --testee-name bunqueue-npm-2.9.5 \
+		--html $(CLIENT_REPORTS)/report.html --json $(CLIENT_REPORTS)/report.json \
+		--junit $(CLIENT_REPORTS)/junit.xml --markdown $(CLIENT_REPORTS)/index.md || status=$$?; \
+	test $$status -le 1
+	@status=0; for profile in quicx/v1 quicx/1.0.3; do \
+		dir=$(CLIENT_REPORTS)/quicx-$$(echo $$profile | cut -d/ -f2); \
+		$(BIN)/queuewire conform client --protocol quicx --profile $$profile \
+			--testee '$(BIN)/python -m queuewire.conformance.client.adapters.queuewire_quicx' \
+			--testee-name queuewire-quicx --html $$dir/report.html --json $$dir/report.json \
+			--junit $$dir/junit.xml --markdown $$dir/index.md || status=$$?; \
+		test $$status -le 1 || exit $$status; \
+	done

@@ -1,5 +1,6 @@
 """``queuewire conform``: run the conformance suite against servers (``server``), re-run and
-re-judge a saved case (``replay``) and name the profile a server speaks (``detect``)."""
+re-judge a saved case (``replay``), name the profile a server speaks (``detect``) and judge a
+client under test against a conformance server (``client``)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def conform() -> None:
     `conform server` runs the suite against a server (or the embedded reference server) and
     reports every case with its verdict (PASS, NON-STRICT, FAIL, UNIMPLEMENTED, INFO, ERROR);
     `conform replay` re-runs a saved case against any server and says what is fixed;
-    `conform detect` names the profile a server speaks.
+    `conform detect` names the profile a server speaks; `conform client` judges a client
+    under test (a testee) against a conformance server with adversarial scenarios.
     """
 
 
@@ -412,3 +414,123 @@ def conform_detect(protocol: str, target: str, auth_token: str | None, timeout: 
         console.print(f"[red]detect: ambiguous (best {best}, score {found.ratio(best):.2f})[/red]",
                       highlight=False)
     sys.exit(0 if clear else 1)
+
+
+# -- conform client ---------------------------------------------------------------------------
+def _testee_name(command: str) -> str:
+    """A short column name for a testee command (its adapter module or script)."""
+    import os
+    import re
+    import shlex
+
+    words = shlex.split(command) if command else []
+    module = next((w for i, w in enumerate(words) if i and words[i - 1] == "-m"), None)
+    if module:
+        return module.rsplit(".", 1)[-1].replace("_", "-")
+    scripts = [w for w in words[1:] if re.search(r"\.(m?js|py|ts|rb|go)$", w)]
+    return os.path.basename(scripts[0] if scripts else words[0] if words else "testee")
+
+
+@conform.command("client", short_help="Judge a client: serve it, with adversarial scenarios.")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), required=True, help="Protocol to test.")
+@click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:0", show_default=True,
+              help="Where the conformance server listens (port 0: a free port; the testee is "
+                   "told the address in each request).")
+@click.option("--profile", "-p", "profile_name", metavar="PROFILE", default=None,
+              help="Spec profile (default: the protocol's default).")
+@click.option("--scenario", "scenarios", metavar="GLOB", multiple=True,
+              help="Run only scenarios whose id matches (fnmatch glob); repeatable.")
+@click.option("--testee", "testees", metavar="CMD", multiple=True, required=True,
+              help="The client under test: a command speaking the testee contract (JSON lines "
+                   "on stdin/stdout, docs/conformance/client-testee.md), started once for all "
+                   "scenarios. Repeat to judge several clients: the report shows them side by "
+                   "side.")
+@click.option("--testee-name", "testee_names", metavar="NAME", multiple=True,
+              help="A column name for the n-th --testee (default: its adapter or script name).")
+@click.option("--testee-cwd", metavar="DIR", type=click.Path(file_okay=False, exists=True),
+              default=None, help="Working directory of the testee commands.")
+@click.option("--report-dir", metavar="DIR", type=click.Path(file_okay=False), default=None,
+              help="Write report.html, report.json, junit.xml and cases/<scenario>.json for "
+                   "every scenario that did not pass.")
+@click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Write a JUnit XML report (a testsuite per testee).")
+@click.option("--json", "json_out", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Write the JSON report (every scenario, transcripts as hex).")
+@click.option("--html", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Write the self-contained HTML report.")
+@click.option("--markdown", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Write a Markdown page: the scenario x client matrix and every scenario "
+                   "that did not pass, with its checks and wire evidence.")
+def conform_client(protocol: str, listen: str, profile_name: str | None,
+                   scenarios: tuple[str, ...], testees: tuple[str, ...],
+                   testee_names: tuple[str, ...], testee_cwd: str | None,
+                   report_dir: str | None, junit: str | None, json_out: str | None,
+                   html: str | None, markdown: str | None = None) -> None:
+    """Listen as a conformance server, have each --testee (a client under test behind the
+    testee contract) play every scenario against it, and judge every frame the client sends
+    (framing, command schemas and batching limits, reqId unique in flight, Auth first, lock
+    tokens on ACK) and how it survives the server's misbehaviour (replies reordered, split into
+    1-byte segments, coalesced, late, cut halfway, never sent; Rate limit exceeded; Not
+    authenticated; an expiring lock; a restart). Every verdict cites requirement ids: FAIL
+    only on a MUST of the documents, NON-STRICT on a SHOULD, INFO where nothing could be
+    judged.
+
+    Exit status: 0 when no scenario fails (FAIL or ERROR), 1 otherwise, 2 for a usage error.
+
+    \b
+    Examples:
+      queuewire conform client --protocol bunqueue --testee \\
+          'python -m queuewire.conformance.client.adapters.queuewire_client' --html r.html
+      queuewire conform client --protocol bunqueue --profile bunqueue/2.9.5 \\
+          --testee-cwd tests/interop --testee 'node_modules/.bin/bun bunqueue_js_testee.mjs'
+    """
+    import asyncio
+
+    from ..conformance.client.runner import run_client
+    from ..conformance.client.scenarios import ScenarioError, load_scenarios, select_scenarios
+    from ..conformance.client.testee import Testee
+    from ..conformance.report import exit_status, write_reports
+    from ..conformance.report.console import LiveProgress, print_summary
+
+    name = profile_name or default_profile(protocol)
+    prof = load(name)
+    if prof.protocol != protocol:
+        raise click.UsageError(f"profile {name} is a {prof.protocol} profile, not {protocol}")
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise click.BadParameter(f"{listen!r} is not HOST:PORT", param_hint="--listen")
+    if len(testee_names) > len(testees):
+        raise click.BadParameter(f"{len(testee_names)} names for {len(testees)} --testee",
+                                 param_hint="--testee-name")
+    try:
+        chosen = select_scenarios(load_scenarios(protocol, prof), scenarios)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not chosen:
+        raise click.UsageError(f"no {protocol} client scenario to run under {name}"
+                               + (f" matching {list(scenarios)}" if scenarios else
+                                  " (none are defined yet for this protocol)"))
+    runs = []
+    with LiveProgress(err_console) as progress:
+        for i, command in enumerate(testees):
+            label = testee_names[i] if i < len(testee_names) else _testee_name(command)
+            progress.new(f"{protocol} client {label} ({name})")
+            testee = Testee(command, cwd=testee_cwd, label=label)
+            try:
+                runs.append(asyncio.run(run_client(testee, chosen, prof, host=host,
+                                                   port=int(port_text), progress=progress)))
+            except OSError as exc:
+                raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
+    print_summary(console, runs)
+    written = write_reports(runs, report_dir=report_dir, junit=junit, json_path=json_out,
+                            html=html)
+    if markdown:
+        from ..conformance.client.markdown import render as render_markdown
+
+        page = Path(markdown)
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(render_markdown(runs), encoding="utf-8")
+        written.append(page)
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
+    sys.exit(exit_status(runs))

@@ -1,0 +1,212 @@
+"""Sans-IO checks of every frame a client under test sends (bunqueue).
+
+:class:`ClientChecker` is fed the bytes each connection of a scenario sent (:meth:`feed`) and
+told each reply the server sends (:meth:`replied`); it owns no socket and no clock (times are
+passed in). It decodes with the codecs' :class:`~queuewire.codecs.bunqueue.FrameDecoder` (a
+framing error is a violation of the requirement the decoder names: BQ-FRAME-1, BQ-MSGPACK-*),
+and checks each request: a map with a string ``cmd`` (BQ-ENV-1); the command's schema
+(:class:`~queuewire.codecs.validation.BunqueueValidator`: each violation cites its own
+requirement and level, the batching limits among them); a ``reqId`` that no request still in
+flight on the connection carries, and a ``reqId`` on every request sent while another is in
+flight (BQ-PIPE-4; a request the server never answered stays in flight); with a token
+configured, nothing but Auth (and Hello, which document 000 sends first) before a successful
+Auth (BQ-AUTH-1); ACK, ACKB and FAIL of a job pulled with an owner carry a lock token the
+server gave for that job (BQ-LOCK-2: "The token must be passed to ACK or FAIL"), and name a
+job the client pulled (a reading of the same requirement, SHOULD). What it saw (requests,
+replies, pulls and heartbeats with their times) stays available to the judgements
+(:mod:`.judges`). :meth:`checks` gives one passing check per rule that held, with the number
+of frames it looked at, and every violation as a failing check (the first ``MAX_FINDINGS``
+of each rule).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...codecs.bunqueue import FrameDecoder
+from ...codecs.errors import ProtocolError
+from ...codecs.validation import BunqueueValidator, jsonable
+from ...spec import Profile
+from ..model import Check
+
+__all__ = ["ClientChecker", "MAX_FINDINGS"]
+
+MAX_FINDINGS = 5
+ACK_CMDS = ("ACK", "FAIL")
+
+
+@dataclass
+class _Conn:
+    decoder: FrameDecoder
+    in_flight: dict[Any, int] = field(default_factory=dict)  # reqId -> count unanswered
+    unanswered: int = 0
+    authenticated: bool = False
+    cmds: list[str] = field(default_factory=list)
+    closed: bool = False
+
+
+class ClientChecker:
+    """The per-frame rules of one scenario, over all its connections."""
+
+    def __init__(self, profile: Profile, *, token: str | None = None):
+        self.profile = profile
+        self.token = token
+        self.validator = BunqueueValidator(profile)
+        self.conns: dict[int, _Conn] = {}
+        self.looked: Counter[tuple[str, str]] = Counter()  # (requirement, kind) -> frames seen
+        self.findings: dict[tuple[str, str], list[Check]] = defaultdict(list)
+        self.requests: list[tuple[float, int, dict]] = []   # (t, conn, request)
+        self.replies: list[tuple[float, int, dict, dict]] = []  # (t, conn, request, reply)
+        self.tokens: dict[str, set[str]] = defaultdict(set)  # job id -> lock tokens given
+        self.pulled: dict[str, float] = {}                   # job id -> first time pulled
+        self.finished: dict[str, float] = {}                 # job id -> ACK/FAIL request time
+        self.heartbeats: dict[str, list[float]] = defaultdict(list)
+        self.acks: list[tuple[str, str | None]] = []          # (job id, token) acknowledged
+
+    # -- recording
+    def _level(self, rid: str, cap: str | None = None) -> str:
+        req = self.profile.requirements.get(rid)
+        level = req.level if req is not None else "SHOULD"
+        if cap == "SHOULD" and level == "MUST":
+            return "SHOULD"
+        return level
+
+    def _look(self, rid: str, kind: str) -> None:
+        self.looked[(rid, kind)] += 1
+
+    def _violate(self, rid: str, kind: str, message: str, *, actual: Any = None,
+                 expected: Any = None, cap: str | None = None) -> None:
+        self.looked[(rid, kind)] += 1
+        found = self.findings[(rid, kind)]
+        if len(found) < MAX_FINDINGS:
+            found.append(Check(rid, self._level(rid, cap), False, kind, message,  # type: ignore[arg-type]
+                               expected, actual))
+
+    # -- the connection's bytes
+    def opened(self, conn: int) -> None:
+        self.conns[conn] = _Conn(FrameDecoder(self.profile))
+
+    def closed(self, conn: int) -> None:
+        if conn in self.conns:
+            self.conns[conn].closed = True
+
+    def feed(self, conn: int, data: bytes, t: float) -> tuple[list[Any], ProtocolError | None]:
+        """Decode ``data`` from connection ``conn``; returns the requests to answer (every
+        decoded message, checked) and the framing error, if any (then nothing more is read
+        from that connection when its reaction is ``close``)."""
+        state = self.conns[conn]
+        error: ProtocolError | None = None
+        try:
+            frames = state.decoder.feed(data)
+        except ProtocolError as err:
+            frames, error = list(err.frames), err
+            self._violate(err.requirement, "framing", str(err), actual=err.kind)
+        for msg in frames:
+            self._look("BQ-FRAME-1", "framing")
+            self.request(conn, msg, t)
+        return frames, error
+
+    def request(self, conn: int, msg: Any, t: float) -> None:
+        state = self.conns[conn]
+        if type(msg) is not dict or not isinstance(msg.get("cmd"), str):
+            self._violate("BQ-ENV-1", "envelope", "a request that is not a map with a string cmd",
+                          actual=jsonable(msg))
+            return
+        self._look("BQ-ENV-1", "envelope")
+        cmd = msg["cmd"]
+        state.cmds.append(cmd)
+        self.requests.append((t, conn, msg))
+        # the schema: each violation cites its own requirement (limits, shapes)
+        violations = self.validator.request_violations(msg)
+        self._look("BQ-ENV-6", "schema")
+        for v in violations:
+            self._violate(v.requirement, "schema", f"{cmd}: {v}", actual=jsonable(msg),
+                          cap=None if v.level == "MUST" else "SHOULD")
+        # reqId: unique among the requests in flight, present when pipelining (BQ-PIPE-4)
+        req_id = msg.get("reqId")
+        key = repr(req_id)
+        if req_id is None and state.unanswered > 0:
+            self._violate("BQ-PIPE-4", "reqid", f"{cmd} without reqId while {state.unanswered} "
+                          "request(s) are in flight", actual=jsonable(msg))
+        elif req_id is not None and state.in_flight.get(key):
+            self._violate("BQ-PIPE-4", "reqid", f"{cmd} reuses reqId {req_id!r} of a request "
+                          "still in flight", actual=jsonable(msg))
+        else:
+            self._look("BQ-PIPE-4", "reqid")
+        state.in_flight[key] = state.in_flight.get(key, 0) + 1
+        state.unanswered += 1
+        # Auth first when a token is configured (BQ-AUTH-1; Hello may come first: doc 000)
+        if self.token is not None:
+            if cmd in ("Auth", "Hello") or state.authenticated:
+                self._look("BQ-AUTH-1", "auth")
+            else:
+                self._violate("BQ-AUTH-1", "auth", f"{cmd} sent before a successful Auth",
+                              actual=jsonable(msg), expected="Auth first")
+        # lock tokens on ACK, ACKB, FAIL (BQ-LOCK-2); heartbeats for the cadence judge
+        if cmd in ACK_CMDS or cmd == "ACKB":
+            self._acks(cmd, msg, t)
+        elif cmd in ("JobHeartbeat", "JobHeartbeatB"):
+            ids = [msg.get("id")] if cmd == "JobHeartbeat" else list(msg.get("ids") or ())
+            for job_id in ids:
+                self.heartbeats[str(job_id)].append(t)
+
+    def _acks(self, cmd: str, msg: dict, t: float) -> None:
+        if cmd == "ACKB":
+            ids = list(msg.get("ids") or ())
+            tokens = msg.get("tokens")
+            tokens = list(tokens) if isinstance(tokens, list) else [None] * len(ids)
+        else:
+            ids, tokens = [msg.get("id")], [msg.get("token")]
+        for i, job_id in enumerate(ids):
+            job = str(job_id)
+            token = tokens[i] if i < len(tokens) else None
+            self.acks.append((job, token))
+            self.finished.setdefault(job, t)
+            given = self.tokens.get(job)
+            if job not in self.pulled:
+                self._violate("BQ-LOCK-2", "ack-held", f"{cmd} of job {job}, which the client "
+                              "never pulled", actual=jsonable(msg), cap="SHOULD")
+            elif given and token not in given:
+                self._violate("BQ-LOCK-2", "lock-token",
+                              f"{cmd} of job {job} with token {token!r}, not a token the server "
+                              "gave for it", actual=jsonable(msg), expected=sorted(given))
+            else:
+                self._look("BQ-LOCK-2", "lock-token")
+
+    # -- the server's replies
+    def replied(self, conn: int, request: Any, reply: Mapping[str, Any], t: float) -> None:
+        state = self.conns.get(conn)
+        if state is None or type(request) is not dict:
+            return
+        key = repr(request.get("reqId"))
+        if state.in_flight.get(key):
+            state.in_flight[key] -= 1
+        state.unanswered = max(0, state.unanswered - 1)
+        self.replies.append((t, conn, request, dict(reply)))
+        cmd = request.get("cmd")
+        if cmd == "Auth" and reply.get("ok") is True:
+            state.authenticated = True
+        if cmd in ("PULL", "PULLB") and reply.get("ok") is True:
+            jobs = [reply.get("job")] if cmd == "PULL" else list(reply.get("jobs") or ())
+            tokens = [reply.get("token")] if cmd == "PULL" else list(reply.get("tokens") or ())
+            for i, job in enumerate(jobs):
+                if isinstance(job, Mapping) and job.get("id") is not None:
+                    job_id = str(job["id"])
+                    self.pulled.setdefault(job_id, t)
+                    if i < len(tokens) and isinstance(tokens[i], str):
+                        self.tokens[job_id].add(tokens[i])
+
+    # -- the verdict material
+    def checks(self) -> list[Check]:
+        out: list[Check] = []
+        for (rid, kind), seen in sorted(self.looked.items()):
+            found = self.findings.get((rid, kind))
+            if found:
+                out.extend(found)
+                continue
+            out.append(Check(rid, self._level(rid), True, kind,  # type: ignore[arg-type]
+                             f"{seen} frame(s) checked: {kind} rule held"))
+        return out

@@ -1,0 +1,187 @@
+"""Runs the client scenarios against one testee and collects a :class:`~..model.TargetRun`.
+
+For each scenario :func:`run_client` binds a fresh queue name and token, opens a session on
+the :class:`~.server.ConformanceServer` with the scenario's behaviours and a fresh
+:class:`~.checker.ClientChecker`, asks the testee to play the actions (:class:`~.testee.Testee`)
+within a limit derived from the actions and options, lets late frames settle, and judges: the
+``expect`` entries against the testee's results, the ``judge`` entries (:mod:`.judges`)
+against what the server saw, and every frame's checks. The verdict is the server runner's
+:func:`~..model.verdict_of`: ERROR when the testee broke (exited, no answer in time),
+UNIMPLEMENTED when it reported an action ``unsupported``, INFO when a judgement found nothing
+to judge and nothing failed. Results are the server runner's ``CaseResult`` (the scenario as a
+``Case`` citing every requirement its checks cite), so the report package renders them
+unchanged; coverage counts the profile's client and peer requirements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import shlex
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...spec import Profile
+from ..model import Case, CaseResult, Check, Coverage, TargetRun, Transcript, Verdict, verdict_of
+from .judges import JUDGES, JudgeContext
+from .quicx_judges import QUICX_JUDGES
+from .quicx_server import QuicxConformanceServer
+from .scenarios import Expectation, Scenario
+from .server import ConformanceServer
+from .testee import Testee, TesteeError
+
+__all__ = ["CLIENT_SUBJECTS", "client_coverage", "run_client", "scenario_limit"]
+
+CLIENT_SUBJECTS = ("client", "peer")
+SETTLE = 0.15            # seconds for late frames (a batched ACK) after the testee answered
+BASE_LIMIT = 10.0        # seconds a scenario may take besides its actions' own times
+JUDGED = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED})
+Progress = Callable[[str, Any], None]
+ALL_JUDGES = {**JUDGES, **QUICX_JUDGES}
+SERVERS: dict[str, Any] = {"bunqueue": ConformanceServer, "quicx": QuicxConformanceServer}
+
+
+def scenario_limit(actions: Sequence[dict[str, Any]], options: dict[str, Any]) -> float:
+    """Seconds the testee may take for a scenario: its sleeps and process timeouts, a command
+    timeout per action, and BASE_LIMIT."""
+    total = BASE_LIMIT
+    per = float(options.get("command_timeout", 5000)) / 1000.0
+    for a in actions:
+        total += float(a.get("ms", 0)) / 1000.0 + float(a.get("timeout_ms", 0)) / 1000.0 + per
+    return total
+
+
+def client_coverage(profile: Profile, results: Sequence[CaseResult]) -> Coverage:
+    applicable = tuple(r for r, req in profile.requirements.items()
+                       if req.subject in CLIENT_SUBJECTS)
+    judged = {c.requirement for res in results if res.verdict in JUDGED for c in res.checks}
+    judged |= {rid for res in results if res.verdict in JUDGED for rid in res.case.requirements}
+    seen = {rid for res in results if res.verdict is Verdict.INFO for rid in res.case.requirements}
+    out = tuple(r for r, req in profile.requirements.items() if req.subject not in CLIENT_SUBJECTS)
+    return Coverage(applicable, tuple(r for r in applicable if r in judged), out,
+                    tuple(r for r in applicable if r in seen and r not in judged))
+
+
+def _expect(e: Expectation, results: list[dict[str, Any]]) -> Check:
+    r = results[e.action] if e.action < len(results) and isinstance(results[e.action], dict) \
+        else None
+    want: dict[str, Any] = {}
+    if e.ok is not None:
+        want["ok"] = e.ok
+    if e.error_type:
+        want["error_type"] = e.error_type
+    if e.error_contains:
+        want["error_contains"] = e.error_contains
+    if e.has_value:
+        want["value"] = e.value
+    if r is None:
+        return Check(e.requirement, e.level, False, "result",  # type: ignore[arg-type]
+                     f"action {e.action}: no result", want, None, e.action)
+    wrong = []
+    if e.ok is not None and bool(r.get("ok")) is not e.ok:
+        wrong.append("ok")
+    if e.error_type and r.get("error_type") != e.error_type:
+        wrong.append("error_type")
+    if e.error_contains and e.error_contains not in str(r.get("error", "")):
+        wrong.append("error")
+    if e.has_value and r.get("value") != e.value:
+        wrong.append("value")
+    what = "held" if not wrong else f"differs in {', '.join(wrong)}"
+    return Check(e.requirement, e.level, not wrong, "result",  # type: ignore[arg-type]
+                 f"action {e.action}: {what}", want, r, e.action)
+
+
+def reproduction(scenario: Scenario, testee: Testee, profile: str) -> str:
+    parts = ["queuewire", "conform", "client", "--protocol", scenario.protocol, "--listen",
+             "127.0.0.1:0", "--profile", profile, "--testee", testee.command]
+    if testee.cwd:
+        parts += ["--testee-cwd", testee.cwd]
+    return " ".join(shlex.quote(p) for p in parts) + f" --scenario {shlex.quote(scenario.id)}"
+
+
+async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
+                       profile: Profile) -> CaseResult:
+    short = scenario.id.rsplit(".", 1)[-1][:20]
+    queue = f"cc-{short}-{uuid.uuid4().hex[:6]}"
+    token = f"qw-{uuid.uuid4().hex[:12]}"
+    behaviour, options, actions = scenario.bind(queue, token)
+    checker = server.new_checker(behaviour, options)
+    transcript = Transcript()
+    session = server.begin(behaviour, checker, transcript)
+    request = {"scenario": scenario.id, "protocol": scenario.protocol, "profile": profile.name,
+               "target": server.target, "actions": actions, "options": options}
+    transcript.add(0, "note", decoded=request, note="asked the testee")
+    start = time.monotonic()
+    error: str | None = None
+    results: list[dict[str, Any]] = []
+    try:
+        answer = await testee.run(request, scenario_limit(actions, options))
+        raw = answer.get("results")
+        if not isinstance(raw, list):
+            raise TesteeError(f"the testee's answer has no results list: {answer!r}"[:300])
+        results = [r if isinstance(r, dict) else {"ok": False, "error": repr(r)} for r in raw]
+        transcript.add(0, "note", decoded=answer, note="the testee answered")
+        await asyncio.sleep(SETTLE)
+    except TesteeError as exc:
+        error = str(exc)
+    checks: list[Check] = []
+    ctx = JudgeContext(session, checker, queue, actions, results)
+    unsupported = [i for i, r in enumerate(results) if r.get("error_type") == "unsupported"]
+    if error is None and not unsupported:
+        checks += [_expect(e, results) for e in scenario.expect]
+        for j in scenario.judge:
+            checks += await ALL_JUDGES[j.check](ctx, j)
+    server.end()
+    checks += checker.checks()
+    for note in ctx.notes:
+        transcript.add(0, "note", note=f"not exercised: {note}")
+    for note in ctx.observations:
+        transcript.add(0, "note", note=f"observed: {note}")
+    if unsupported:
+        transcript.add(0, "note", note=f"the testee does not support action(s) {unsupported}: "
+                       + "; ".join(str(results[i].get("error", "")) for i in unsupported))
+    info = bool(ctx.notes or ctx.observations) and all(c.ok for c in checks)
+    verdict = verdict_of(checks, error=error, unimplemented=bool(unsupported) and error is None,
+                         info=info)
+    cited = tuple(dict.fromkeys([*scenario.requirements,
+                                 *(c.requirement for c in checks if c.requirement)]))
+    case = Case(id=scenario.id, title=scenario.title, protocol=scenario.protocol,
+                requirements=cited, info=info, source=scenario.source,
+                params={"server": behaviour, "options": options, "actions": actions})
+    return CaseResult(case, verdict, checks, transcript, time.monotonic() - start, error=error,
+                      reproduction=reproduction(scenario, testee, profile.name))
+
+
+async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Profile, *,
+                     host: str = "127.0.0.1", port: int = 0,
+                     progress: Progress | None = None,
+                     server: Any = None) -> TargetRun:
+    """Every scenario against ``testee``; the conformance server listens on ``host:port``
+    (or ``server`` is given, already started, and left running)."""
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    own = server is None
+    if server is None:
+        server = await SERVERS[profile.protocol](profile, host, port).start()
+    if progress:
+        progress("start", len(scenarios))
+    results: list[CaseResult] = []
+    try:
+        for scenario in scenarios:
+            result = await run_scenario(server, testee, scenario, profile)
+            results.append(result)
+            if progress:
+                progress("case", result)
+    finally:
+        await testee.stop()
+        if own:
+            await server.stop()
+    run = TargetRun(testee.label, profile.protocol,
+                    profile.name, results, client_coverage(profile, results), started,
+                    time.monotonic() - t0, server_info={"listen": server.target,
+                                                        "testee": testee.command})
+    if progress:
+        progress("done", run)
+    return run

@@ -1,0 +1,124 @@
+"""The testee contract's runner side: a client under test as a process speaking JSON lines.
+
+:class:`Testee` starts the testee command once (``shlex``-split, or through the shell when
+it contains shell syntax), writes one request line per scenario on its stdin and reads lines
+from its stdout until the line answering that scenario (``{"scenario": id, "results": [...]}``);
+other stdout lines are kept as the testee's log, as is its stderr (the last lines are shown
+when a scenario cannot be judged). A testee that exits, or does not answer within the
+scenario's limit, is stopped and started again for the next scenario; the scenario is an
+ERROR. The contract itself is documented in docs/conformance/client-testee.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+from collections import deque
+from typing import Any
+
+__all__ = ["Testee", "TesteeError"]
+
+LOG_LINES = 40
+SHELL_CHARS = set("|&;<>()$`\\\"'*?[]#~=%")
+
+
+class TesteeError(Exception):
+    """The testee could not be started, exited, or did not answer in time."""
+
+
+class Testee:
+    __test__ = False  # not a pytest test class
+    def __init__(self, command: str, *, cwd: str | None = None, label: str | None = None,
+                 env: dict[str, str] | None = None):
+        self.command = command
+        self.cwd = cwd
+        self.label = label or command
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log: deque[str] = deque(maxlen=LOG_LINES)
+        self._stderr_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        env = {**os.environ, **(self.env or {})}
+        try:
+            if set(self.command) & SHELL_CHARS:
+                self.proc = await asyncio.create_subprocess_shell(
+                    self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, cwd=self.cwd, env=env, limit=16 * 1024 * 1024)
+            else:
+                argv = shlex.split(self.command)
+                self.proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, cwd=self.cwd, env=env, limit=16 * 1024 * 1024)
+        except OSError as exc:
+            raise TesteeError(f"cannot start testee {self.command!r}: {exc}") from None
+        self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr())
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                return
+            self.log.append("stderr: " + line.decode("utf-8", "replace").rstrip())
+
+    def tail(self, n: int = 8) -> str:
+        return " | ".join(list(self.log)[-n:])
+
+    async def run(self, request: dict[str, Any], limit: float) -> dict[str, Any]:
+        """Send one scenario's request; the testee's answer to it (raises TesteeError)."""
+        if self.proc is None or self.proc.returncode is not None:
+            await self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            await self.proc.stdin.drain()
+        except (ConnectionError, OSError) as exc:
+            await self.stop()
+            raise TesteeError(f"testee's stdin is closed ({exc}); {self.tail()}") from None
+        try:
+            async with asyncio.timeout(limit):
+                while True:
+                    line = await self.proc.stdout.readline()
+                    if not line:
+                        code = await self.proc.wait()
+                        raise TesteeError(f"testee exited with status {code}; {self.tail()}")
+                    text = line.decode("utf-8", "replace").strip()
+                    try:
+                        doc = json.loads(text)
+                    except ValueError:
+                        self.log.append("stdout: " + text)
+                        continue
+                    if isinstance(doc, dict) and doc.get("scenario") == request["scenario"]:
+                        return doc
+                    self.log.append("stdout: " + text)
+        except TimeoutError:
+            await self.stop()
+            raise TesteeError(f"testee gave no answer within {limit:.0f} s; {self.tail()}") from None
+        except TesteeError:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            with contextlib.suppress(Exception):
+                assert proc.stdin is not None
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 3)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._stderr_task
+            self._stderr_task = None

@@ -1,0 +1,53 @@
+"""`queuewire conform client` with the REAL bunqueue clients as testees: the npm bunqueue 2.9.5
+client under bun (tests/interop/bunqueue_js_testee.mjs) and the PyPI bunqueue-client (its
+adapter in queuewire.conformance.client.adapters.bunqueue_pypi). A few scenarios each; the full
+matrix is `make client-reports` (docs/conformance/clients/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from queuewire.conformance.client.runner import run_client
+from queuewire.conformance.client.scenarios import load_scenarios, select_scenarios
+from queuewire.conformance.client.testee import Testee
+from queuewire.conformance.model import Verdict
+from queuewire.spec import load_profile
+
+HERE = Path(__file__).parent
+BUN = HERE / "node_modules" / ".bin" / "bun"
+PROFILE = load_profile("bunqueue/2.9.5")
+
+
+def chosen(*globs: str):
+    return select_scenarios(load_scenarios("bunqueue", PROFILE), globs)
+
+
+@pytest.mark.asyncio
+async def test_npm_client_survives_reordered_split_and_dead_links() -> None:
+    if not BUN.exists() or not (HERE / "node_modules" / "bunqueue").is_dir():
+        pytest.fail("bun/bunqueue are not installed in tests/interop: run `make setup`")
+    testee = Testee(f"{BUN} bunqueue_js_testee.mjs", cwd=str(HERE), label="bunqueue-npm")
+    run = await run_client(testee, chosen("*out-of-order", "*split", "*dead-link"), PROFILE)
+    assert {r.case.id: r.verdict for r in run.results} == {
+        "bunqueue.client.replies-out-of-order": Verdict.PASS,
+        "bunqueue.client.replies-split": Verdict.PASS,
+        "bunqueue.client.dead-link": Verdict.PASS}
+
+
+@pytest.mark.asyncio
+async def test_pypi_client_never_tears_a_dead_socket_down() -> None:
+    pytest.importorskip("bunqueue")
+    testee = Testee(f"{sys.executable} -m queuewire.conformance.client.adapters.bunqueue_pypi",
+                    label="bunqueue-client")
+    run = await run_client(testee, chosen("*split", "*dead-link"), PROFILE)
+    by_id = {r.case.id: r for r in run.results}
+    assert by_id["bunqueue.client.replies-split"].verdict is Verdict.PASS
+    dead = by_id["bunqueue.client.dead-link"]
+    # it reconnects after 3 timeouts, but its teardown close()s the socket while its reader
+    # thread is blocked in recv() on it: CPython then sends no FIN (no shutdown() first), so the
+    # server never sees the dead link torn down
+    assert dead.verdict is Verdict.FAIL
+    assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "MUST")}
