@@ -1,0 +1,288 @@
+"""The tap's sans-IO core: bytes in (per connection and direction, with a timestamp),
+frames, findings and pairs out; no sockets, no clock.
+
+``Analyzer.feed(conn_id, direction, data, t_ns)`` frames ``data`` (:mod:`.framing`), hands
+every whole frame to the protocol's judge (:mod:`.bunqueue`, :mod:`.quicx`), and returns what
+that produced (:class:`~.model.Finding` and :class:`~.model.Pair` objects); the same events
+are folded into bounded aggregates (per connection, per command, per requirement) that
+:meth:`Analyzer.summary` returns as plain data for the reports. When a ``sink`` is given
+(the recorder's ``write``), every frame and gap is passed to it with the timestamp of the
+chunk that completed it, and open, eof and close as they happen, so a recording is the
+exact byte stream. Findings are kept in full up to ``max_findings``; beyond that only their
+counts grow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..spec import Profile, default_profile, load_profile
+from .bunqueue import BunqueueProtocol
+from .model import FAIL, INFO, LEVELS, CommandStats, ConnStats, Finding, Pair, verdict_of
+from .quicx import QuicxProtocol
+
+PROTOCOLS = {"bunqueue": BunqueueProtocol, "quicx": QuicxProtocol}
+DIRECTIONS = ("c2s", "s2c")
+#: A frame the tap buffers for analysis; a longer one is passed on as raw gap records.
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024 + 64
+MAX_CLOSED_CONNECTIONS = 10_000
+
+Sink = Callable[..., None]   # (record_type, conn_id, direction, t_ns, payload, reason)
+
+
+class _Conn:
+    __slots__ = ("judge", "stats", "streams")
+
+    def __init__(self, judge: Any, stats: ConnStats, streams: dict):
+        self.judge = judge
+        self.stats = stats
+        self.streams = streams
+
+
+class Analyzer:
+    """Frames, pairs and judges the traffic of many connections of one protocol."""
+
+    def __init__(self, protocol: str, profile: str | Profile | None = None, *,
+                 sink: Sink | None = None, max_frame: int = DEFAULT_MAX_FRAME,
+                 max_findings: int = 1000, keep_events: bool = True):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+        if isinstance(profile, str) or profile is None:
+            profile = load_profile(profile or default_profile(protocol))
+        if profile.protocol != protocol:
+            raise ValueError(f"profile {profile.name} is not a {protocol} profile")
+        self.protocol, self.profile = protocol, profile
+        self.proto = PROTOCOLS[protocol](profile, max_frame)
+        self.sink = sink
+        self.max_findings = max_findings
+        self.keep_events = keep_events
+        self._conns: dict[int, _Conn] = {}
+        self._closed: list[ConnStats] = []
+        self.closed_dropped = 0
+        self.findings: list[Finding] = []
+        self.finding_counts: dict[tuple, int] = {}
+        self.commands: dict[str, CommandStats] = {}
+        self.levels = dict.fromkeys(LEVELS, 0)
+        self.started_ns: int | None = None
+        self.last_ns = 0
+        self._events: list = []
+        self._cur: _Conn | None = None
+        self._t = 0
+        self._dir = "none"
+
+    # -- events the shell reports ----------------------------------------------------------
+    def open(self, conn_id: int, t_ns: int, *, client: str = "", upstream: str = "",
+             listen: str = "") -> None:
+        """A client connected and the tap reached the upstream."""
+        if self.started_ns is None:
+            self.started_ns = t_ns
+        stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns)
+        conn = _Conn(None, stats, {d: self.proto.stream(d) for d in DIRECTIONS})
+        conn.judge = self.proto.connection(conn_id, self._reporter(conn), self._pairer(conn))
+        self._conns[conn_id] = conn
+        if self.sink is not None:
+            self.sink("open", conn_id, "none", t_ns, json.dumps(
+                {"client": client, "upstream": upstream, "listen": listen}).encode())
+
+    def refused(self, conn_id: int, t_ns: int, *, client: str, upstream: str, error: str) -> None:
+        """The upstream could not be reached for a new client (the shell closed the client)."""
+        if self.started_ns is None:
+            self.started_ns = t_ns
+        stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns,
+                          closed_ns=t_ns, close_reason="upstream_refused")
+        self._finding(stats, Finding(INFO, None, conn_id, "none", None, "upstream_refused",
+                                     f"the upstream {upstream} refused the connection: {error}",
+                                     t_ns))
+        self._keep_closed(stats)
+
+    def feed(self, conn_id: int, direction: str, data: bytes, t_ns: int) -> list:
+        """Bytes that crossed the tap; returns the findings and pairs they completed."""
+        conn = self._conns.get(conn_id)
+        if conn is None:  # bytes after the connection was closed (the tap stopping)
+            return []
+        self.last_ns = t_ns
+        stats = conn.stats
+        stats.bytes[direction] += len(data)
+        self._events = events = []
+        self._cur, self._t, self._dir = conn, t_ns, direction
+        items = conn.streams[direction].feed(data)
+        self._items(conn, direction, items, t_ns)
+        return events
+
+    def _items(self, conn: _Conn, direction: str, items: list, t_ns: int) -> None:
+        stats, sink, judge = conn.stats, self.sink, conn.judge
+        conn_id = stats.conn_id
+        c2s = direction == "c2s"
+        handle = judge.client_frame if c2s else judge.server_frame
+        commands = self.commands
+        frames = 0
+        for item in items:
+            if item.gap is not None:
+                stats.gaps += 1
+                if sink is not None:
+                    sink("gap", conn_id, direction, t_ns, item.raw, item.gap)
+                if item.error is not None:
+                    err = item.error
+                    self._report(conn, verdict_of(self.profile, err.requirement), err.requirement,
+                                 direction, None, err.kind, err.detail)
+                continue
+            frames += 1
+            if sink is not None:
+                sink("frame", conn_id, direction, t_ns, item.raw)
+            if c2s:
+                cmd = handle(item, t_ns)
+                if cmd is not None:
+                    stats.requests += 1
+                    st = commands.get(cmd)
+                    if st is None:
+                        st = self._cmd(cmd)
+                    st.requests += 1
+            elif not handle(item, t_ns) and item.error is None:
+                stats.events += 1
+        stats.frames[direction] += frames
+
+    def eof(self, conn_id: int, direction: str, t_ns: int) -> list:
+        """The side ``direction`` comes from closed its half (the shell passed the EOF on)."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return []
+        self._events = events = []
+        self._cur, self._t, self._dir = conn, t_ns, direction
+        self._end_stream(conn, direction, t_ns)
+        if self.sink is not None:
+            self.sink("eof", conn_id, direction, t_ns)
+        return events
+
+    def _end_stream(self, conn: _Conn, direction: str, t_ns: int) -> None:
+        stream = conn.streams.get(direction)
+        if stream is None:
+            return
+        items, error = stream.eof()
+        self._items(conn, direction, items, t_ns)
+        if error is not None:
+            level = verdict_of(self.profile, error.requirement)
+            self._report(conn, level, error.requirement, direction, None, error.kind, error.detail)
+        del conn.streams[direction]
+
+    def close(self, conn_id: int, t_ns: int, reason: str = "eof") -> list:
+        """The connection ended (both halves closed, a reset, or the tap stopping)."""
+        conn = self._conns.pop(conn_id, None)
+        if conn is None:
+            return []
+        self._events = events = []
+        self._cur, self._t = conn, t_ns
+        for direction in DIRECTIONS:
+            self._dir = direction
+            self._end_stream(conn, direction, t_ns)
+        left = conn.judge.unanswered()
+        stats = conn.stats
+        stats.unanswered = len(left)
+        if left:
+            names = ", ".join(sorted(set(left)))
+            self._report(conn, INFO, None, "none", None, "unanswered",
+                         f"{len(left)} request(s) unanswered when the connection closed ({names})")
+        stats.closed_ns, stats.close_reason = t_ns, reason
+        if self.sink is not None:
+            self.sink("close", conn_id, "none", t_ns, json.dumps({"reason": reason}).encode())
+        self._keep_closed(stats)
+        return events
+
+    def close_all(self, t_ns: int, reason: str = "tap_stopped") -> None:
+        for conn_id in list(self._conns):
+            self.close(conn_id, t_ns, reason)
+
+    # -- aggregation ----------------------------------------------------------------------
+    def _keep_closed(self, stats: ConnStats) -> None:
+        if len(self._closed) < MAX_CLOSED_CONNECTIONS:
+            self._closed.append(stats)
+        else:
+            self.closed_dropped += 1
+
+    def _cmd(self, name: str) -> CommandStats:
+        st = self.commands.get(name)
+        if st is None:
+            st = self.commands[name] = CommandStats()
+        return st
+
+    def _reporter(self, conn: _Conn) -> Callable:
+        def report(level: str, requirement: str | None, direction: str, command: str | None,
+                   kind: str, message: str) -> None:
+            self._report(conn, level, requirement, direction, command, kind, message)
+        return report
+
+    def _report(self, conn: _Conn, level: str, requirement: str | None, direction: str,
+                command: str | None, kind: str, message: str) -> None:
+        finding = Finding(level, requirement, conn.stats.conn_id, direction, command, kind,
+                          message, self._t)
+        self._finding(conn.stats, finding)
+        if command is not None:
+            self._cmd(command).findings[level] += 1
+
+    def _finding(self, stats: ConnStats, finding: Finding) -> None:
+        stats.findings[finding.level] += 1
+        self.levels[finding.level] += 1
+        key = (finding.level, finding.requirement, finding.kind, finding.command)
+        self.finding_counts[key] = self.finding_counts.get(key, 0) + 1
+        if len(self.findings) < self.max_findings:
+            self.findings.append(finding)
+        if self.keep_events:
+            self._events.append(finding)
+
+    def _pairer(self, conn: _Conn) -> Callable[..., None]:
+        stats = conn.stats
+        commands = self.commands
+
+        def pair(command: str, key: Any, sent: int, answered: int, ok: bool, answer: str) -> None:
+            st = commands.get(command)
+            if st is None:
+                st = self._cmd(command)
+            st.paired += 1
+            if not ok:
+                st.errors += 1
+            st.latency.add(answered - sent)
+            stats.paired += 1
+            if self.keep_events:
+                self._events.append(Pair(stats.conn_id, command, key, sent, answered, ok, answer))
+        return pair
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def connection_stats(self) -> list[ConnStats]:
+        return [*self._closed, *(c.stats for c in self._conns.values())]
+
+    def summary(self) -> dict[str, Any]:
+        """Everything the reports show, as plain data (JSON-ready)."""
+        conns = self.connection_stats()
+        totals: dict[str, Any] = {
+            "connections": len(conns) + self.closed_dropped,
+            "open": len(self._conns),
+            "frames": {d: sum(c.frames[d] for c in conns) for d in DIRECTIONS},
+            "bytes": {d: sum(c.bytes[d] for c in conns) for d in DIRECTIONS},
+            "gaps": sum(c.gaps for c in conns),
+            "requests": sum(c.requests for c in conns),
+            "paired": sum(c.paired for c in conns),
+            "unanswered": sum(c.unanswered for c in conns),
+            "events": sum(c.events for c in conns),
+            "findings": dict(self.levels),
+        }
+        return {
+            "protocol": self.protocol, "profile": self.profile.name,
+            "started_ns": self.started_ns, "last_ns": self.last_ns,
+            "verdict": FAIL if self.levels[FAIL] else "PASS",
+            "totals": totals,
+            "commands": {k: v.as_dict() for k, v in sorted(self.commands.items())},
+            "requirements": [
+                {"level": lv, "requirement": rid, "kind": kind, "command": cmd, "count": n,
+                 "text": self.profile.requirements[rid].text
+                 if rid in self.profile.requirements else None}
+                for (lv, rid, kind, cmd), n in sorted(
+                    self.finding_counts.items(), key=lambda kv: (LEVELS.index(kv[0][0]), -kv[1]))],
+            "findings": [f.as_dict() for f in self.findings],
+            "findings_dropped": max(0, sum(self.levels.values()) - len(self.findings)),
+            "connections": [c.as_dict() for c in conns],
+            "connections_dropped": self.closed_dropped,
+        }

@@ -1,0 +1,217 @@
+"""bunqueue on the tap: framing, request/reply pairing by reqId, and the verdicts.
+
+Requests (client to server) are judged as the reference server judges them: the compiled
+``request_is_valid`` first (the hot path), ``request_violations`` only for a request that
+fails it, each violation a finding at the level of the requirement it cites. A request with a
+reqId waits in the connection's in-flight table; the reply that echoes it is paired with it
+(latency from the frame that completed the request to the frame that completed the reply) and
+its shape judged by ``reply_violations`` for that command. A reply without reqId is a pushed
+job event when it has the profile's ``job_events`` frame type (BQ-EVENT-102); otherwise it
+answers, in order, a request that had no reqId or a frame the server could not read (which
+bunqueue answers without reqId). What the documents do not settle is never a FAIL: a reqId
+already in flight on the connection is a WARN (replies are matched by reqId, BQ-PIPE-3: two
+requests with one reqId cannot be told apart, a reading; a FAIL where the profile has
+BQ-PIPE-4, document 000's "unique reqId identifiers"), a reply whose reqId no request
+carried is a WARN citing BQ-ENV-2 (either the echo was altered, or it answers nothing), and a
+reply nothing can be paired with, or requests still unanswered at close (a client may close
+with long polls parked), are INFO.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..codecs.bunqueue import UNDEFINED, FrameDecoder, nests_too_deep
+from ..codecs.errors import ProtocolError
+from ..codecs.validation import BunqueueValidator
+from ..spec import Profile
+from .framing import Item, Stream
+from .model import INFO, WARN, verdict_of
+
+#: (level, requirement, direction, command, kind, message) -> None
+Report = Callable[[str, "str | None", str, "str | None", str, str], None]
+#: (command, key, sent_ns, answered_ns, ok, answer) -> None
+PairFn = Callable[[str, Any, int, int, bool, str], None]
+
+
+class BunqueueProtocol:
+    """What the analyzer needs of bunqueue: streams per direction and a judge per connection."""
+
+    name = "bunqueue"
+
+    def __init__(self, profile: Profile, max_frame: int):
+        self.profile = profile
+        spec = profile.model
+        self.validator = BunqueueValidator(profile)
+        self._prefix = struct.Struct(spec.len_format)
+        self.max_frame = max_frame
+        frame = ((profile.tree.get("job_events") or {}).get("frame") or {})
+        self.event_type = ((frame.get("properties") or {}).get("type") or {}).get("const")
+        self.event_requirement = (profile.tree.get("job_events") or {}).get("requirement")
+        self.commands = frozenset(spec.commands)
+        # the validator's compiled reply schemas: (is_valid, post_check) per command
+        v = self.validator
+        self._reply_checks = {cmd: (c.is_valid, c.post_check)
+                              for cmd, c in v._replies.items()}  # noqa: SLF001
+        self._error_check = (v._error_reply.is_valid, v._error_reply.post_check)  # noqa: SLF001
+        # the stated rule where the profile has it (000: "unique reqId identifiers"), else
+        # BQ-PIPE-3's "match by reqId" read as needing one (a reading: WARN)
+        self.unique_reqid = "BQ-PIPE-4" if "BQ-PIPE-4" in profile.requirements else "BQ-PIPE-3"
+
+    def reply_is_valid(self, cmd: str, ok: bool, msg: dict) -> bool:
+        """The compiled check alone, as ``request_is_valid`` does for requests; only a reply
+        that fails it (or that it cannot settle) takes ``reply_violations``."""
+        check = self._reply_checks.get(cmd) if ok else self._error_check
+        if check is None:
+            return False
+        is_valid, post = check
+        try:
+            if not is_valid(msg):
+                return False
+        except ValueError:
+            return False
+        return post is None or post(msg) is True
+
+    def stream(self, direction: str) -> Stream:
+        profile = self.profile
+        # requests obey max_nesting_depth; replies are read without it, as the client does
+        check_depth = direction == "c2s"
+        hs = self._prefix.size
+
+        def feed(dec: FrameDecoder, data: Any) -> list:
+            """A whole frame (the Stream feeds whole frames, or a header alone) on the fast
+            path: the decoder's own MessagePack decoder, its map and depth rules; anything
+            else, and every frame those refuse, goes through ``FrameDecoder.feed``, whose
+            typed error (requirement, kind) is the verdict."""
+            n = len(data) - hs
+            if n > 0 and not dec._have and n <= dec.max_frame_bytes:  # noqa: SLF001
+                payload = data[hs:]
+                try:
+                    value = dec._decode(payload)  # noqa: SLF001 - the codec's own decoder
+                except Exception:  # noqa: BLE001 - classified by feed() below
+                    return dec.feed(data)
+                if type(value) is dict and (n <= dec.max_depth or
+                                            not nests_too_deep(payload, value, dec.max_depth)):
+                    return [value]
+            return dec.feed(data)
+
+        return Stream(lambda: FrameDecoder(profile, check_depth=check_depth), self._prefix, 0,
+                      self.max_frame, feed, lambda exc: exc.reaction == "reply")
+
+    def connection(self, conn_id: int, report: Report, pair: PairFn) -> BunqueueConn:
+        return BunqueueConn(self, conn_id, report, pair)
+
+
+def _key(req_id: Any) -> Any:
+    try:
+        hash(req_id)
+        return req_id
+    except TypeError:
+        return repr(req_id)
+
+
+class BunqueueConn:
+    """One connection's pairing state and verdicts."""
+
+    __slots__ = ("_is_valid", "_no_id", "_pair", "_report", "conn_id", "in_flight", "proto")
+
+    def __init__(self, proto: BunqueueProtocol, conn_id: int, report: Report, pair: PairFn):
+        self.proto = proto
+        self.conn_id = conn_id
+        self._report = report
+        self._pair = pair
+        self.in_flight: dict[Any, Any] = {}     # reqId -> (cmd, t_ns) or a deque of them
+        self._no_id: deque[tuple[str, int]] = deque()  # requests answered without reqId
+        self._is_valid = proto.validator.request_is_valid
+
+    def _error(self, direction: str, cmd: str | None, exc: ProtocolError) -> None:
+        level = verdict_of(self.proto.profile, exc.requirement)
+        self._report(level, exc.requirement, direction, cmd, exc.kind, exc.detail)
+
+    # -- client to server
+    def client_frame(self, item: Item, t_ns: int) -> str:
+        """Judge a client frame; returns the command it asks for (every frame is a request)."""
+        if item.error is not None:
+            self._error("c2s", None, item.error)
+            # bunqueue answers an unreadable frame without reqId (invalid_command_format)
+            self._no_id.append(("(unreadable)", t_ns))
+            return "(unreadable)"
+        msg = item.message
+        cmd = msg.get("cmd")
+        name = cmd if type(cmd) is str else "(no cmd)"
+        if not self._is_valid(msg):
+            validator = self.proto.validator
+            for v in validator.request_violations(msg):
+                level = verdict_of(self.proto.profile, v.requirement)
+                self._report(level, v.requirement, "c2s", name, "request_schema", str(v))
+        req_id = msg.get("reqId", UNDEFINED)
+        if req_id is UNDEFINED:
+            self._no_id.append((name, t_ns))
+            return name
+        key = _key(req_id) if type(req_id) is not str else req_id
+        entry = (name, t_ns)
+        held = self.in_flight.get(key)
+        if held is None:
+            self.in_flight[key] = entry
+            return name
+        rid = self.proto.unique_reqid
+        level = verdict_of(self.proto.profile, rid) if rid != "BQ-PIPE-3" else WARN
+        self._report(level, rid, "c2s", name, "reqid_in_flight",
+                     f"reqId {req_id!r} is already in flight on this connection (its "
+                     "replies cannot be told apart)")
+        if type(held) is deque:
+            held.append(entry)
+        else:
+            self.in_flight[key] = deque((held, entry))
+        return name
+
+    # -- server to client
+    def server_frame(self, item: Item, t_ns: int) -> bool:
+        """Judge a server frame; True when it answered a request."""
+        if item.error is not None:
+            self._error("s2c", None, item.error)
+            return False
+        msg = item.message
+        req_id = msg.get("reqId", UNDEFINED)
+        if req_id is UNDEFINED:
+            if self.proto.event_type is not None and msg.get("type") == self.proto.event_type:
+                return False  # a pushed job event (BQ-EVENT-102): answers nothing
+            if not self._no_id:
+                self._report(INFO, None, "s2c", None, "reply_unpaired",
+                             "a frame without reqId that answers no request seen without one")
+                return False
+            cmd, sent = self._no_id.popleft()
+            self._judge_reply(cmd, msg, None, sent, t_ns)
+            return True
+        key = _key(req_id) if type(req_id) is not str else req_id
+        held = self.in_flight.pop(key, None)
+        if held is None:
+            self._report(WARN, "BQ-ENV-2", "s2c", None, "reqid_unknown",
+                         f"a reply with reqId {req_id!r}, which no request in flight carries")
+            return False
+        if type(held) is deque:
+            cmd, sent = held.popleft()
+            if held:
+                self.in_flight[key] = held if len(held) > 1 else held[0]
+        else:
+            cmd, sent = held
+        self._judge_reply(cmd, msg, req_id, sent, t_ns)
+        return True
+
+    def _judge_reply(self, cmd: str, msg: dict, key: Any, sent: int, t_ns: int) -> None:
+        ok = msg.get("ok") is True
+        if cmd in self.proto.commands and not self.proto.reply_is_valid(cmd, ok, msg):
+            for v in self.proto.validator.reply_violations(cmd, msg):
+                level = verdict_of(self.proto.profile, v.requirement)
+                self._report(level, v.requirement, "s2c", cmd, "reply_schema", str(v))
+        self._pair(cmd, key, sent, t_ns, ok, "reply")
+
+    def unanswered(self) -> list[str]:
+        """The commands still waiting for a reply (at close)."""
+        out = [cmd for cmd, _ in self._no_id]
+        for held in self.in_flight.values():
+            out.extend(c for c, _ in (held if type(held) is deque else (held,)))
+        return out

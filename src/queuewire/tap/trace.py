@@ -1,0 +1,182 @@
+"""The trace format of ``spec/trace.yaml``, loaded, and a reader for a directory of traces.
+
+Nothing here restates the layout: :func:`trace_format` reads ``spec/trace.yaml`` and builds
+the ``struct`` formats of the file header and the record header from their field types, the
+way the quicx codec builds its header (``spec.quicx.struct_format``: ``u1 u2be u8be`` ->
+``>BHQ``; a ``bytes`` field of fixed ``size`` n is ``ns``). The record types, directions
+and gap reasons are maps from name to code. :func:`read_dir` iterates the records of every
+file of a directory, one connection after another, in file order; :func:`read_file` one
+file. :class:`TraceFormat` is also what :mod:`.record` writes with.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..spec import spec_dir
+from ..spec._load import SpecError, read_yaml
+from ..spec.quicx import LayoutField, _field, struct_format
+
+TRACE_FILE = "trace.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a trace file, its codes turned into the spec's names."""
+
+    type: str          # a record_types name: open, frame, gap, eof, close
+    direction: str     # a directions name: none, c2s, s2c
+    detail: str | None  # the gap_reasons name of a gap record, else None
+    conn_id: int
+    t_ns: int
+    payload: bytes
+
+    def json(self) -> dict[str, Any]:
+        """The payload of an open or close record as the JSON object it is."""
+        return json.loads(self.payload.decode("utf-8")) if self.payload else {}
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """``spec/trace.yaml`` as a model: the struct formats and the name <-> code tables."""
+
+    version: int
+    magic: bytes
+    file_pattern: str
+    file_glob: str
+    rotate_bytes: int
+    file_head: struct.Struct       # magic, format_version, len_meta
+    record_head: struct.Struct     # the record_header fields, in order
+    record_fields: tuple[str, ...]
+    meta_keys: tuple[str, ...]
+    record_types: Mapping[str, int]
+    directions: Mapping[str, int]
+    gap_reasons: Mapping[str, int]
+
+    def name_of(self, table: Mapping[str, int], code: int) -> str:
+        for name, c in table.items():
+            if c == code:
+                return name
+        raise ValueError(f"code {code} is in no table entry ({dict(table)})")
+
+
+def _fmt(fields: list[LayoutField]) -> str:
+    """A ``struct`` format of fixed fields: integers by ``struct_format``, fixed bytes as ``ns``."""
+    out = ">"
+    for f in fields:
+        if f.is_int:
+            out += struct_format([f])[1:]
+        elif f.type == "bytes" and isinstance(f.size, int):
+            out += f"{f.size}s"
+        else:
+            raise SpecError(f"{f.id}: not a fixed-size field", file=TRACE_FILE)
+    return out
+
+
+@functools.cache
+def trace_format() -> TraceFormat:
+    """Load ``spec/trace.yaml`` (cached)."""
+    tree = read_yaml(spec_dir() / TRACE_FILE)
+    head_raw = tree["file_header"]["fields"]
+    head = [_field(f, {}, {}, "file_header") for f in head_raw]
+    fixed, var = head[:-1], head[-1]
+    if var.size != fixed[-1].id:
+        raise SpecError("file_header: the last field must be sized by the one before it",
+                        file=TRACE_FILE)
+    magic_raw = next(f for f in head_raw if f.get("contents_hex"))
+    rec = [_field(f, {}, {}, "record_header") for f in tree["record_header"]["fields"]]
+
+    def codes(section: str) -> dict[str, int]:
+        return {name: int(entry["code"]) for name, entry in tree[section].items()}
+
+    return TraceFormat(
+        version=int(tree["format_version"]),
+        magic=bytes.fromhex(magic_raw["contents_hex"]),
+        file_pattern=tree["file_name"]["pattern"],
+        file_glob=tree["file_name"]["glob"],
+        rotate_bytes=int(tree["defaults"]["rotate_bytes"]["value"]),
+        file_head=struct.Struct(_fmt(fixed)),
+        record_head=struct.Struct(_fmt(rec)),
+        record_fields=tuple(f.id for f in rec),
+        meta_keys=tuple(tree["meta_keys"]),
+        record_types=codes("record_types"),
+        directions=codes("directions"),
+        gap_reasons=codes("gap_reasons"),
+    )
+
+
+class TraceError(Exception):
+    """A file that is not a trace of a version this reader knows, or is cut short."""
+
+
+def read_header(fh: Any, fmt: TraceFormat | None = None) -> dict[str, Any]:
+    """Read a file header from ``fh``; return its meta object."""
+    fmt = fmt or trace_format()
+    raw = fh.read(fmt.file_head.size)
+    if len(raw) < fmt.file_head.size:
+        raise TraceError("file shorter than its header")
+    magic, version, len_meta = fmt.file_head.unpack(raw)
+    if magic != fmt.magic:
+        raise TraceError(f"not a trace file (magic {magic.hex()})")
+    if version != fmt.version:
+        raise TraceError(f"trace format_version {version}, this reader knows {fmt.version}")
+    meta = fh.read(len_meta)
+    if len(meta) < len_meta:
+        raise TraceError("file ends inside its meta")
+    return json.loads(meta.decode("utf-8"))
+
+
+def read_file(path: str | Path) -> Iterator[Record]:
+    """The records of one trace file, in order. A file cut inside a record (the tap was
+    killed) ends at the last whole record."""
+    fmt = trace_format()
+    head = fmt.record_head
+    idx = {name: i for i, name in enumerate(fmt.record_fields)}
+    i_type, i_dir, i_detail = idx["record_type"], idx["direction"], idx["detail"]
+    i_conn, i_t, i_len = idx["conn_id"], idx["t_ns"], idx["len_payload"]
+    types = {c: n for n, c in fmt.record_types.items()}
+    dirs = {c: n for n, c in fmt.directions.items()}
+    reasons = {c: n for n, c in fmt.gap_reasons.items()}
+    gap = fmt.record_types["gap"]
+    with open(path, "rb") as fh:
+        read_header(fh, fmt)
+        while True:
+            raw = fh.read(head.size)
+            if len(raw) < head.size:
+                return
+            values = head.unpack(raw)
+            payload = fh.read(values[i_len])
+            if len(payload) < values[i_len]:
+                return
+            code = values[i_type]
+            yield Record(types.get(code, str(code)), dirs.get(values[i_dir], str(values[i_dir])),
+                         reasons.get(values[i_detail]) if code == gap else None,
+                         values[i_conn], values[i_t], payload)
+
+
+def trace_files(directory: str | Path) -> list[Path]:
+    """The trace files of a directory, in name order (each connection's files in sequence)."""
+    return sorted(Path(directory).glob(trace_format().file_glob))
+
+
+def read_dir(directory: str | Path) -> Iterator[Record]:
+    """Every record of every trace file in ``directory``: connection by connection, each
+    connection's files in sequence, each file's records in order."""
+    for path in trace_files(directory):
+        yield from read_file(path)
+
+
+def streams(directory: str | Path) -> dict[tuple[int, str], bytes]:
+    """The bytes of each (conn_id, direction) as they crossed the tap: its frame and gap
+    records concatenated (what the format guarantees they are)."""
+    out: dict[tuple[int, str], list[bytes]] = {}
+    for rec in read_dir(directory):
+        if rec.type in ("frame", "gap"):
+            out.setdefault((rec.conn_id, rec.direction), []).append(rec.payload)
+    return {k: b"".join(v) for k, v in out.items()}

@@ -1,0 +1,82 @@
+"""``queuewire tap``: help, clear usage errors, and a real run as a process (in front of
+``queuewire serve bunqueue``) that writes the JSON and HTML reports and a recording."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from click.testing import CliRunner
+
+from queuewire.cli import main
+from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
+from queuewire.tap import trace
+from serve_process import start_serve, stop_serve
+
+LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+
+
+def test_help_names_every_option():
+    result = CliRunner().invoke(main, ["tap", "--help"])
+    assert result.exit_code == 0
+    for option in ("--protocol", "--listen", "--upstream", "--profile", "--record",
+                   "--rotate-bytes", "--json", "--html"):
+        assert option in result.output
+
+
+def test_bad_upstream_is_a_one_line_usage_error():
+    runner = CliRunner()
+    for upstream, words in (("127.0.0.1", "is not HOST:PORT"), ("127.0.0.1:http", "not a number"),
+                            ("127.0.0.1:70000", "out of range"),
+                            ("no-such-host.invalid:6789", "cannot resolve")):
+        result = runner.invoke(main, ["tap", "--protocol", "bunqueue", "--upstream", upstream])
+        assert result.exit_code == 2, result.output
+        assert words in result.output and "Traceback" not in result.output
+    result = runner.invoke(main, ["tap", "--protocol", "bunqueue", "--upstream", "127.0.0.1:1",
+                                  "--profile", "quicx/v1"])
+    assert result.exit_code == 2 and "not a bunqueue profile" in result.output
+
+
+def test_tap_process_reports_and_records(tmp_path):
+    server, port = start_serve("bunqueue")
+    json_path, html_path, record = tmp_path / "tap.json", tmp_path / "tap.html", tmp_path / "rec"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuewire.cli", "tap", "--protocol", "bunqueue", "--listen",
+         "127.0.0.1:0", "--upstream", f"127.0.0.1:{port}", "--json", str(json_path), "--html",
+         str(html_path), "--record", str(record)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = LISTENING.search(line)
+        assert match, line
+        rest: list[str] = []
+        threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True).start()
+        frames = b"".join(encode_frame({"cmd": "Ping", "reqId": str(i)}) for i in range(5))
+        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as sock:
+            sock.sendall(frames)
+            got = b""
+            decoder = FrameDecoder("bunqueue/v2", check_depth=False)
+            replies: list = []
+            while len(replies) < 5:
+                chunk = sock.recv(65536)
+                assert chunk
+                got += chunk
+                replies += decoder.feed(chunk)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stop_serve(server)
+    summary = json.loads(json_path.read_text())
+    assert summary["verdict"] == "PASS"
+    assert summary["commands"]["Ping"]["paired"] == 5
+    assert "Ping" in html_path.read_text() and "<table>" in html_path.read_text()
+    streams = trace.streams(record)
+    assert streams[(1, "c2s")] == frames and streams[(1, "s2c")] == got
