@@ -170,6 +170,26 @@ class FrameDecoder:
         """Like ``feed`` but returns ``Frame`` records with offsets and raw payloads."""
         return self._run(data, True)
 
+    def feed_whole(self, frame: bytes) -> list[Any]:
+        """``feed`` for a caller that has already cut the stream into whole frames (a proxy):
+        one frame decoded straight away when nothing is buffered and it breaks no rule;
+        otherwise, and for every frame those rules refuse, ``feed`` itself, whose typed error
+        is the verdict."""
+        size = self._prefix.size
+        n = len(frame) - size
+        if n > 0 and not self._have and self._dead is None and n <= self.max_frame_bytes \
+                and self._prefix.unpack_from(frame)[0] == n:
+            payload = frame[size:]
+            try:
+                value = self._decode(payload)
+            except Exception:  # noqa: BLE001 - classified by feed() below
+                return self.feed(frame)
+            if type(value) is dict and (n <= self.max_depth or
+                                        not nests_too_deep(payload, value, self.max_depth)):
+                self._base += len(frame)
+                return [value]
+        return self.feed(frame)
+
     def eof(self) -> None:
         """The peer closed its side: buffered bytes mean a truncated frame (BQ-FRAME-1)."""
         if self._dead is not None:

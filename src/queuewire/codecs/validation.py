@@ -417,6 +417,25 @@ class BunqueueValidator:
             return not self._violations(compiled, msg)
         return verdict
 
+    def reply_is_valid(self, cmd: str, msg: Any, *, ok: bool = True) -> bool:
+        """True when ``msg`` is a valid reply to ``cmd`` (``ok=False``: a valid error reply):
+        the hot path for a peer that judges replies, agreeing with ``reply_violations``."""
+        compiled = self._replies.get(cmd) if ok else self._error_reply
+        if compiled is None:
+            return False
+        try:
+            if not compiled.is_valid(msg):
+                return False
+        except ValueError:
+            return not self._violations(compiled, msg)
+        post = compiled.post_check
+        if post is None:
+            return True
+        verdict = post(msg)
+        if verdict is None:
+            return not self._violations(compiled, msg)
+        return verdict
+
     # -- verdicts -----------------------------------------------------------------------------
     def request_violations(self, msg: Any) -> tuple[Violation, ...]:
         """Every rule the request breaks (empty when valid), each citing a requirement."""

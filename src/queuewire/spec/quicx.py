@@ -256,6 +256,10 @@ def _field(raw: Mapping[str, Any], limits: Mapping, kinds: Mapping, where: str) 
     )
 
 
+
+#: A layout field built from its spec entry (public: the trace format's layouts use it too).
+layout_field = _field
+
 def _length_of(target: LayoutField):
     """Rebuild function: the encoded length of ``target``'s value."""
     if target.type == "str":

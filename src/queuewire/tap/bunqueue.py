@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..codecs.bunqueue import UNDEFINED, FrameDecoder, nests_too_deep
+from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
@@ -52,51 +52,23 @@ class BunqueueProtocol:
         self.event_type = ((frame.get("properties") or {}).get("type") or {}).get("const")
         self.event_requirement = (profile.tree.get("job_events") or {}).get("requirement")
         self.commands = frozenset(spec.commands)
-        # the validator's compiled reply schemas: (is_valid, post_check) per command
-        v = self.validator
-        self._reply_checks = {cmd: (c.is_valid, c.post_check)
-                              for cmd, c in v._replies.items()}  # noqa: SLF001
-        self._error_check = (v._error_reply.is_valid, v._error_reply.post_check)  # noqa: SLF001
         # the stated rule where the profile has it (000: "unique reqId identifiers"), else
         # BQ-PIPE-3's "match by reqId" read as needing one (a reading: WARN)
         self.unique_reqid = "BQ-PIPE-4" if "BQ-PIPE-4" in profile.requirements else "BQ-PIPE-3"
 
     def reply_is_valid(self, cmd: str, ok: bool, msg: dict) -> bool:
         """The compiled check alone, as ``request_is_valid`` does for requests; only a reply
-        that fails it (or that it cannot settle) takes ``reply_violations``."""
-        check = self._reply_checks.get(cmd) if ok else self._error_check
-        if check is None:
-            return False
-        is_valid, post = check
-        try:
-            if not is_valid(msg):
-                return False
-        except ValueError:
-            return False
-        return post is None or post(msg) is True
+        that fails it takes ``reply_violations``."""
+        return self.validator.reply_is_valid(cmd, msg, ok=ok)
 
     def stream(self, direction: str) -> Stream:
         profile = self.profile
         # requests obey max_nesting_depth; replies are read without it, as the client does
         check_depth = direction == "c2s"
-        hs = self._prefix.size
 
         def feed(dec: FrameDecoder, data: Any) -> list:
-            """A whole frame (the Stream feeds whole frames, or a header alone) on the fast
-            path: the decoder's own MessagePack decoder, its map and depth rules; anything
-            else, and every frame those refuse, goes through ``FrameDecoder.feed``, whose
-            typed error (requirement, kind) is the verdict."""
-            n = len(data) - hs
-            if n > 0 and not dec._have and n <= dec.max_frame_bytes:  # noqa: SLF001
-                payload = data[hs:]
-                try:
-                    value = dec._decode(payload)  # noqa: SLF001 - the codec's own decoder
-                except Exception:  # noqa: BLE001 - classified by feed() below
-                    return dec.feed(data)
-                if type(value) is dict and (n <= dec.max_depth or
-                                            not nests_too_deep(payload, value, dec.max_depth)):
-                    return [value]
-            return dec.feed(data)
+            """A whole frame (the Stream feeds whole frames, or a header alone)."""
+            return dec.feed_whole(data)
 
         return Stream(lambda: FrameDecoder(profile, check_depth=check_depth), self._prefix, 0,
                       self.max_frame, feed, lambda exc: exc.reaction == "reply")

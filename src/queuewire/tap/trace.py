@@ -21,7 +21,7 @@ from typing import Any
 
 from ..spec import spec_dir
 from ..spec._load import SpecError, read_yaml
-from ..spec.quicx import LayoutField, _field, struct_format
+from ..spec.quicx import LayoutField, layout_field, struct_format
 
 TRACE_FILE = "trace.yaml"
 
@@ -84,13 +84,13 @@ def trace_format() -> TraceFormat:
     """Load ``spec/trace.yaml`` (cached)."""
     tree = read_yaml(spec_dir() / TRACE_FILE)
     head_raw = tree["file_header"]["fields"]
-    head = [_field(f, {}, {}, "file_header") for f in head_raw]
+    head = [layout_field(f, {}, {}, "file_header") for f in head_raw]
     fixed, var = head[:-1], head[-1]
     if var.size != fixed[-1].id:
         raise SpecError("file_header: the last field must be sized by the one before it",
                         file=TRACE_FILE)
     magic_raw = next(f for f in head_raw if f.get("contents_hex"))
-    rec = [_field(f, {}, {}, "record_header") for f in tree["record_header"]["fields"]]
+    rec = [layout_field(f, {}, {}, "record_header") for f in tree["record_header"]["fields"]]
 
     def codes(section: str) -> dict[str, int]:
         return {name: int(entry["code"]) for name, entry in tree[section].items()}
