@@ -54,3 +54,26 @@ def test_conform_client_usage_errors() -> None:
     r = runner.invoke(main, ["conform", "client", "--protocol", "bunqueue", "--testee", "x",
                              "--listen", "nowhere"])
     assert r.exit_code == 2
+
+
+def test_the_testee_per_scenario_mode_starts_a_fresh_process_for_each(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    script = tmp_path / "pid_testee.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"log = open({str(pids)!r}, 'a')\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    log.write(f'{os.getpid()}\\n'); log.flush()\n"
+        "    results = [{'ok': False, 'error': 'not implemented', 'error_type': 'other'}"
+        " for _ in req['actions']]\n"
+        "    print(json.dumps({'scenario': req['scenario'], 'results': results}), flush=True)\n")
+    args = ["conform", "client", "--protocol", "bunqueue", "--scenario", "bunqueue.client.basic",
+            "--scenario", "bunqueue.client.auth", "--testee", f"{sys.executable} {script}"]
+    CliRunner().invoke(main, args)
+    once = pids.read_text().split()
+    pids.unlink()
+    CliRunner().invoke(main, [*args, "--testee-per-scenario"])
+    fresh = pids.read_text().split()
+    assert len(once) == 2 and len(set(once)) == 1       # one process for both scenarios
+    assert len(fresh) == 2 and len(set(fresh)) == 2     # a process for each

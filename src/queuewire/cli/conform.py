@@ -449,6 +449,9 @@ def _testee_name(command: str) -> str:
               help="A column name for the n-th --testee (default: its adapter or script name).")
 @click.option("--testee-cwd", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               default=None, help="Working directory of the testee commands.")
+@click.option("--testee-per-scenario", is_flag=True,
+              help="Start each testee afresh for every scenario (and stop it after its answer) "
+                   "instead of once for all: slower, but no state survives between scenarios.")
 @click.option("--report-dir", metavar="DIR", type=click.Path(file_okay=False), default=None,
               help="Write report.html, report.json, junit.xml and cases/<scenario>.json for "
                    "every scenario that did not pass.")
@@ -465,7 +468,8 @@ def conform_client(protocol: str, listen: str, profile_name: str | None,
                    scenarios: tuple[str, ...], testees: tuple[str, ...],
                    testee_names: tuple[str, ...], testee_cwd: str | None,
                    report_dir: str | None, junit: str | None, json_out: str | None,
-                   html: str | None, markdown: str | None = None) -> None:
+                   html: str | None, markdown: str | None = None,
+                   testee_per_scenario: bool = False) -> None:
     """Listen as a conformance server, have each --testee (a client under test behind the
     testee contract) play every scenario against it, and judge every frame the client sends
     (framing, command schemas and batching limits, reqId unique in flight, Auth first, lock
@@ -515,7 +519,8 @@ def conform_client(protocol: str, listen: str, profile_name: str | None,
         for i, command in enumerate(testees):
             label = testee_names[i] if i < len(testee_names) else _testee_name(command)
             progress.new(f"{protocol} client {label} ({name})")
-            testee = Testee(command, cwd=testee_cwd, label=label)
+            testee = Testee(command, cwd=testee_cwd, label=label,
+                            per_scenario=testee_per_scenario)
             try:
                 runs.append(asyncio.run(run_client(testee, chosen, prof, host=host,
                                                    port=int(port_text), progress=progress)))

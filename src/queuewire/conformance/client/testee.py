@@ -1,7 +1,8 @@
 """The testee contract's runner side: a client under test as a process speaking JSON lines.
 
 :class:`Testee` starts the testee command once (``shlex``-split, or through the shell when
-it contains shell syntax), writes one request line per scenario on its stdin and reads lines
+it contains shell syntax; or once per scenario with ``per_scenario``, stopped after its
+answer), writes one request line per scenario on its stdin and reads lines
 from its stdout until the line answering that scenario (``{"scenario": id, "results": [...]}``);
 other stdout lines are kept as the testee's log, as is its stderr (the last lines are shown
 when a scenario cannot be judged). A testee that exits, or does not answer within the
@@ -32,8 +33,10 @@ class TesteeError(Exception):
 class Testee:
     __test__ = False  # not a pytest test class
     def __init__(self, command: str, *, cwd: str | None = None, label: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, per_scenario: bool = False):
         self.command = command
+        #: start a fresh process for every scenario (and stop it after its answer)
+        self.per_scenario = per_scenario
         self.cwd = cwd
         self.label = label or command
         self.env = env
@@ -94,6 +97,8 @@ class Testee:
                         self.log.append("stdout: " + text)
                         continue
                     if isinstance(doc, dict) and doc.get("scenario") == request["scenario"]:
+                        if self.per_scenario:
+                            await self.stop()
                         return doc
                     self.log.append("stdout: " + text)
         except TimeoutError:
