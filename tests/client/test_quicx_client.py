@@ -588,10 +588,6 @@ async def test_load_every_task_done_exactly_once(profile):
 
             doomed = await QuicxWorker(port=server.port, profile=profile, handlers={"job": hang},
                                        heartbeat_interval=None).start()
-            pool = [await QuicxWorker(port=server.port, profile=profile, handlers={"job": handle},
-                                      concurrency=2, backoff_min=0.01, backoff_max=0.05,
-                                      heartbeat_interval=None).start()
-                    for _ in range(workers)]
 
             async def produce(p):
                 async with QuicxProducer(port=server.port, profile=profile) as producer:
@@ -599,7 +595,11 @@ async def test_load_every_task_done_exactly_once(profile):
                         producer.submit("job", f"{p}-{i}".encode()) for i in range(per_producer)))
 
             produced = asyncio.gather(*(produce(p) for p in range(producers)))
-            await doomed_started.wait()
+            await doomed_started.wait()  # the only worker yet: it surely gets a task
+            pool = [await QuicxWorker(port=server.port, profile=profile, handlers={"job": handle},
+                                      concurrency=2, backoff_min=0.01, backoff_max=0.05,
+                                      heartbeat_interval=None).start()
+                    for _ in range(workers)]
             await doomed.abort()  # dies mid-task: the daemon must requeue, not lose, that task
             results = [r for batch in await produced for r in batch]
             total = producers * per_producer
