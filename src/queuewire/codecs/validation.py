@@ -404,6 +404,10 @@ class BunqueueValidator:
             compiled = self._requests[msg["cmd"]]
         except (KeyError, TypeError, IndexError):  # no map, no cmd, unknown or unhashable
             return False
+        return self._passes(compiled, msg)
+
+    def _passes(self, compiled: _Compiled, msg: Any) -> bool:
+        """The compiled check, its post-check, and the full check where they cannot settle."""
         try:
             if not compiled.is_valid(msg):
                 return False
@@ -421,20 +425,7 @@ class BunqueueValidator:
         """True when ``msg`` is a valid reply to ``cmd`` (``ok=False``: a valid error reply):
         the hot path for a peer that judges replies, agreeing with ``reply_violations``."""
         compiled = self._replies.get(cmd) if ok else self._error_reply
-        if compiled is None:
-            return False
-        try:
-            if not compiled.is_valid(msg):
-                return False
-        except ValueError:
-            return not self._violations(compiled, msg)
-        post = compiled.post_check
-        if post is None:
-            return True
-        verdict = post(msg)
-        if verdict is None:
-            return not self._violations(compiled, msg)
-        return verdict
+        return compiled is not None and self._passes(compiled, msg)
 
     # -- verdicts -----------------------------------------------------------------------------
     def request_violations(self, msg: Any) -> tuple[Violation, ...]:

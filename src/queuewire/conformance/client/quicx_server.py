@@ -36,6 +36,7 @@ from ...reference_server.quicx import Close, QuicxConnection, QuicxEngine, Send
 from ...spec import Profile
 from ...spec.quicx import DAEMON
 from ..model import Check, Transcript
+from .listener import ScenarioListener
 
 __all__ = ["QuicxClientChecker", "QuicxConformanceServer"]
 
@@ -250,64 +251,24 @@ class QuicxSession:
                 self._perform(live.qconn.connection_lost("scenario over"))
 
 
-class QuicxConformanceServer:
+class QuicxConformanceServer(ScenarioListener):
     """One listening port and one reference engine for a whole run."""
 
     def __init__(self, profile: Profile, host: str = "127.0.0.1", port: int = 0):
-        self.profile, self.host, self.port = profile, host, port
+        super().__init__(profile, host, port)
         self.engine = QuicxEngine(profile)
         self.encoder = QuicxEncoder(profile)
-        self.session: QuicxSession | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._handlers: set[asyncio.Task] = set()
-
-    @property
-    def target(self) -> str:
-        return f"{self.host}:{self.port}"
 
     async def start(self) -> QuicxConformanceServer:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        await self._listen()
         return self
 
     async def stop(self) -> None:
-        self.end()
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._stop_listening()
 
     def new_checker(self, behaviour: dict[str, Any], options: dict[str, Any]) -> QuicxClientChecker:
         return QuicxClientChecker(self.profile)
 
-    def begin(self, behaviour: dict[str, Any], checker: QuicxClientChecker,
-              transcript: Transcript) -> QuicxSession:
-        self.end()
-        self.session = QuicxSession(self, behaviour, checker, transcript)
-        return self.session
-
-    def end(self) -> None:
-        if self.session is not None:
-            self.session.end()
-        self.session = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            session = self.session
-            if session is None or session.ended:
-                writer.close()
-                return
-            await session.serve(reader, writer)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
+    def _new_session(self, behaviour: dict[str, Any], checker: QuicxClientChecker,
+                     transcript: Transcript) -> QuicxSession:
+        return QuicxSession(self, behaviour, checker, transcript)

@@ -47,6 +47,7 @@ from ...reference_server.bunqueue.embedded import EmbeddedServer
 from ...spec import Profile
 from ..model import Transcript
 from .checker import ClientChecker
+from .listener import ScenarioListener
 
 __all__ = ["ConformanceServer", "Session"]
 
@@ -277,17 +278,12 @@ class Session:
                             note=f"{len(items)} replies in one write, {order}")
 
 
-class ConformanceServer:
+class ConformanceServer(ScenarioListener):
     """Listens on ``host:port`` (0: a free port) for a whole run; see the module docstring."""
 
     def __init__(self, profile: Profile, host: str = "127.0.0.1", port: int = 0):
-        self.profile = profile
-        self.host = host
-        self.port = port
+        super().__init__(profile, host, port)
         self.embedded = EmbeddedServer(profile, tune_gc=False)
-        self.session: Session | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._handlers: set[asyncio.Task] = set()
         self._stopped = False
 
     async def start(self) -> ConformanceServer:
@@ -295,26 +291,10 @@ class ConformanceServer:
         await self._listen()
         return self
 
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
-
     async def stop(self) -> None:
         self._stopped = True
-        if self.session is not None:
-            self.session.end()
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._stop_listening()
         await self.embedded.stop()
-
-    @property
-    def target(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def new_checker(self, behaviour: dict[str, Any], options: dict[str, Any]) -> ClientChecker:
         """The scenario's checker: Auth first is the client's duty only when it was given the
@@ -322,17 +302,9 @@ class ConformanceServer:
         token = options.get("token") if behaviour.get("auth_token") else None
         return ClientChecker(self.profile, token=token)
 
-    def begin(self, behaviour: dict[str, Any], checker: ClientChecker,
-              transcript: Transcript) -> Session:
-        if self.session is not None:
-            self.session.end()
-        self.session = Session(self, behaviour, checker, transcript)
-        return self.session
-
-    def end(self) -> None:
-        if self.session is not None:
-            self.session.end()
-        self.session = None
+    def _new_session(self, behaviour: dict[str, Any], checker: ClientChecker,
+                     transcript: Transcript) -> Session:
+        return Session(self, behaviour, checker, transcript)
 
     async def restart(self, session: Session, down: float) -> None:
         """Close every connection and refuse new ones for ``down`` seconds (the engine and
@@ -349,21 +321,3 @@ class ConformanceServer:
         if not self._stopped:
             await self._listen()
         session._event("listening", 0)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            session = self.session
-            if session is None or session.ended:
-                writer.close()
-                return
-            await session.serve(reader, writer)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from .contract import Unsupported, fail, ok, serve
+from .contract import Unsupported, error_type, fail, ok, serve
 
 IGNORED = ("ping_interval", "max_command_timeouts", "pool_size")
 
@@ -26,15 +26,9 @@ IGNORED = ("ping_interval", "max_command_timeouts", "pool_size")
 def _error_type(exc: BaseException) -> str:
     from bunqueue import errors
 
-    if isinstance(exc, errors.CommandTimeoutError) or isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, errors.ConnectionClosedError | ConnectionError):
-        return "connection_lost"
-    if isinstance(exc, errors.CommandError | errors.AuthError):
-        return "refused"
-    if isinstance(exc, Unsupported):
-        return "unsupported"
-    return "other"
+    return error_type(exc, timeout=(errors.CommandTimeoutError, TimeoutError),
+                      connection_lost=(errors.ConnectionClosedError, ConnectionError),
+                      refused=(errors.CommandError, errors.AuthError))
 
 
 class Player:

@@ -16,13 +16,30 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["Unsupported", "fail", "ok", "serve"]
+__all__ = ["Unsupported", "error_type", "fail", "ok", "serve"]
+
+ErrorTypes = type | tuple[type, ...]
 
 Play = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
 
 
 class Unsupported(Exception):
     """An action or option the adapter's client has no equivalent for."""
+
+
+def error_type(exc: BaseException, *, timeout: ErrorTypes = TimeoutError,
+               connection_lost: ErrorTypes = ConnectionError, refused: ErrorTypes = ()) -> str:
+    """The contract's ``error_type`` of an exception, given the client's own error classes
+    (checked in this order: timeout, connection_lost, refused, then unsupported, other)."""
+    if isinstance(exc, timeout):
+        return "timeout"
+    if isinstance(exc, connection_lost):
+        return "connection_lost"
+    if isinstance(exc, refused):
+        return "refused"
+    if isinstance(exc, Unsupported):
+        return "unsupported"
+    return "other"
 
 
 def ok(value: Any = None) -> dict[str, Any]:

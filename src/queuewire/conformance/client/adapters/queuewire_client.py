@@ -22,24 +22,12 @@ from ....client import (
     Queue,
     Worker,
 )
-from .contract import Unsupported, fail, ok, serve
+from .contract import Unsupported, error_type, fail, ok, serve
 
 CONNECTION_OPTIONS = ("command_timeout", "token", "ping_interval", "max_command_timeouts",
                       "pool_size")
 WORKER_OPTIONS = ("heartbeat_interval", "lock_ttl")
 CLOSE_TIMEOUT = 2.0
-
-
-def error_type(exc: BaseException) -> str:
-    if isinstance(exc, BunqueueTimeout):
-        return "timeout"
-    if isinstance(exc, BunqueueConnectionLost):
-        return "connection_lost"
-    if isinstance(exc, BunqueueRefused):
-        return "refused"
-    if isinstance(exc, Unsupported):
-        return "unsupported"
-    return "other"
 
 
 class Player:
@@ -120,7 +108,9 @@ async def play(request: dict[str, Any]) -> list[dict[str, Any]]:
             try:
                 results.append(ok(await player.act(action)))
             except (ClientError, Unsupported) as exc:
-                results.append(fail(exc, error_type(exc)))
+                results.append(fail(exc, error_type(
+                    exc, timeout=BunqueueTimeout, connection_lost=BunqueueConnectionLost,
+                    refused=BunqueueRefused)))
     finally:
         await player.close()
     return results

@@ -18,19 +18,7 @@ from typing import Any
 from ....client.quicx import QuicxProducer, QuicxWorker
 from ....client.quicx_session import QuicxConnectionLost, QuicxRefused, QuicxTimeout
 from ....client.session import ClientError
-from .contract import Unsupported, fail, ok, serve
-
-
-def error_type(exc: BaseException) -> str:
-    if isinstance(exc, QuicxTimeout | TimeoutError):
-        return "timeout"
-    if isinstance(exc, QuicxConnectionLost):
-        return "connection_lost"
-    if isinstance(exc, QuicxRefused):
-        return "refused"
-    if isinstance(exc, Unsupported):
-        return "unsupported"
-    return "other"
+from .contract import Unsupported, error_type, fail, ok, serve
 
 
 class Player:
@@ -115,7 +103,9 @@ async def play(request: dict[str, Any]) -> list[dict[str, Any]]:
             try:
                 results.append(ok(await player.act(action)))
             except (ClientError, Unsupported, TimeoutError) as exc:
-                results.append(fail(exc, error_type(exc)))
+                results.append(fail(exc, error_type(
+                    exc, timeout=(QuicxTimeout, TimeoutError),
+                    connection_lost=QuicxConnectionLost, refused=QuicxRefused)))
     finally:
         await player.close()
     return results
