@@ -103,6 +103,8 @@ def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
         plain = _PLAIN_DECODE(payload)
     except RecursionError:
         return True
+    except (msgspec.DecodeError, ValueError):  # an extension msgspec rejects: walk what was given
+        return depth_exceeds(obj, limit)
     return depth_exceeds(plain, limit)
 
 
@@ -363,7 +365,11 @@ class FrameEncoder:
         if (b"\xcf" in data or b"\xd3" in data) and self._may_be_wide(obj):
             # walk the payload read back as plain maps and lists, so an integer inside any
             # mapping or sequence type msgspec writes (or a map key) is found
-            data = self._encode(self._floatify(_PLAIN_DECODE(data)))
+            try:
+                plain = _PLAIN_DECODE(data)
+            except (msgspec.DecodeError, ValueError) as exc:  # an extension msgspec rejects
+                raise EncodeError(self._errors["encode_error"], str(exc)) from None
+            data = self._encode(self._floatify(plain))
         return data
 
     def _may_be_wide(self, obj: Any) -> bool:

@@ -1,0 +1,16 @@
+"""``queuewire.fuzz``: spec-driven fuzzers of bunqueue and quicx servers, over real TCP.
+
+Design: sans-IO at the core, a thin asyncio shell around it, like the reference servers.
+:mod:`.strategies` turns the spec into hypothesis strategies (valid commands from the request
+schemas, values at and beyond each limit, mutations, framing plans; quicx's type x version x
+length grid) and draws a :class:`~.case.Case` as a pure function of ``(seed, index)``.
+:mod:`.oracles` predicts, with the spec's own decoder, what a server must do with a case's
+bytes (reply, or close, per the ``reaction`` of each protocol error) and judges what came back:
+every reply valid for its request, none lost or duplicated per reqId, the connection closed
+only where the spec allows it, liveness; each finding cites a requirement id and its level,
+and only a MUST makes a failure. :mod:`.runner` is the asyncio shell: it plays cases on reused
+or fresh connections with TCP_NODELAY and the case's segmentation, shrinks a failing case by
+delta debugging on its frames and writes a replayable transcript (:mod:`.case`). The stateful
+job-lifecycle fuzzing lives in :mod:`.stateful`. The package imports codecs, spec,
+reference_server and client, never conformance.
+"""

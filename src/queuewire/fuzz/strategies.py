@@ -1,0 +1,528 @@
+"""Spec-driven hypothesis strategies: bunqueue commands, their mutations, framing plans, quicx
+frames; and the seeded drawing that makes a case a pure function of ``(seed, index)``.
+
+Everything is derived from the loaded profile: valid requests come from each command's
+request schema (hypothesis-jsonschema), boundary values from the ``minimum``/``maximum``/
+``minLength``/``maxLength`` of its properties (the ``$limit`` values the loader substituted),
+the nesting limit, the safe-integer bound and the ``undefined`` extension from the
+``msgpack`` section, quicx opcodes, versions and sizes from the message table. A
+:class:`~.case.Case` is a list of raw frames (a frame may lie about its length, be cut short
+or hold bytes that are no MessagePack at all), a segmentation (write sizes, down to one byte)
+and whether the stream ends with a half-close.
+
+Generation schemas are narrowed, never widened, from the spec's: numbers bounded to what
+a JavaScript number holds exactly (as the project's codec tests do), no generated extra
+properties (the ``extra`` mutation adds them, far cheaper), and long polls bounded by
+:data:`WAIT_CAP_MS` so that a valid PULL or WaitJob cannot park a case for a minute.
+AddWebhook is left out of valid generation (its URL would make the server deliver to the
+internet), and so is SubscribeEvents (pushed event frames carry no reqId and would read as
+replies no request asked for).
+
+Reproducibility without replay. A case is a pure function of ``(seed, index)``, made in one
+of two ways from the same generator functions (``_frame``, ``_case``, which take a ``draw``):
+
+* ``draw(strategy, seed, key)`` drives a hypothesis strategy with a ``ConjectureData`` seeded
+  from ``random.Random(f"{seed}:{key}")`` inside a ``BuildContext``: hypothesis' own choice
+  sequence, deterministic per key (for one hypothesis version), so any value is regenerated
+  alone. quicx cases are drawn this way, and the tests run the same generators under
+  ``@given`` (the composites of :meth:`BunqueueStrategies._build`).
+* :class:`FastDraw` (bunqueue campaigns): driving hypothesis costs ~2 ms a case, mostly its
+  per-draw bookkeeping, so the cheap choices (which frame kind, which mutation, split sizes)
+  come from ``random.Random(f"{seed}:{index}")``, and the rich values (valid requests from
+  hypothesis-jsonschema, wrong-typed values, reqIds, extensions, text) are picked from
+  per-seed pools: entry ``k`` of a pool is ``draw(strategy, f"{seed}:...", k)``, made on first
+  use and cached. Regenerating case ``i`` draws only the pool entries it picks. About 0.2 ms
+  a case once the pools are warm (:data:`CORPUS_SIZE` valid requests take ~4 s to fill).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Mapping
+from functools import cache, lru_cache
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+from hypothesis.control import BuildContext
+from hypothesis.errors import StopTest
+from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis_jsonschema import from_schema
+
+from ..codecs.bunqueue import UNDEFINED, FrameEncoder
+from ..codecs.quicx import QuicxEncoder
+from ..spec import Profile, load_profile
+from ..spec.instances import minimal, resolve
+from .case import Case
+
+WAIT_CAP_MS = 2         # the longest a generated valid long poll may wait (a fuzzer setting)
+EXCLUDED = frozenset({"AddWebhook", "SubscribeEvents"})   # see the module docstring
+WAITS = ("PULL", "PULLB", "WaitJob")   # commands that may park until their timeout
+CORPUS_SIZE = 2048     # valid messages per seed a case picks from (drawn lazily, cached)
+SENTINEL_PREFIX = "qw-fuzz-"           # reqIds the runner uses for its own Pings
+
+
+# Strategies are built once and reused: building (and validating) one costs more than a draw.
+# Each is registered with a sampler for the fast driver (FastDraw): a plain choice from a
+# random.Random, or a pick from a per-seed pool of values hypothesis drew (pooled).
+_SAMPLERS: dict[int, Any] = {}
+_POOLED: dict[int, tuple[str, st.SearchStrategy]] = {}
+POOL_SIZE = 256
+
+
+def _fast(strategy: st.SearchStrategy, sampler: Any) -> st.SearchStrategy:
+    _SAMPLERS[id(strategy)] = sampler
+    return strategy
+
+
+def _pooled(name: str, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    _POOLED[id(strategy)] = (name, strategy)
+    return strategy
+
+
+_BOOL = _fast(st.booleans(), lambda r: r.random() < 0.5)
+
+
+@lru_cache(maxsize=8192)
+def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return _fast(st.integers(lo, hi), lambda r: r.randint(lo, hi))
+
+
+@lru_cache(maxsize=1024)
+def _pick(options: tuple) -> st.SearchStrategy[Any]:
+    return _fast(st.sampled_from(options), lambda r: r.choice(options))
+
+
+@lru_cache(maxsize=64)
+def _text(max_size: int) -> st.SearchStrategy[str]:
+    return _pooled(f"text{max_size}", st.text(max_size=max_size))
+
+
+@lru_cache(maxsize=64)
+def _bin(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
+    return _fast(st.binary(min_size=min_size, max_size=max_size),
+                 lambda r: r.randbytes(r.randint(min_size, max_size)))
+
+
+class FastDraw:
+    """A ``draw`` for the same generator functions that does not run hypothesis per case:
+    registered strategies are sampled from ``random.Random(f"{seed}:{index}")``; the rich
+    ones (valid messages, wrong-typed values, reqIds, extensions, text) are picked from
+    per-seed pools that hypothesis fills lazily, each entry from its own key
+    ``(seed, pool, k)``, so a case is still a pure function of ``(seed, index)``."""
+
+    _pools: dict[tuple, Any] = {}
+
+    def __init__(self, seed: int | str, index: int):
+        self.seed = seed
+        self.random = random.Random(f"{seed}:{index}")
+
+    def __call__(self, strategy: st.SearchStrategy) -> Any:
+        sampler = _SAMPLERS.get(id(strategy))
+        if sampler is not None:
+            return sampler(self.random)
+        name, strat = _POOLED[id(strategy)]
+        k = self.random.randrange(POOL_SIZE)
+        key = (self.seed, name, k)
+        if key not in self._pools:
+            self._pools[key] = draw(strat, f"{self.seed}:pool:{name}", k)
+        return self._pools[key]
+
+
+# -- seeded drawing ---------------------------------------------------------------------------
+def draw(strategy: st.SearchStrategy, seed: int | str, index: int) -> Any:
+    """The value ``strategy`` gives for ``(seed, index)``; the same on every call and machine
+    (for one hypothesis version). An overrun draw retries with a derived key."""
+    for attempt in range(16):
+        data = ConjectureData(random=random.Random(f"{seed}:{index}:{attempt}"))
+        try:
+            with BuildContext(data, wrapped_test=lambda: None):
+                return data.draw(strategy)
+        except StopTest:
+            continue
+    raise RuntimeError(f"could not draw case {seed}:{index}")
+
+
+# -- bunqueue ---------------------------------------------------------------------------------
+def _narrow(node: Any, safe: int) -> Any:
+    """A generation schema: numbers within +-safe, no generated extra properties."""
+    if isinstance(node, list):
+        return [_narrow(v, safe) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in ("properties", "$defs"):
+            out[k] = {name: _narrow(sub, safe) for name, sub in v.items()}
+        elif k.startswith("x-") or k in ("examples", "description"):
+            continue
+        else:
+            out[k] = _narrow(v, safe)
+    kinds = out.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "integer" in kinds or "number" in kinds:
+        out["minimum"] = max(out.get("minimum", -safe), -safe)
+        out["maximum"] = min(out.get("maximum", safe), safe)
+    if "object" in kinds and "properties" in out:
+        out["additionalProperties"] = False
+    if "array" in kinds:
+        out["maxItems"] = min(out.get("maxItems", 4), 4)
+    return out
+
+
+def _cap_waits(schema: dict, cmd: str) -> dict:
+    """Long polls: ``timeout`` of PULL/PULLB/WaitJob at most WAIT_CAP_MS, and present."""
+    props = schema.get("properties") or {}
+    if "timeout" in props and cmd in WAITS:
+        node = dict(resolve(schema, props["timeout"]))
+        node.pop("$ref", None)
+        node["maximum"] = min(node.get("maximum", WAIT_CAP_MS), WAIT_CAP_MS)
+        node["minimum"] = max(node.get("minimum", 0), 0)
+        props["timeout"] = node
+        schema["required"] = sorted(set(schema.get("required", [])) | {"timeout"})
+    return schema
+
+
+class BunqueueStrategies:
+    """The strategies of one bunqueue profile."""
+
+    def __init__(self, profile: Profile | str = "bunqueue/v2", corpus_size: int = CORPUS_SIZE):
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        spec = self.profile.model
+        self.spec = spec
+        self.encoder = FrameEncoder(self.profile, wide_integers=True)
+        undefined = msgspec.msgpack.Ext(*spec.undefined_ext)
+        self._raw = msgspec.msgpack.Encoder(
+            enc_hook=lambda o: undefined if o is UNDEFINED else repr(o)).encode
+        self.commands = tuple(sorted(c for c in spec.commands if c not in EXCLUDED))
+        self.safe = spec.safe_integer
+        self.depth = spec.max_nesting_depth
+        self.max_frame = spec.max_frame_bytes
+        self._cache: dict[str, st.SearchStrategy] = {}
+        self.corpus_size = corpus_size
+        self._corpus: dict[tuple, dict] = {}
+        self._build()
+
+    # -- messages
+    def request(self, cmd: str) -> st.SearchStrategy[dict]:
+        """Valid requests of ``cmd`` (hypothesis-jsonschema over the narrowed schema)."""
+        if cmd not in self._cache:
+            schema = copy.deepcopy(dict(self.spec.commands[cmd].request))
+            schema = _cap_waits(_narrow(schema, self.safe), cmd)
+            schema.get("properties", {}).pop("reqId", None)  # the case assigns reqIds
+            self._cache[cmd] = from_schema(schema)
+        return self._cache[cmd]
+
+    def valid(self) -> st.SearchStrategy[dict]:
+        return st.sampled_from(self.commands).flatmap(self.request)
+
+    def _bounded_fields(self, cmd: str) -> list[tuple[str, str, Any]]:
+        """(field, keyword, bound) of the command's top-level bounded properties."""
+        schema = self.spec.commands[cmd].request
+        out = []
+        for name, raw in (schema.get("properties") or {}).items():
+            node = resolve(schema, raw)
+            for kw in ("minimum", "maximum", "minLength", "maxLength"):
+                if isinstance(node.get(kw), int):
+                    out.append((name, kw, node[kw]))
+        return out
+
+    def boundary_pairs(self) -> list[tuple[str, tuple[str, str, Any]]]:
+        return [(c, f) for c in self.commands for f in self._bounded_fields(c)]
+
+    def boundary_value(self, cmd: str, bounded: tuple[str, str, Any], beyond: bool
+                       ) -> tuple[dict, str]:
+        """A minimal valid request with one bounded field at its bound, or one beyond it."""
+        name, kw, bound = bounded
+        msg = minimal(self.spec.commands[cmd].request)
+        if cmd in WAITS and name == "timeout" and kw == "maximum":
+            beyond = True  # at the bound a long poll would park the case for its timeout
+        step = 1 if beyond else 0
+        value = bound + (step if kw in ("maximum", "maxLength") else -step)
+        msg[name] = "a" * max(value, 0) if kw.endswith("Length") else value
+        return msg, f"limit:{name}.{kw}{'+1' if beyond else ''}"
+
+    def req_id(self) -> st.SearchStrategy[Any]:
+        """reqIds of every MessagePack type (a string is the documented one)."""
+        return st.one_of(
+            st.text(max_size=12), st.integers(-2**63, 2**64 - 1), st.floats(),
+            st.none(), st.booleans(), st.binary(max_size=4),
+            st.lists(st.integers(0, 9), max_size=2), st.just({"k": 1}), st.just(UNDEFINED),
+            st.just(self.safe + 1))
+
+    MUTATIONS = ("extra", "depth", "ext", "unknown_cmd", "cmd_type", "no_cmd", "wrong_type",
+                 "missing", "wide_int", "undefined", "null")
+    BYTE_MUTATIONS = ("invalid_utf8", "cut_container", "absent_len", "trailing", "not_a_map",
+                      "empty", "random_bytes")
+
+    def _build(self) -> None:
+        """The strategies a case is drawn from, built once (building is the costly part)."""
+        self._wrong = _pooled(f"{self.profile.name}:wrong", st.one_of(
+            st.integers(-2**63, 2**64 - 1), st.text(max_size=4), st.none(), st.booleans(),
+            st.floats(), st.lists(st.integers(-9, 9), max_size=2), st.binary(max_size=3)))
+        self._wide = _pick((self.safe + 1, 2**63 - 1, -2**63, 2**64 - 1, -self.safe - 2))
+        self._ext = _pooled("ext", st.builds(msgspec.msgpack.Ext,
+                                             st.integers(-128, 127).filter(lambda c: c != 0),
+                                             st.binary(max_size=8)))
+        self._reqid = _pooled(f"{self.profile.name}:reqid", self.req_id())
+        self._valid = self.valid()
+        self._pairs = tuple(self.boundary_pairs())
+        self._frame = _frame_strategy(self)
+        self._case = _case_strategy(self)
+
+    def mutate(self, draw_: Any, msg: dict) -> tuple[Any, str]:
+        """One structural mutation of ``msg`` (wrong type, missing or extra field, a wide
+        integer, deep nesting, undefined, an extension, an unknown or absent cmd)."""
+        fields = [k for k in msg if k != "cmd"]
+        options = self.MUTATIONS if fields else self.MUTATIONS[:6]
+        how = draw_(_pick(options))
+        field_ = draw_(_pick(tuple(fields))) if how in self.MUTATIONS[6:] else None
+        if how == "extra":
+            return {**msg, "x" + draw_(_text(8)): draw_(self._wrong)}, how
+        if how == "depth":
+            n = draw_(_pick((self.depth - 2, self.depth - 1, self.depth,
+                                       self.depth + 3)))
+            v: Any = 1
+            for _ in range(n):
+                v = [v]
+            return {**msg, "data": v}, f"depth:{n}"
+        if how == "ext":
+            return {**msg, "data": draw_(self._ext)}, how
+        if how == "unknown_cmd":
+            return {**msg, "cmd": draw_(_text(10))}, how
+        if how == "cmd_type":
+            return {**msg, "cmd": draw_(self._wrong)}, how
+        if how == "no_cmd":
+            return {k: v for k, v in msg.items() if k != "cmd"}, how
+        if how == "missing":
+            return {k: v for k, v in msg.items() if k != field_}, how
+        if how in ("undefined", "null"):
+            return {**msg, field_: UNDEFINED if how == "undefined" else None}, how
+        value = {"wrong_type": self._wrong, "wide_int": self._wide}[how]
+        return {**msg, field_: draw_(value)}, how
+
+    def break_bytes(self, draw_: Any, payload: bytes) -> tuple[bytes, str]:
+        """Payload bytes that break MessagePack: invalid UTF-8 in a str, a container or str
+        that declares more than follows, trailing bytes, not a map, empty, random bytes."""
+        how = draw_(_pick(self.BYTE_MUTATIONS))
+        if how == "invalid_utf8":
+            bad = self._payload({"cmd": "\x00\x00"})  # the two NULs become invalid bytes
+            return bad.replace(b"\x00\x00", b"\xff\xfe"), how
+        if how == "cut_container":
+            return payload[:draw_(_ints(1, max(1, len(payload) - 1)))], how
+        if how == "absent_len":  # str32 / array32 / map32 / bin32 headers, no bytes after
+            head = draw_(_pick((b"\xdb\x7f\xff\xff\xff", b"\xdd\x00\x01\x00\x00",
+                                          b"\xdf\xff\xff\xff\xff", b"\xc6\x40\x00\x00\x00")))
+            return (b"\x81" + head if draw_(_BOOL) else head), how
+        if how == "trailing":
+            return payload + draw_(_bin(1, 3)), how
+        if how == "not_a_map":
+            return self._payload(draw_(_pick(((1, 2), 7, "s", None)))), how
+        if how == "empty":
+            return b"", how
+        return draw_(_bin(1, 32)), how
+
+    def _payload(self, msg: Any) -> bytes:
+        """The project's encoder (wide integers as float64 where exact, as msgpackr does);
+        what it refuses or cannot read back (an integer beyond 64 bits, a timestamp
+        extension with hostile data beside a wide integer) is written raw, as a hostile
+        client would, integers clamped to 64 bits."""
+        try:
+            return self.encoder.payload(msg)
+        except Exception:  # noqa: BLE001 - any refusal: write the bytes raw
+            return self._raw(_clamp(msg))
+
+    def corpus_message(self, seed: int | str, j: int) -> dict:
+        """Valid message ``j`` of ``seed``'s corpus: drawn by hypothesis-jsonschema from key
+        ``(seed, "corpus", j)`` on first use and cached, so a case costs no schema draw."""
+        key = (seed, j)
+        msg = self._corpus.get(key)
+        if msg is None:
+            msg = self._corpus[key] = draw(self._valid, f"{seed}:corpus", j)
+        return msg
+
+
+def _frame_strategy(bq: BunqueueStrategies) -> Any:
+    return st.composite(lambda draw_, seed: _frame(bq, draw_, seed))
+
+
+def _frame(bq: BunqueueStrategies, draw_: Any, seed: Any) -> tuple[bytes, list[str]]:
+    prefix = bq.encoder.prefix
+    kind = draw_(_pick(("valid", "valid", "valid", "boundary", "mutate",
+                                  "bytes", "lie")))
+    if kind == "boundary":
+        cmd, bounded = draw_(_pick(bq._pairs))
+        msg, label = bq.boundary_value(cmd, bounded, draw_(_BOOL))
+    else:
+        msg = bq.corpus_message(seed, draw_(_ints(0, bq.corpus_size - 1)))
+        label = "valid"
+    labels = [f"cmd:{msg.get('cmd')}"]
+    if kind == "mutate":
+        msg, label = bq.mutate(draw_, msg)
+    if draw_(_ints(0, 7)) == 0:
+        msg = {**msg, "reqId": draw_(bq._reqid)}
+        labels.append("reqid_type")
+    elif "reqId" not in msg:
+        msg = {**msg, "reqId": str(draw_(_ints(0, 3)))}  # small: reuse is likely
+    labels.append(label)
+    payload = bq._payload(msg)
+    if kind == "bytes":
+        payload, labels[-1] = bq.break_bytes(draw_, payload)
+    if kind == "lie":
+        how = draw_(_pick(("short", "long", "huge")))
+        labels[-1] = f"lie:{how}"
+        n = len(payload)
+        length = {"short": lambda: max(0, n - draw_(_ints(1, 3))),
+                  "long": lambda: n + draw_(_ints(1, 8)),
+                  "huge": lambda: bq.max_frame + draw_(_ints(1, 2**20))}[how]()
+        return prefix(min(length, 2**32 - 1)) + payload, labels
+    return prefix(len(payload)) + payload, labels
+
+
+def _case_strategy(bq: BunqueueStrategies, max_frames: int = 6) -> Any:
+    return st.composite(lambda draw_, seed: _case(bq, draw_, seed, max_frames))
+
+
+def _case(bq: BunqueueStrategies, draw_: Any, seed: Any, max_frames: int) -> Case:
+    items = [_frame(bq, draw_, seed) for _ in range(draw_(_ints(1, max_frames)))]
+    frames = [f for f, _ in items]
+    labels = sorted({lab for _, ls in items for lab in ls})
+    if draw_(_ints(0, 9)) == 0:  # coalesce a duplicate of a frame (same reqId)
+        frames.append(frames[draw_(_ints(0, len(frames) - 1))])
+        labels.append("duplicate")
+    close = draw_(_ints(0, 4)) == 0
+    if close and draw_(_BOOL):
+        frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
+        labels.append("truncated")
+    splits = _segmentation(draw_, sum(map(len, frames)))
+    return Case("bunqueue", bq.profile.name, frames, splits, close, labels)
+
+
+def _clamp(obj: Any) -> Any:
+    if type(obj) is int:
+        return max(-2**63, min(obj, 2**64 - 1))
+    if type(obj) is dict:
+        return {_clamp(k): _clamp(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return [_clamp(v) for v in obj]
+    return obj
+
+
+@cache
+def bunqueue_strategies(profile: str) -> BunqueueStrategies:
+    return BunqueueStrategies(profile)
+
+
+def _segmentation(draw_: Any, total: int) -> list[int]:
+    """Write sizes: whole (empty list), one byte at a time, or sizes chosen by the case
+    (hiredis' fuzzer style: a byte of the case picks each split)."""
+    how = draw_(_ints(0, 3))
+    if how <= 1:
+        return []
+    if how == 2:
+        return [1] * min(total, 4096)
+    return [draw_(_ints(1, max(1, total))) for _ in range(draw_(_ints(1, 8)))]
+
+
+# -- quicx ------------------------------------------------------------------------------------
+class QuicxStrategies:
+    """Every opcode (known or not) x every version byte class x every length class."""
+
+    def __init__(self, profile: Profile | str = "quicx/v1"):
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.encoder = QuicxEncoder(self.profile)
+        self.spec = self.encoder.spec
+        self._valid = self.valid_frame()
+        self._frame = self.frame()
+        self._case = self.case()
+
+    def combinations(self) -> list[tuple[int, int, str]]:
+        """(msg_type, version, length class): the exhaustive grid the issue asks for."""
+        versions = sorted(self.spec.accepted_versions | {0, 0xFF, self.spec.version + 1})
+        codes = sorted(set(self.spec.by_code) | {0, max(self.spec.by_code) + 1, 0xFF})
+        return [(c, v, n) for c in codes for v in versions
+                for n in ("zero", "min", "fixed", "short", "long", "huge")]
+
+    def _length(self, code: int, how: str, payload: bytes) -> int:
+        msg = self.spec.by_code.get(code)
+        if how == "zero":
+            return 0
+        if how == "min":
+            return msg.min_size if msg else 1
+        if how == "fixed":
+            return (msg.fixed_size if msg and msg.fixed_size is not None else len(payload))
+        if how == "short":
+            return max(0, len(payload) - 1)
+        if how == "long":
+            return len(payload) + 1
+        cap = self.spec.max_payload_bytes
+        return min(2**32 - 1, (cap + 1) if cap is not None and cap < 2**32 - 1 else 2**32 - 1)
+
+    def valid_frame(self) -> st.SearchStrategy[tuple[bytes, str]]:
+        spec, enc = self.spec, self.encoder
+        sendable = {"MSG_SUBMIT": lambda d: enc.submit(d(_pick(("send_email", "x"))),
+                                                       d(_bin(0, 16))),
+                    "MSG_READY": lambda d: enc.ready(),
+                    "MSG_HEARTBEAT": lambda d: enc.heartbeat(),
+                    "MSG_DONE": lambda d: enc.done(d(_ints(0, 2**32 - 1))),
+                    "MSG_FAILED": lambda d: enc.failed(d(_ints(0, 2**32 - 1)), d(_text(8)))}
+        names = sorted(n for n in sendable if n in spec.messages
+                       and not spec.messages[n].reserved
+                       and spec.messages[n].transport == spec.transport)
+
+        @st.composite
+        def build(draw_: Any) -> tuple[bytes, str]:
+            name = draw_(_pick(tuple(names)))
+            return sendable[name](draw_), f"msg:{name}"
+        return build()
+
+    def frame(self) -> st.SearchStrategy[tuple[bytes, str]]:
+        grid = self.combinations()
+
+        @st.composite
+        def build(draw_: Any) -> tuple[bytes, str]:
+            if draw_(_BOOL):
+                return draw_(self._valid)
+            code, version, how = draw_(_pick(tuple(grid)))
+            payload = draw_(_bin(0, 12))
+            length = self._length(code, how, payload)
+            raw = self.encoder.frame(code, payload[:length], version=version, length=length)
+            return raw, f"grid:{code:#04x}/v{version}/{how}"
+        return build()
+
+    def case(self, max_frames: int = 6) -> st.SearchStrategy[Case]:
+        @st.composite
+        def build(draw_: Any) -> Case:
+            items = draw_(st.lists(self._frame, min_size=1, max_size=max_frames))
+            frames = [f for f, _ in items]
+            close = True  # quicx cases always half-close (see runner)
+            labels = sorted({lab for _, lab in items})
+            if close and draw_(_BOOL):
+                frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
+                labels.append("truncated")
+            splits = _segmentation(draw_, sum(map(len, frames)))
+            return Case("quicx", self.profile.name, frames, splits, close, labels)
+        return build()
+
+
+@cache
+def quicx_strategies(profile: str) -> QuicxStrategies:
+    return QuicxStrategies(profile)
+
+
+def case_strategy(protocol: str, profile: str, seed: int | str) -> st.SearchStrategy[Case]:
+    if protocol == "bunqueue":
+        return bunqueue_strategies(profile)._case(seed)
+    return quicx_strategies(profile)._case
+
+
+def make_case(protocol: str, profile: str, seed: int | str, index: int) -> Case:
+    """Case ``index`` of the run seeded ``seed``: regenerated alone, without the others
+    (bunqueue through :class:`FastDraw`, quicx through hypothesis' own seeded draw)."""
+    if protocol == "bunqueue":
+        case = _case(bunqueue_strategies(profile), FastDraw(seed, index), seed, 6)
+    else:
+        case = draw(case_strategy(protocol, profile, seed), seed, index)
+    case.seed, case.index = seed, index
+    return case
