@@ -191,19 +191,9 @@ class Runner:
         while True:
             if not half_close and got_sentinel and len(replies) >= want:
                 break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                res.timed_out = True
-                break
-            try:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), left)
-            except TimeoutError:
-                res.timed_out = True
-                break
-            except OSError:
-                reset, data = True, b""
+            data, lost = await _next_chunk(reader, deadline, res)
+            reset = reset or lost
             if not data:
-                res.closed = True
                 break
             try:
                 frames = dec.feed(data)
@@ -295,19 +285,8 @@ class Runner:
             pass
         deadline = time.monotonic() + self.bound
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                res.timed_out = True
-                break
-            try:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), left)
-            except TimeoutError:
-                res.timed_out = True
-                break
-            except OSError:
-                data = b""
+            data, _ = await _next_chunk(reader, deadline, res)
             if not data:
-                res.closed = True
                 break
             try:
                 res.replies += dec.feed(data)
@@ -321,6 +300,27 @@ class Runner:
         if res.timed_out:
             res.findings += await self.alive()
         return res
+
+
+async def _next_chunk(reader: asyncio.StreamReader, deadline: float,
+                      res: Any) -> tuple[bytes, bool]:
+    """The next bytes before ``deadline`` and whether the connection was reset; b"" when
+    there are none, with ``res.timed_out`` or ``res.closed`` set to say why."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        res.timed_out = True
+        return b"", False
+    reset = False
+    try:
+        data = await asyncio.wait_for(reader.read(READ_SIZE), left)
+    except TimeoutError:
+        res.timed_out = True
+        return b"", False
+    except OSError:
+        reset, data = True, b""
+    if not data:
+        res.closed = True
+    return data, reset
 
 
 # -- shrinking, transcripts, replay -------------------------------------------------------------
