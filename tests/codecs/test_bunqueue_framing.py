@@ -907,3 +907,34 @@ def test_max_size_frame_in_64k_chunks():
     assert len(out) == 1
     assert len(out[0]["b"]) == len(body) and out[0]["b"] == body
     assert decoder.buffered == 0 and decoder.offset == len(raw)
+
+
+def _decode_all(chunks):
+    """Every frame and error a decoder gives for ``chunks``, going on after reply errors."""
+    dec, out = FrameDecoder("bunqueue/v2"), []
+    for chunk in chunks:
+        data = chunk
+        while True:
+            try:
+                out += [("frame", f.get("cmd")) for f in dec.feed(data)]
+            except ProtocolError as err:
+                out += [("frame", f.get("cmd")) for f in err.frames]
+                out.append(("error", err.kind, err.reaction))
+                if err.reaction == "close":
+                    return out
+                data = b""
+                continue
+            break
+    return out
+
+
+def test_a_prefix_declaring_too_much_after_a_reply_error_is_judged_however_the_bytes_come():
+    """Found by the fuzzer: after a reply error the decoder judged an over-long prefix it had
+    already buffered only when more bytes arrived, so whole and byte-by-byte feeds differed."""
+    enc = FrameEncoder("bunqueue/v2")
+    stream = (enc.encode({"cmd": "Ping", "reqId": "1"}) + struct.pack(">I", 3) + b"\xc1\xc1\xc1"
+              + struct.pack(">I", 2**31))
+    whole = _decode_all([stream])
+    assert whole == [("frame", "Ping"), ("error", "invalid_msgpack", "reply"),
+                     ("error", "frame_too_large", "close")]
+    assert _decode_all([stream[i:i + 1] for i in range(len(stream))]) == whole

@@ -218,8 +218,10 @@ class FrameDecoder:
                 data = bytes(data)
             self._chunks.append(data)
             self._have += len(data)
-        if self._have < self._need:
-            return []
+        if self._have < self._need and not (
+                self._need - self._prefix.size > self.max_frame_bytes
+                and self._have >= self._prefix.size):
+            return []  # (a prefix already in that declares too much is judged below, now)
         chunks = self._chunks
         buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         n = len(buf)
