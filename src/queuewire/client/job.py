@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import Profile
-from .options import ClientConfigError, snake
+from .options import ClientConfigError, camel, snake
 
 __all__ = ["DEFAULT_NAME", "Job", "JobCodec"]
 
@@ -26,11 +26,6 @@ DEFAULT_NAME = "default"
 
 #: option names that are not the snake_case of their wire field
 _ALIASES = {"attempts": "maxAttempts"}
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 class JobCodec:
@@ -52,7 +47,7 @@ class JobCodec:
             if value is None:
                 continue
             field = custom_id if key in ("job_id", "jobId", "custom_id", "customId") else \
-                _ALIASES.get(key) or (key if key in allowed else _camel(key))
+                _ALIASES.get(key) or (key if key in allowed else camel(key))
             if field not in allowed:
                 names = sorted({snake(f) for f in allowed} | {"attempts", "job_id"})
                 raise ClientConfigError(f"{where} has no option {key!r} in profile "
@@ -115,7 +110,7 @@ class Job:
 
     def __getattr__(self, attr: str) -> Any:
         raw = object.__getattribute__(self, "raw")
-        key = _camel(attr)
+        key = camel(attr)
         if key in raw:
             return raw[key]
         raise AttributeError(f"Job has no field {attr!r} (the server sent: {sorted(raw)})")

@@ -20,7 +20,7 @@ from typing import Any
 from ..spec import Profile, load_profile
 from .session import ClientError
 
-__all__ = ["ClientConfigError", "ConnectionOptions", "WorkerOptions", "snake"]
+__all__ = ["ClientConfigError", "ConnectionOptions", "WorkerOptions", "camel", "snake"]
 
 
 class ClientConfigError(ClientError, ValueError):
@@ -30,6 +30,12 @@ class ClientConfigError(ClientError, ValueError):
 def snake(name: str) -> str:
     """``commandTimeout`` -> ``command_timeout``."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def camel(name: str) -> str:
+    """``command_timeout`` -> ``commandTimeout`` (the wire's spelling of an option)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _spec_defaults(profile: Profile, group: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 from ..spec import Profile, load_profile
 from .bunqueue_session import BunqueueRefused
 from .job import Job, JobCodec
-from .options import ClientConfigError
+from .options import ClientConfigError, camel
 from .transport import Transport, transport_for
 
 __all__ = ["Queue", "open_transport"]
@@ -279,7 +279,7 @@ class Queue:
             payload["schedule"] = pattern
         if every is not None:
             payload["repeatEvery"] = every
-        payload.update({k if k in ("priority", "timezone") else _camel(k): v
+        payload.update({k if k in ("priority", "timezone") else camel(k): v
                         for k, v in fields.items()})
         return (await self.command("Cron", **payload)).get("cron")
 
@@ -382,8 +382,3 @@ class _AddBatcher:
         self._flush()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)

@@ -129,7 +129,8 @@ class EmbeddedTransport(Transport):
         return self._conn
 
     def _pushed(self, data: bytes) -> None:
-        for frame in FrameDecoder(self.profile, check_depth=False).feed(data):
+        # one whole frame, as every feed of the reply decoder is: it holds nothing between feeds
+        for frame in self._decoder.feed(data):
             for subscriber in list(self._subscribers):
                 try:
                     subscriber(frame)
