@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from queuewire.tap.analyzer import Analyzer
 from queuewire.tap.proxy import TapServer
-from queuewire.tap.record import Recorder
+from queuewire.traffic.analyzer import Analyzer
+from queuewire.traffic.record import Recorder
 
 
 class SinkServer:

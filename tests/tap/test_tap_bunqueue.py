@@ -13,9 +13,9 @@ from tap_helpers import SinkServer, raw_exchange, tapped, until
 from queuewire.client import Queue, Worker
 from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
 from queuewire.reference_server.bunqueue import BunqueueServer
-from queuewire.tap import trace
-from queuewire.tap.analyzer import Analyzer
 from queuewire.tap.proxy import TapServer
+from queuewire.traffic import trace_format as trace
+from queuewire.traffic.analyzer import Analyzer
 
 PROFILE = "bunqueue/v2"
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from queuewire.cli import main
 from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
-from queuewire.tap import trace
+from queuewire.traffic import trace_format as trace
 from serve_process import start_serve, stop_serve
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")

@@ -12,7 +12,7 @@ from queuewire.client.quicx import QuicxMonitor, QuicxProducer, QuicxWorker
 from queuewire.codecs.quicx import QuicxEncoder, decode
 from queuewire.reference_server.quicx import QuicxServer
 from queuewire.spec import load_profile, profile_names
-from queuewire.tap import trace
+from queuewire.traffic import trace_format as trace
 
 PROFILES = profile_names("quicx")
 

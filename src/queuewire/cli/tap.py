@@ -96,9 +96,9 @@ def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: 
     import asyncio
     import signal
 
-    from ..tap.analyzer import DEFAULT_MAX_FRAME, Analyzer
     from ..tap.proxy import TapServer
-    from ..tap.record import Recorder
+    from ..traffic.analyzer import DEFAULT_MAX_FRAME, Analyzer
+    from ..traffic.record import Recorder
 
     recorder = None
     if record_dir:

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .analyzer import Analyzer
+from ..traffic.analyzer import Analyzer
 
 log = logging.getLogger("queuewire.tap")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .trace import TraceFormat, trace_format
+from .trace_format import TraceFormat, trace_format
 
 _BUFFER = 1 << 20
 

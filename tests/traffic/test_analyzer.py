@@ -12,10 +12,10 @@ from queuewire.codecs.bunqueue import encode_frame
 from queuewire.codecs.quicx import QuicxEncoder
 from queuewire.spec import spec_dir
 from queuewire.spec._load import read_yaml
-from queuewire.tap import trace
-from queuewire.tap.analyzer import Analyzer
-from queuewire.tap.model import Latency
-from queuewire.tap.record import Recorder
+from queuewire.traffic import trace_format as trace
+from queuewire.traffic.analyzer import Analyzer
+from queuewire.traffic.model import Latency
+from queuewire.traffic.record import Recorder
 
 PROFILE = "bunqueue/v2"
 

@@ -1,0 +1,16 @@
+"""``queuewire.traffic``: the sans-IO analysis of bunqueue and quicx traffic, live or recorded.
+
+Design: one layer above the codecs (it imports :mod:`queuewire.codecs` and
+:mod:`queuewire.spec` only), bytes in and findings, pairs and rows out, no sockets and no
+clock, so the live tap (:mod:`queuewire.tap`, an asyncio proxy) and the recorded-traffic
+pipeline (:mod:`queuewire.trace`, plain Python or Spark) judge with the same code. ``framing``
+cuts each direction of a connection into whole frames by the protocol's length field (read
+from the spec) and hands each to the codec's decoder, so every byte lands in exactly one
+frame or gap; ``bunqueue`` and ``quicx`` pair requests with replies (reqId; order and task
+id) and judge both directions with the codecs' typed errors and the validator, each finding
+at the level of the requirement it cites (``model.verdict_of``: MUST -> FAIL, SHOULD -> WARN,
+else INFO); ``analyzer`` is the core (``feed(conn_id, direction, bytes, t_ns)`` -> findings
+and pairs, bounded aggregates per connection and per command); ``trace_format`` loads the
+recording format of ``spec/trace.yaml`` and reads trace files, ``record`` writes them
+(sharded by connection, rotated by size).
+"""
