@@ -16,10 +16,16 @@ NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
 all: test
 
+# The trace extra brings pyspark (the Spark engine of `queuewire trace analyze`), which needs
+# Java 17 or later: the recipe says what to install when it is missing, and the Spark tests
+# then fail with the same message (they are part of the suite).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,trace]'
+	@java -version >/dev/null 2>&1 || echo "Java 17+ not found: the Spark engine of 'queuewire trace' \
+		needs it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install \
+		openjdk@17; or set JAVA_HOME). Everything else works without it."
 	touch $(STAMP)
 
 $(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json

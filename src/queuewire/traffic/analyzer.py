@@ -155,6 +155,30 @@ class Analyzer:
             self.sink("eof", conn_id, direction, t_ns)
         return events
 
+    def hole(self, conn_id: int, direction: str, missing_bytes: int, t_ns: int) -> list:
+        """``missing_bytes`` bytes of ``direction`` crossed but are not in the capture (a
+        pcap import): a frame they cut short is a ``truncated`` gap (no verdict: the peer
+        did not cut it), then a ``missing`` gap record (payload JSON ``{"missing_bytes": n}``)
+        and an INFO ``capture_gap`` finding; the direction's framing cannot be trusted after
+        it, so every later chunk is a ``framing_lost`` gap."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return []
+        self._events = events = []
+        self._cur, self._t, self._dir = conn, t_ns, direction
+        stream = conn.streams.get(direction)
+        if stream is not None:
+            self._items(conn, direction, stream.eof()[0], t_ns)  # the decoder's verdict: dropped
+            stream.lost = True
+        conn.stats.gaps += 1
+        if self.sink is not None:
+            self.sink("gap", conn_id, direction, t_ns,
+                      json.dumps({"missing_bytes": missing_bytes}).encode(), "missing")
+        self._report(conn, INFO, None, direction, None, "capture_gap",
+                     f"{missing_bytes} byte(s) {direction} are missing from the capture; the "
+                     "direction's later bytes are recorded unframed (framing_lost)")
+        return events
+
     def _end_stream(self, conn: _Conn, direction: str, t_ns: int) -> None:
         stream = conn.streams.get(direction)
         if stream is None:

@@ -35,6 +35,9 @@ from .model import INFO, WARN, verdict_of
 Report = Callable[[str, "str | None", str, "str | None", str, str], None]
 #: (command, key, sent_ns, answered_ns, ok, answer) -> None
 PairFn = Callable[[str, Any, int, int, bool, str], None]
+#: (match key, t_ns, answer, ok, frame bytes) -> None: an answer whose request may be in an
+#: earlier file of the connection (a recording rotated between them)
+OrphanFn = Callable[[str, int, str, bool, bytes], None]
 
 
 class BunqueueProtocol:
@@ -73,8 +76,18 @@ class BunqueueProtocol:
         return Stream(lambda: FrameDecoder(profile, check_depth=check_depth), self._prefix, 0,
                       self.max_frame, feed, lambda exc: exc.reaction == "reply")
 
-    def connection(self, conn_id: int, report: Report, pair: PairFn) -> BunqueueConn:
-        return BunqueueConn(self, conn_id, report, pair)
+    def connection(self, conn_id: int, report: Report, pair: PairFn,
+                   orphan: OrphanFn | None = None) -> BunqueueConn:
+        """A judge for one connection. With ``orphan``, the connection's earlier traffic is
+        in another file: a reply nothing here was sent for goes to ``orphan`` (to be paired
+        by the trace pipeline's join) instead of being a finding."""
+        return BunqueueConn(self, conn_id, report, pair, orphan)
+
+
+def match_key(req_id: Any) -> str:
+    """A reqId (as the in-flight table keys it) as the string a join across files matches on,
+    type-tagged so that "1" and 1 stay apart."""
+    return "s:" + req_id if type(req_id) is str else "r:" + repr(req_id)
 
 
 def _key(req_id: Any) -> Any:
@@ -88,10 +101,14 @@ def _key(req_id: Any) -> Any:
 class BunqueueConn:
     """One connection's pairing state and verdicts."""
 
-    __slots__ = ("_is_valid", "_no_id", "_pair", "_report", "conn_id", "in_flight", "proto")
+    __slots__ = ("_is_valid", "_no_id", "_orphan", "_orphans", "_pair", "_report", "conn_id",
+                 "in_flight", "proto")
 
-    def __init__(self, proto: BunqueueProtocol, conn_id: int, report: Report, pair: PairFn):
+    def __init__(self, proto: BunqueueProtocol, conn_id: int, report: Report, pair: PairFn,
+                 orphan: OrphanFn | None = None):
         self.proto = proto
+        self._orphan = orphan
+        self._orphans = 0     # answers without reqId given to orphan (their FIFO rank)
         self.conn_id = conn_id
         self._report = report
         self._pair = pair
@@ -152,6 +169,11 @@ class BunqueueConn:
             if self.proto.event_type is not None and msg.get("type") == self.proto.event_type:
                 return False  # a pushed job event (BQ-EVENT-102): answers nothing
             if not self._no_id:
+                if self._orphan is not None:
+                    self._orphan(f"n:{self._orphans}", t_ns, "reply", msg.get("ok") is True,
+                                 item.raw)
+                    self._orphans += 1
+                    return True
                 self._report(INFO, None, "s2c", None, "reply_unpaired",
                              "a frame without reqId that answers no request seen without one")
                 return False
@@ -161,6 +183,9 @@ class BunqueueConn:
         key = _key(req_id) if type(req_id) is not str else req_id
         held = self.in_flight.pop(key, None)
         if held is None:
+            if self._orphan is not None:
+                self._orphan(match_key(key), t_ns, "reply", msg.get("ok") is True, item.raw)
+                return True
             self._report(WARN, "BQ-ENV-2", "s2c", None, "reqid_unknown",
                          f"a reply with reqId {req_id!r}, which no request in flight carries")
             return False
@@ -180,6 +205,15 @@ class BunqueueConn:
                 level = verdict_of(self.proto.profile, v.requirement)
                 self._report(level, v.requirement, "s2c", cmd, "reply_schema", str(v))
         self._pair(cmd, key, sent, t_ns, ok, "reply")
+
+    def open_ends(self) -> list[tuple[str, str, int]]:
+        """The requests still waiting, as (match key, command, sent_ns): what a later file of
+        the connection may answer (the keys :meth:`server_frame` gives ``orphan`` there)."""
+        out = [(f"n:{i}", cmd, sent) for i, (cmd, sent) in enumerate(self._no_id)]
+        for key, held in self.in_flight.items():
+            for cmd, sent in (held if type(held) is deque else (held,)):
+                out.append((match_key(key), cmd, sent))
+        return out
 
     def unanswered(self) -> list[str]:
         """The commands still waiting for a reply (at close)."""

@@ -34,6 +34,17 @@ class Item:
     gap: str | None = None
 
 
+def _bare(exc: BaseException) -> None:
+    """Drop the tracebacks of an error an Item keeps (its own, and those of the exception it
+    was raised from): their frames would keep the bytes they held alive, by a reference cycle
+    only the garbage collector breaks (a decoder reading a memory-mapped trace file could
+    not unmap it)."""
+    exc.__traceback__ = None
+    for inner in (exc.__cause__, exc.__context__):
+        if inner is not None:
+            inner.__traceback__ = None
+
+
 class Stream:
     """Frames and decodes one direction; see the module docstring."""
 
@@ -90,6 +101,7 @@ class Stream:
                         if msgs:
                             item.message = msgs[0]
                     except ProtocolError as exc:
+                        _bare(exc)
                         self._refused(exc, item)
                         dec = self.decoder
                 else:
@@ -111,6 +123,7 @@ class Stream:
                 try:
                     feed(dec, buf[pos:pos + hs])
                 except ProtocolError as exc:
+                    _bare(exc)
                     if self._intact(exc):
                         self._header_error = exc
                     else:  # the rest of the direction cannot be framed: report it once
@@ -134,6 +147,7 @@ class Stream:
             msgs = self._feed(dec, data)
             item.message = msgs[0] if msgs else None
         except ProtocolError as exc:
+            _bare(exc)
             self._refused(exc, item)
 
     def _refused(self, exc: ProtocolError, item: Item) -> None:
@@ -153,6 +167,7 @@ class Stream:
             try:
                 self.decoder.eof()
             except ProtocolError as exc:
+                _bare(exc)
                 error = exc
         self._buf = b""
         return out, error

@@ -27,7 +27,7 @@ from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..spec import Profile
 from ..spec.quicx import DAEMON, struct_format
-from .bunqueue import PairFn, Report
+from .bunqueue import OrphanFn, PairFn, Report
 from .framing import Item, Stream
 from .model import INFO, WARN, verdict_of
 
@@ -70,15 +70,22 @@ class QuicxProtocol:
                       lambda dec, data: dec.feed(data),
                       lambda exc: spec.error(exc.kind).reaction == "reply")
 
-    def connection(self, conn_id: int, report: Report, pair: PairFn) -> QuicxConn:
-        return QuicxConn(self, conn_id, report, pair)
+    def connection(self, conn_id: int, report: Report, pair: PairFn,
+                   orphan: OrphanFn | None = None) -> QuicxConn:
+        """A judge for one connection; ``orphan`` as for bunqueue (an answer that may pair
+        with a request in an earlier file of the connection)."""
+        return QuicxConn(self, conn_id, report, pair, orphan)
 
 
 class QuicxConn:
     """One connection's pending requests, tasks and results."""
 
-    def __init__(self, proto: QuicxProtocol, conn_id: int, report: Report, pair: PairFn):
+    def __init__(self, proto: QuicxProtocol, conn_id: int, report: Report, pair: PairFn,
+                 orphan: OrphanFn | None = None):
         self.proto = proto
+        self._orphan = orphan
+        # answers given to orphan, by kind of key: their FIFO rank among this file's orphans
+        self._orphans = {"q": 0, "h": 0}
         self.conn_id = conn_id
         self._report = report
         self._pair = pair
@@ -97,6 +104,19 @@ class QuicxConn:
     def _push(self, name: str, t_ns: int) -> None:
         self._seq += 1
         self._pending.append((self._seq, name, t_ns))
+
+    def _orphaned(self, kind: str, t_ns: int, name: str, ok: bool, raw: bytes) -> bool:
+        """Give an answer with nothing pending to ``orphan`` (keyed by its FIFO rank, or a
+        task id); False when there is no ``orphan`` (then it is a finding)."""
+        if self._orphan is None:
+            return False
+        if kind in self._orphans:
+            key = f"{kind}:{self._orphans[kind]}"
+            self._orphans[kind] += 1
+        else:
+            key = kind
+        self._orphan(key, t_ns, name, ok, raw)
+        return True
 
     def _pop(self, kinds: tuple[str, ...] | None) -> tuple[int, str, int] | None:
         for i, entry in enumerate(self._pending):
@@ -132,6 +152,9 @@ class QuicxConn:
             task_id = msg.fields["task_id"]
             self._results_seen += 1
             given = self._tasks.pop(task_id, None)
+            if given is None and self._orphaned(f"t:{task_id}", t_ns, name, name == "MSG_DONE",
+                                                item.raw):
+                return None
             if given is None:
                 self._report(WARN, "QX-DONE-3", "c2s", name, "task_unknown",
                              f"{name} for task {task_id}, which the daemon did not give "
@@ -150,6 +173,8 @@ class QuicxConn:
         name = msg.name
         if name == _PONG:
             if not self._heartbeats["c2s"]:
+                if self._orphaned("h", t_ns, name, True, item.raw):
+                    return True
                 self._report(INFO, None, "s2c", name, "pong_unpaired",
                              "MSG_PONG without a MSG_HEARTBEAT pending")
                 return False
@@ -162,6 +187,9 @@ class QuicxConn:
         if name in _RESULTS:  # a result forwarded to a producer
             task_id = msg.fields["task_id"]
             sent = self._results.pop(task_id, None)
+            if sent is None and self._orphaned(f"r:{task_id}", t_ns, name, name == "MSG_DONE",
+                                               item.raw):
+                return False
             if sent is None:
                 self._report(INFO, None, "s2c", name, "result_unpaired",
                              f"{name} for task {task_id}, not accepted on this connection")
@@ -170,6 +198,8 @@ class QuicxConn:
             return False  # the submission was already paired by its MSG_OK
         if name == _ERROR:
             entry = self._pop(None)
+            if entry is None and self._orphaned("q", t_ns, name, False, item.raw):
+                return True
             if entry is None:
                 self._report(INFO, None, "s2c", name, "error_unpaired",
                              "MSG_ERROR while nothing from this client was pending")
@@ -183,6 +213,10 @@ class QuicxConn:
         if entry is None:
             if name == "MSG_TASK" and not self.proto.ready_after_result and self._results_seen:
                 entry = None  # re-armed by a result (ready_required_after_result false)
+            elif self._orphaned("q", t_ns, name, True, item.raw):
+                if name == "MSG_TASK":
+                    self._tasks[msg.fields["task_id"]] = t_ns
+                return True
             else:
                 self._report(INFO, None, "s2c", name, "answer_unpaired",
                              f"{name} while no {' or '.join(kinds)} was pending")
@@ -195,6 +229,16 @@ class QuicxConn:
             self._results[msg.fields["task_id"]] = sent
         self._pair(request, seq, sent, t_ns, True, name)
         return True
+
+    def open_ends(self) -> list[tuple[str, str, int]]:
+        """What a later file of the connection may answer, as (match key, request, sent_ns):
+        pending requests and heartbeats by FIFO rank, tasks given and submissions accepted by
+        task id (the keys :meth:`_orphaned` gives there)."""
+        out = [(f"q:{i}", name, t) for i, (_, name, t) in enumerate(self._pending)]
+        out += [(f"h:{i}", _HEARTBEAT, t) for i, t in enumerate(self._heartbeats["c2s"])]
+        out += [(f"t:{task}", "MSG_TASK", t) for task, t in self._tasks.items()]
+        out += [(f"r:{task}", "MSG_SUBMIT", t) for task, t in self._results.items()]
+        return out
 
     def unanswered(self) -> list[str]:
         out = [name for _, name, _ in self._pending]

@@ -174,9 +174,10 @@ def read_dir(directory: str | Path) -> Iterator[Record]:
 
 def streams(directory: str | Path) -> dict[tuple[int, str], bytes]:
     """The bytes of each (conn_id, direction) as they crossed the tap: its frame and gap
-    records concatenated (what the format guarantees they are)."""
+    records concatenated (what the format guarantees they are), ``missing`` gaps left out
+    (their payload describes bytes a capture did not hold)."""
     out: dict[tuple[int, str], list[bytes]] = {}
     for rec in read_dir(directory):
-        if rec.type in ("frame", "gap"):
+        if rec.type == "frame" or (rec.type == "gap" and rec.detail != "missing"):
             out.setdefault((rec.conn_id, rec.direction), []).append(rec.payload)
     return {k: b"".join(v) for k, v in out.items()}

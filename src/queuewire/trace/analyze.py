@@ -1,0 +1,125 @@
+"""``queuewire trace analyze``: inputs in, Parquet tables, ``summary.json`` and an HTML page out.
+
+:func:`analyze` finds the trace files of the inputs (files, or directories searched for the
+format's file glob), reads every file's meta to settle the protocol and profile (the given
+``--profile``, else the one the recording was made under; a set of files that mixes
+protocols or, without ``--profile``, profiles is refused), runs an engine (``spark``, the
+default, or ``local``; both decode with :class:`~.decode.FileDecoder`) and writes, under
+``out``: ``frames/``, ``pairs/``, ``violations/`` and ``conns/`` (Parquet), ``summary.json``
+(:mod:`.summary`) and ``summary.html`` (:mod:`.html`). The output directory must be empty or
+absent, so an analysis never mixes with an older one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..spec import Profile, load_profile
+from ..traffic.trace_format import TraceError, read_header, trace_format
+from .summary import build_summary
+
+ENGINES = ("spark", "local")
+
+
+def find_inputs(inputs: list[str | Path]) -> list[Path]:
+    """The trace files of ``inputs``, sorted by name (each connection's files in order)."""
+    glob = trace_format().file_glob
+    files: list[Path] = []
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(p.rglob(glob))
+            if not found:
+                raise TraceError(f"{p}: no trace files ({glob}) in this directory")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise TraceError(f"{p}: no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(f)
+    return sorted(unique, key=lambda f: (f.name, str(f)))
+
+
+def settle_profile(files: list[Path], protocol: str | None, profile: str | None) -> Profile:
+    """The profile the files are judged under (see the module docstring)."""
+    protocols: set[str] = set()
+    profiles: set[str] = set()
+    fmt = trace_format()
+    for f in files:
+        with open(f, "rb") as fh:
+            try:
+                meta = read_header(fh, fmt)
+            except TraceError as exc:
+                raise TraceError(f"{f}: {exc}") from None
+        protocols.add(str(meta.get("protocol")))
+        if meta.get("profile"):
+            profiles.add(str(meta["profile"]))
+    if profile:
+        prof = load_profile(profile)
+    else:
+        if len(protocols) > 1:
+            raise TraceError(f"the inputs mix protocols ({', '.join(sorted(protocols))}): "
+                             "analyse each protocol's recordings on their own")
+        if len(profiles) > 1:
+            raise TraceError(f"the inputs were recorded under several profiles "
+                             f"({', '.join(sorted(profiles))}): choose one with --profile")
+        if profiles:
+            prof = load_profile(profiles.pop())
+        else:
+            from ..spec import default_profile
+            prof = load_profile(default_profile(protocol or protocols.pop()))
+    if protocol and prof.protocol != protocol:
+        raise TraceError(f"profile {prof.name} is not a {protocol} profile")
+    other = protocols - {prof.protocol}
+    if other:
+        raise TraceError(f"the inputs hold {', '.join(sorted(other))} recordings, the profile "
+                         f"{prof.name} is {prof.protocol}")
+    return prof
+
+
+def analyze(inputs: list[str | Path], out: str | Path, *, engine: str = "spark",
+            master: str | None = None, protocol: str | None = None, profile: str | None = None,
+            html: bool = True, progress: Callable[[str], None] | None = None,
+            spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run an analysis; returns the summary (also written to ``out/summary.json``)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    files = find_inputs(inputs)
+    prof = settle_profile(files, protocol, profile)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TraceError(f"{out}: the output directory exists and is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    size = sum(f.stat().st_size for f in files)
+    say(f"{len(files)} trace file(s), {size / 1e6:.1f} MB, judged under {prof.name}; "
+        f"engine {engine}" + (f" ({master or 'local[*]'})" if engine == "spark" else ""))
+    if engine == "local":
+        from . import local
+        aggs, unanswered = local.run(files, out, protocol=prof.protocol, profile=prof,
+                                     force_profile=profile, progress=say)
+        used_master = None
+    else:
+        from . import spark
+        aggs, unanswered, used_master = spark.run(
+            files, out, protocol=prof.protocol, profile=prof, force_profile=profile,
+            master=master, progress=say, conf=spark_conf)
+    summary = build_summary(aggs, profile=prof, engine=engine, master=used_master,
+                            inputs=[str(i) for i in inputs], files=len(files),
+                            unanswered=unanswered, elapsed_s=time.perf_counter() - started)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if html:
+        from .html import write_html
+        write_html(summary, out / "summary.html")
+    return summary

@@ -1,0 +1,735 @@
+"""A packet capture (pcap or pcapng) of one protocol's TCP traffic, turned into a trace
+directory: the recording ``queuewire tap --record`` would have written of the same bytes.
+
+:func:`import_pcap` reads the capture packet by packet, keeps the TCP segments to or from
+the server ``port`` (and ``host``, if given), reassembles each connection's two byte streams
+by sequence number, and feeds them to the tap's own :class:`~queuewire.traffic.analyzer.Analyzer`
+with a :class:`~queuewire.traffic.record.Recorder` as its sink, so framing, gaps and the
+trace files are exactly the tap's (``spec/trace.yaml``). The file formats and the link, IP
+and TCP headers are read here with ``struct``, not dpkt: dpkt's readers turn timestamps into
+floats (a nanosecond lost), its pcapng reader knows one interface only, and a dpkt object per
+packet costs several times more. dpkt writes the synthetic captures below.
+
+The rules:
+
+* **Sides.** The server is the endpoint whose TCP port is ``port`` (and address ``host``);
+  ``c2s`` is towards it. A connection is its 4-tuple; conn ids count from 1 in the order of
+  each connection's first packet, whose timestamp is its ``open`` record's (``client`` and
+  ``upstream`` as ``host:port``, IPv6 in brackets; ``listen`` empty: there was no tap).
+* **Reassembly.** Each direction starts at its SYN's sequence number + 1 or, with no SYN
+  captured (a capture started mid-connection), at the first sequence number seen (its own,
+  or the peer's ACK of it); framing then starts wherever that is, and the analyzer records
+  what it makes of it. Sequence numbers are compared modulo 2^32 relative to the next byte
+  expected, so they wrap. Every byte is delivered once, in order: a segment ahead of the
+  next byte waits in a buffer; retransmitted and overlapping bytes already delivered are
+  dropped (the first copy wins). A FIN is the ``eof`` of its direction once every byte
+  before it is delivered; when both directions have ended the connection closes (``eof``).
+  A RST closes it at once (``reset``); a connection still open when the capture ends is
+  closed ``capture_ended``, as is one whose 4-tuple a new SYN reuses before an end was seen.
+  Packets of a connection after its close are skipped (``after_close``).
+* **Holes.** Bytes that crossed but are not in the capture (the capture dropped them, or
+  the snap length cut a segment) are known lost when the peer ACKs beyond them (it received
+  them, so they will not be retransmitted), when the out-of-order buffer of the direction
+  passes ``max_buffer`` bytes, and at a RST or the end of the capture. Each is passed to
+  :meth:`Analyzer.hole`, which records a ``missing`` gap (payload ``{"missing_bytes": n}``,
+  not bytes of the stream) and an INFO ``capture_gap`` finding; every later byte of that
+  direction is a ``framing_lost`` gap, since no frame boundary can be trusted after a hole.
+* **Timestamps.** ``t_ns`` is the packet's capture time, exact (microsecond or nanosecond
+  pcap, any pcapng ``if_tsresol`` and ``if_tsoffset``), never through a float.
+* **Errors.** A file that is neither pcap nor pcapng, a pcap of an unsupported link type, or
+  a capture with no TCP packet on the port raises :class:`PcapError` with a one-line message.
+  A capture cut short inside a packet (a killed tcpdump) ends at the last whole packet
+  (``ImportStats.truncated``). IP fragments are skipped (``ip_fragment``); checksums are
+  not verified (offloading makes them wrong in most captures).
+
+Link types: Ethernet (with 802.1Q/802.1ad tags), Linux cooked (SLL and SLL2), raw IP
+(LINKTYPE_RAW, IPV4, IPV6), BSD loopback (NULL and LOOP), each with IPv4 and IPv6.
+
+:func:`write_pcap`, :func:`conversation` and :func:`write_segments` go the other way: they
+write a synthetic capture (handshake, data segments with proper seq/ack, FIN or RST) for the
+tests and benchmarks, in any supported format and link type, with segments that can be split,
+reordered, repeated or dropped before writing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import dpkt
+
+from ..spec import SpecError
+from ..traffic.analyzer import Analyzer
+from ..traffic.record import Recorder
+
+__all__ = ["ImportStats", "PcapError", "Segment", "conversation", "import_pcap",
+           "write_pcap", "write_segments"]
+
+#: Out-of-order bytes one direction buffers before the first missing byte is given up on.
+DEFAULT_MAX_BUFFER = 16 * 1024 * 1024
+_MOD = 1 << 32
+_HALF = 1 << 31
+_ACK_PLAUSIBLE = 1 << 30  # an ACK further ahead than this is not taken as a loss
+_ENDED_KEPT = 100_000     # closed 4-tuples remembered (packets after a close are skipped)
+
+# Link types (LINKTYPE_* values, as stored in pcap and pcapng files).
+LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_LOOP = 0, 1, 101, 108
+LINK_SLL, LINK_SLL2, LINK_IPV4, LINK_IPV6 = 113, 276, 228, 229
+_LINK_NAMES = {LINK_NULL: "null", LINK_ETHERNET: "ethernet", LINK_RAW: "raw", 12: "raw",
+               14: "raw", LINK_LOOP: "loop", LINK_SLL: "sll", LINK_SLL2: "sll2",
+               LINK_IPV4: "ipv4", LINK_IPV6: "ipv6"}
+_ETH_IP, _ETH_IP6 = 0x0800, 0x86DD
+_VLAN = (0x8100, 0x88A8, 0x9100)
+_IP6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options (fragment: 44, skipped)
+_FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
+
+_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
+_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+
+
+class PcapError(Exception):
+    """A capture that cannot be imported (not pcap/pcapng, unsupported link type, nothing
+    on the port); the message is one line."""
+
+
+@dataclass
+class ImportStats:
+    """What :func:`import_pcap` read and wrote."""
+
+    path: str
+    format: str = ""                                  # pcap or pcapng
+    link_types: list[str] = field(default_factory=list)
+    packets: int = 0                                  # packet records in the file
+    tcp_packets: int = 0                              # TCP segments on the port
+    connections: int = 0
+    bytes: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
+    frames: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
+    gaps: int = 0                                     # gap records (missing ones included)
+    holes: int = 0                                    # missing gap records
+    missing_bytes: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
+    duplicate_bytes: int = 0                          # retransmitted / overlapping, dropped
+    skipped: dict[str, int] = field(default_factory=dict)  # packets not used, by reason
+    close_reasons: dict[str, int] = field(default_factory=dict)
+    findings: dict[str, int] = field(default_factory=dict)  # by level
+    first_ns: int | None = None
+    last_ns: int | None = None
+    truncated: bool = False                           # the file ends inside a packet
+    out_dir: str = ""
+    files: int = 0
+    records: int = 0
+    summary: dict[str, Any] = field(default_factory=dict, repr=False)  # Analyzer.summary()
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counts as plain data (``summary``, the analyzer's report, left out)."""
+        return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()
+                if k != "summary"}
+
+
+# -- reading the file ----------------------------------------------------------------------
+def _pcap_packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int, int, bytes]]:
+    """(link type, t_ns, bytes) of a classic pcap (micro- or nanosecond, either byte order)."""
+    head = fh.read(24)
+    if len(head) < 24:
+        raise PcapError(f"{stats.path}: pcap file shorter than its header")
+    endian = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    nano = head[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    link = struct.unpack_from(endian + "I", head, 20)[0] & 0xFFFF  # high bits: FCS length
+    if link not in _LINK_NAMES:
+        raise PcapError(f"{stats.path}: unsupported link type {link} (supported: "
+                        "Ethernet, Linux cooked SLL/SLL2, raw IP, BSD loopback)")
+    stats.link_types.append(_LINK_NAMES[link])
+    record = struct.Struct(endian + "IIII")
+    unit = 1 if nano else 1000
+    while True:
+        raw = fh.read(16)
+        if len(raw) < 16:
+            stats.truncated = bool(raw)
+            return
+        sec, frac, caplen, _ = record.unpack(raw)
+        buf = fh.read(caplen)
+        if len(buf) < caplen:  # the file ends inside the packet
+            stats.truncated = True
+            return
+        yield link, sec * 1_000_000_000 + frac * unit, buf
+
+
+def _pcapng_packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int | None, int, bytes]]:
+    """(link type, t_ns, bytes) of a pcapng: every section, every interface, exact times."""
+    ifaces: list[tuple[int, int, int, int]] = []  # (link, numerator, denominator, offset_ns)
+    endian = "<"
+    while True:
+        head = fh.read(12)
+        if len(head) < 12:
+            if head:
+                stats.truncated = True
+            return
+        if head[:4] == _PCAPNG_MAGIC:  # a section header: its byte order mark first
+            bom = head[8:12]
+            endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
+            if not endian:
+                raise PcapError(f"{stats.path}: pcapng section with a bad byte-order mark")
+            ifaces = []
+        btype, blen = struct.unpack(endian + "II", head[:8])
+        if blen < 12 or blen % 4:
+            raise PcapError(f"{stats.path}: corrupt pcapng block (length {blen})")
+        body = head[8:] + fh.read(blen - 12)
+        if len(body) < blen - 8:
+            stats.truncated = True
+            return
+        body = body[:-4]
+        if btype in (1, 2, 6) and len(body) < (8 if btype == 1 else 20):
+            raise PcapError(f"{stats.path}: corrupt pcapng block (type {btype}, {blen} bytes)")
+        if btype == 1:  # interface description
+            link, _, _snap = struct.unpack_from(endian + "HHI", body)
+            num, den, off = 1_000_000_000, 1_000_000, 0  # default resolution: microseconds
+            pos = 8
+            while pos + 4 <= len(body):
+                code, olen = struct.unpack_from(endian + "HH", body, pos)
+                val = body[pos + 4:pos + 4 + olen]
+                if code == 0:
+                    break
+                if code == 9 and len(val) >= 1:       # if_tsresol
+                    r = val[0]
+                    den = (2 ** (r & 0x7F)) if r & 0x80 else 10 ** (r & 0x7F)
+                elif code == 14 and len(val) >= 8:    # if_tsoffset, seconds
+                    off = struct.unpack(endian + "q", val[:8])[0] * 1_000_000_000
+                pos += 4 + olen + (-olen % 4)
+            ifaces.append((link, num, den, off))
+            name = _LINK_NAMES.get(link, f"unsupported:{link}")
+            if name not in stats.link_types:
+                stats.link_types.append(name)
+        elif btype in (6, 2):  # enhanced packet, obsolete packet block
+            if btype == 6:
+                iface, hi, lo, caplen, _ = struct.unpack_from(endian + "IIIII", body)
+            else:
+                iface, _, hi, lo, caplen, _ = struct.unpack_from(endian + "HHIIII", body)
+            if iface >= len(ifaces):
+                stats.skip("no_interface")
+                continue
+            link, num, den, off = ifaces[iface]
+            ticks = (hi << 32) | lo
+            yield link, ticks * num // den + off, body[20:20 + caplen]
+        elif btype == 3:  # simple packet block: no timestamp, no use for a trace
+            stats.packets += 1
+            stats.skip("no_timestamp")
+
+
+def _packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int | None, int, bytes]]:
+    magic = fh.read(4)
+    fh.seek(0)
+    if magic in _PCAP_MAGICS:
+        stats.format = "pcap"
+        return _pcap_packets(fh, stats)
+    if magic == _PCAPNG_MAGIC:
+        stats.format = "pcapng"
+        return _pcapng_packets(fh, stats)
+    raise PcapError(f"{stats.path}: not a pcap or pcapng file (magic {magic.hex() or 'empty'})")
+
+
+# -- link, IP, TCP -------------------------------------------------------------------------
+def _ip_of(link: int | None, buf: bytes) -> bytes | str:
+    """The IP packet a link-layer frame carries, or the reason it carries none."""
+    if link == LINK_ETHERNET:
+        if len(buf) < 14:
+            return "truncated_header"
+        etype, pos = struct.unpack_from(">H", buf, 12)[0], 14
+        while etype in _VLAN and len(buf) >= pos + 4:
+            etype = struct.unpack_from(">H", buf, pos + 2)[0]
+            pos += 4
+        return buf[pos:] if etype in (_ETH_IP, _ETH_IP6) else "not_ip"
+    if link == LINK_SLL:
+        if len(buf) < 16:
+            return "truncated_header"
+        return buf[16:] if struct.unpack_from(">H", buf, 14)[0] in (_ETH_IP, _ETH_IP6) else "not_ip"
+    if link == LINK_SLL2:
+        if len(buf) < 20:
+            return "truncated_header"
+        return buf[20:] if struct.unpack_from(">H", buf, 0)[0] in (_ETH_IP, _ETH_IP6) else "not_ip"
+    if link in (LINK_NULL, LINK_LOOP):  # a 4-byte address family (its value differs by OS)
+        return buf[4:] if len(buf) > 4 else "truncated_header"
+    if link in (LINK_RAW, 12, 14, LINK_IPV4, LINK_IPV6):
+        return buf
+    return f"link_type_{link}"
+
+
+def _tcp_of(ip: bytes) -> tuple | str:
+    """(src, dst, sport, dport, seq, ack, flags, payload) of a TCP segment, or why not."""
+    if not ip:
+        return "truncated_header"
+    version = ip[0] >> 4
+    if version == 4:
+        if len(ip) < 20:
+            return "truncated_header"
+        ihl = (ip[0] & 0x0F) * 4
+        if ihl < 20:
+            return "truncated_header"
+        total, frag, proto = struct.unpack_from(">H2xHxB", ip, 2)
+        if proto != 6:
+            return "not_tcp"
+        if frag & 0x3FFF:  # MF set or an offset
+            return "ip_fragment"
+        src, dst = ip[12:16], ip[16:20]
+        seg = ip[ihl:total] if total else ip[ihl:]  # total 0: TCP segmentation offload
+    elif version == 6:
+        if len(ip) < 40:
+            return "truncated_header"
+        plen, nxt = struct.unpack_from(">HB", ip, 4)
+        src, dst = ip[8:24], ip[24:40]
+        seg = ip[40:40 + plen] if plen else ip[40:]
+        while nxt in _IP6_EXT and len(seg) >= 8:
+            nxt, hlen = seg[0], (seg[1] + 1) * 8
+            seg = seg[hlen:]
+        if nxt == 44:
+            return "ip_fragment"
+        if nxt != 6:
+            return "not_tcp"
+    else:
+        return "not_ip"
+    if len(seg) < 20:
+        return "truncated_header"
+    sport, dport, seq, ack, off, flags = struct.unpack_from(">HHIIBB", seg)
+    return src, dst, sport, dport, seq, ack, flags, seg[(off >> 4) * 4:]
+
+
+def _addr(raw: bytes, port: int) -> str:
+    ip = ipaddress.ip_address(raw)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+# -- reassembly ----------------------------------------------------------------------------
+def _signed(d: int) -> int:
+    return ((d + _HALF) % _MOD) - _HALF
+
+
+class _Half:
+    """One direction of a connection: bytes put back in order, then fed to the analyzer."""
+
+    __slots__ = ("buffered", "conn", "delivered", "direction", "ended", "fin", "heap", "isn",
+                 "next", "order")
+
+    def __init__(self, conn: _Conn, direction: str):
+        self.conn = conn
+        self.direction = direction
+        self.next: int | None = None  # sequence number of the next byte to deliver
+        self.delivered = 0            # stream offset of that byte
+        self.heap: list[tuple[int, int, bytes]] = []  # (offset, arrival, bytes) ahead of it
+        self.buffered = 0
+        self.order = 0
+        self.fin: int | None = None   # stream offset of the FIN
+        self.ended = False
+        self.isn: int | None = None   # the SYN's sequence number, when it was captured
+
+    def offset(self, seq: int) -> int:
+        assert self.next is not None
+        return self.delivered + _signed(seq - self.next)
+
+    def segment(self, seq: int, payload: bytes, fin: bool, t_ns: int) -> None:
+        if self.next is None:
+            self.next = seq
+        imp = self.conn.imp
+        off = self.offset(seq)
+        if self.fin is not None and off + len(payload) > self.fin:  # nothing follows a FIN
+            payload = payload[:max(0, self.fin - off)]
+        if payload and not self.ended:
+            end = off + len(payload)
+            if end <= self.delivered:
+                imp.stats.duplicate_bytes += len(payload)
+            elif off <= self.delivered:
+                imp.stats.duplicate_bytes += self.delivered - off
+                self._deliver(payload[self.delivered - off:], t_ns)
+                self._drain(t_ns)
+            else:
+                self.order += 1
+                heapq.heappush(self.heap, (off, self.order, payload))
+                self.buffered += len(payload)
+                while self.buffered > imp.max_buffer:  # give up on the first missing bytes
+                    self.give_up(self.heap[0][0], t_ns)
+        if fin and self.fin is None:
+            self.fin = off + len(payload)
+        self._check_eof(t_ns)
+
+    def acked(self, ack: int, t_ns: int) -> None:
+        """The peer acknowledged every byte before ``ack``: any of them not captured never
+        will be."""
+        if self.next is None:  # no segment of this direction yet: it starts there
+            self.next = ack
+            return
+        upto = self.offset(ack)
+        if self.fin is not None:
+            upto = min(upto, self.fin)
+        if self.delivered < upto <= self.delivered + _ACK_PLAUSIBLE:
+            self.give_up(upto, t_ns)
+
+    def give_up(self, upto: int, t_ns: int) -> None:
+        """Bytes before stream offset ``upto`` that have not arrived are holes."""
+        while self.delivered < upto and not self.ended:
+            stop = min(self.heap[0][0], upto) if self.heap else upto
+            if stop > self.delivered:
+                self._hole(stop - self.delivered, t_ns)
+            self._drain(t_ns)
+        self._check_eof(t_ns)
+
+    def give_up_all(self, t_ns: int) -> None:
+        """Nothing more will arrive (RST, end of capture)."""
+        if self.next is None or self.ended:
+            return
+        if self.fin is not None:
+            upto = self.fin
+        else:
+            upto = max((o + len(p) for o, _, p in self.heap), default=self.delivered)
+        self.give_up(upto, t_ns)
+
+    def _drain(self, t_ns: int) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= self.delivered:
+            off, _, payload = heapq.heappop(heap)
+            self.buffered -= len(payload)
+            end = off + len(payload)
+            if end <= self.delivered:
+                self.conn.imp.stats.duplicate_bytes += len(payload)
+            else:
+                self.conn.imp.stats.duplicate_bytes += self.delivered - off
+                self._deliver(payload[self.delivered - off:], t_ns)
+
+    def _deliver(self, data: bytes, t_ns: int) -> None:
+        if self.fin is not None and self.delivered + len(data) > self.fin:
+            data = data[:self.fin - self.delivered]  # nothing follows a FIN
+            if not data:
+                return
+        self.conn.imp.analyzer.feed(self.conn.conn_id, self.direction, data, t_ns)
+        self._advance(len(data))
+
+    def _hole(self, n: int, t_ns: int) -> None:
+        imp = self.conn.imp
+        imp.analyzer.hole(self.conn.conn_id, self.direction, n, t_ns)
+        imp.stats.holes += 1
+        imp.stats.missing_bytes[self.direction] += n
+        self._advance(n)
+
+    def _advance(self, n: int) -> None:
+        self.delivered += n
+        self.next = (self.next + n) % _MOD  # type: ignore[operator]
+
+    def _check_eof(self, t_ns: int) -> None:
+        if self.fin is not None and not self.ended and self.delivered >= self.fin:
+            self.ended = True
+            self.heap.clear()
+            self.buffered = 0
+            self.conn.imp.analyzer.eof(self.conn.conn_id, self.direction, t_ns)
+
+
+class _Conn:
+    __slots__ = ("c2s", "closed", "conn_id", "imp", "s2c")
+
+    def __init__(self, imp: _Importer, conn_id: int):
+        self.imp = imp
+        self.conn_id = conn_id
+        self.c2s = _Half(self, "c2s")
+        self.s2c = _Half(self, "s2c")
+        self.closed = False
+
+
+class _Importer:
+    """The state of one import: connections by 4-tuple, the analyzer and its recorder."""
+
+    def __init__(self, analyzer: Analyzer, stats: ImportStats, port: int, host: bytes | None,
+                 max_buffer: int):
+        self.analyzer = analyzer
+        self.stats = stats
+        self.port, self.host = port, host
+        self.max_buffer = max_buffer
+        self.live: dict[tuple, _Conn] = {}
+        self.ended: dict[tuple, int] = {}  # 4-tuple -> when its connection closed
+        self.next_id = 0
+
+    def packet(self, t_ns: int, tcp: tuple) -> None:
+        src, dst, sport, dport, seq, ack, flags, payload = tcp
+        port, host, stats = self.port, self.host, self.stats
+        if dport == port and (host is None or dst == host):
+            direction, key = "c2s", (src, sport, dst, dport)
+        elif sport == port and (host is None or src == host):
+            direction, key = "s2c", (dst, dport, src, sport)
+        else:
+            stats.skip("other_port" if port not in (sport, dport) else "other_host")
+            return
+        stats.tcp_packets += 1
+        syn = bool(flags & _SYN)
+        conn = self.live.get(key)
+        if conn is not None and syn and not flags & _ACK and direction == "c2s":
+            c2s = conn.c2s  # a SYN again: the same connection's, or a new one on the 4-tuple
+            same = c2s.isn == seq if c2s.isn is not None else (
+                c2s.delivered == 0 and c2s.next == (seq + 1) % _MOD)
+            if not same:
+                self.close(conn, key, t_ns, "capture_ended")
+                conn = None
+        if conn is None:
+            if key in self.ended and not syn:
+                stats.skip("after_close")
+                return
+            self.ended.pop(key, None)
+            self.next_id += 1
+            conn = self.live[key] = _Conn(self, self.next_id)
+            self.analyzer.open(conn.conn_id, t_ns, client=_addr(key[0], key[1]),
+                               upstream=_addr(key[2], key[3]))
+        half, peer = (conn.c2s, conn.s2c) if direction == "c2s" else (conn.s2c, conn.c2s)
+        if syn:
+            if half.isn is None and half.delivered == 0 and not half.heap:
+                half.next, half.isn = (seq + 1) % _MOD, seq
+            seq = (seq + 1) % _MOD
+        if flags & _RST:
+            for h in (conn.c2s, conn.s2c):
+                h.give_up_all(t_ns)
+            self.close(conn, key, t_ns, "reset")
+            return
+        if payload or flags & _FIN or half.next is None:
+            half.segment(seq, payload, bool(flags & _FIN), t_ns)
+        if flags & _ACK and not conn.closed:
+            peer.acked(ack, t_ns)
+        if conn.c2s.ended and conn.s2c.ended and not conn.closed:
+            self.close(conn, key, t_ns, "eof")
+
+    def close(self, conn: _Conn, key: tuple, t_ns: int, reason: str) -> None:
+        conn.closed = True
+        self.analyzer.close(conn.conn_id, t_ns, reason)
+        del self.live[key]
+        self.ended.pop(key, None)
+        self.ended[key] = t_ns
+        if len(self.ended) > _ENDED_KEPT:  # forget the oldest
+            del self.ended[next(iter(self.ended))]
+        self.stats.close_reasons[reason] = self.stats.close_reasons.get(reason, 0) + 1
+
+    def finish(self, t_ns: int) -> None:
+        for key, conn in list(self.live.items()):
+            for h in (conn.c2s, conn.s2c):
+                h.give_up_all(t_ns)
+            if not conn.closed:
+                reason = "eof" if conn.c2s.ended and conn.s2c.ended else "capture_ended"
+                self.close(conn, key, t_ns, reason)
+
+
+def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: str,
+                profile: str | None = None, host: str | None = None,
+                rotate_bytes: int | None = None, max_buffer: int = DEFAULT_MAX_BUFFER,
+                run: str | None = None) -> ImportStats:
+    """Import the TCP traffic of server ``port`` (and ``host``) in the capture ``path``
+    into a trace directory ``out_dir`` (see the module docstring). ``run`` names the files
+    (default: the capture's first packet time, UTC). Raises :class:`PcapError` for a capture
+    that cannot be imported; ``out_dir`` is only created once a connection is found."""
+    stats = ImportStats(path=str(path), out_dir=str(out_dir))
+    host_raw = None
+    if host is not None:
+        try:
+            host_raw = ipaddress.ip_address(host).packed
+        except ValueError:
+            raise PcapError(f"host {host!r} is not an IP address") from None
+    recorder: Recorder | None = None
+    analyzer: Analyzer
+
+    def sink(*record: Any) -> None:
+        nonlocal recorder
+        if recorder is None:
+            name = run or time.strftime("%Y%m%dT%H%M%SZ",
+                                        time.gmtime((stats.first_ns or 0) // 1_000_000_000))
+            recorder = Recorder(out_dir, protocol=protocol, profile=analyzer.profile.name,
+                                rotate_bytes=rotate_bytes, run=name)
+        recorder.write(*record)
+
+    try:
+        analyzer = Analyzer(protocol, profile, sink=sink, keep_events=False)
+    except (ValueError, SpecError) as exc:
+        raise PcapError(str(exc).splitlines()[0]) from None
+    imp = _Importer(analyzer, stats, port, host_raw, max_buffer)
+    try:
+        with open(path, "rb") as fh:
+            for link, t_ns, buf in _packets(fh, stats):
+                stats.packets += 1
+                if stats.first_ns is None:
+                    stats.first_ns = t_ns
+                stats.last_ns = t_ns if stats.last_ns is None else max(stats.last_ns, t_ns)
+                ip = _ip_of(link, buf)
+                tcp = _tcp_of(ip) if isinstance(ip, bytes) else ip
+                if isinstance(tcp, str):
+                    stats.skip(tcp)
+                    continue
+                imp.packet(t_ns, tcp)
+            imp.finish(stats.last_ns or 0)
+    except OSError as exc:
+        raise PcapError(f"{path}: {exc.strerror or exc}") from None
+    except (struct.error, IndexError) as exc:  # a header that lies about its lengths
+        raise PcapError(f"{path}: corrupt capture at packet {stats.packets + 1} ({exc})") from None
+    finally:
+        if recorder is not None:
+            recorder.close()
+    if not stats.tcp_packets:
+        kinds = ", ".join(stats.link_types) or "none"
+        raise PcapError(f"{path}: no TCP packets on port {port}"
+                        f"{f' of {host}' if host else ''} in {stats.packets} packet(s)"
+                        f" (link types: {kinds})")
+    stats.summary = summary = analyzer.summary()
+    totals = summary["totals"]
+    stats.connections = imp.next_id
+    stats.bytes = dict(totals["bytes"])
+    stats.frames = dict(totals["frames"])
+    stats.gaps = totals["gaps"]
+    stats.findings = dict(totals["findings"])
+    if recorder is not None:
+        stats.files, stats.records = recorder.files_written, recorder.records
+    return stats
+
+
+# -- writing synthetic captures (a test and benchmark helper) -------------------------------
+Chunk = tuple[str, bytes, int]   # (direction, bytes, t_ns)
+
+
+@dataclass(slots=True)
+class Segment:
+    """One TCP segment of a synthetic capture; ``flags`` are letters of ``SAFRP``."""
+
+    t_ns: int
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    seq: int
+    ack: int
+    flags: str
+    payload: bytes = b""
+
+
+_FLAG_BITS = {"F": 0x01, "S": 0x02, "R": 0x04, "P": 0x08, "A": 0x10}
+
+
+def conversation(chunks: Sequence[Chunk], *, port: int, client: tuple[str, int] = ("10.0.0.1", 40001),
+                 server_host: str = "10.0.0.2", isn: tuple[int, int] = (1000, 900_000),
+                 mss: int | None = None, handshake: bool = True, close: str | None = "fin",
+                 acks: bool = True) -> list[Segment]:
+    """The segments of one connection carrying ``chunks`` (each split into ``mss``-byte
+    segments, each answered by a pure ACK from the peer when ``acks``): the three-way
+    handshake at the first chunk's time, then the data, then ``close``: ``fin`` (the client's
+    FIN, the server's FIN, the last ACK), ``rst`` (the client resets) or None."""
+    server = (server_host, port)
+    ends = {"c2s": (client, server), "s2c": (server, client)}
+    nxt = {"c2s": isn[0] % _MOD, "s2c": isn[1] % _MOD}
+    other = {"c2s": "s2c", "s2c": "c2s"}
+    t0 = chunks[0][2] if chunks else 0
+    out: list[Segment] = []
+
+    def seg(direction: str, t: int, flags: str, payload: bytes = b"") -> None:
+        src, dst = ends[direction]
+        out.append(Segment(t, src, dst, nxt[direction], nxt[other[direction]], flags, payload))
+        nxt[direction] = (nxt[direction] + len(payload) + ("S" in flags) + ("F" in flags)) % _MOD
+
+    if handshake:
+        src, dst = ends["c2s"]
+        out.append(Segment(t0, src, dst, nxt["c2s"], 0, "S"))
+        nxt["c2s"] = (nxt["c2s"] + 1) % _MOD
+        seg("s2c", t0, "SA")
+        seg("c2s", t0, "A")
+    t = t0
+    for direction, data, t in chunks:
+        step = mss or max(len(data), 1)
+        for i in range(0, len(data), step):
+            seg(direction, t, "PA", data[i:i + step])
+        if acks and data:
+            seg(other[direction], t, "A")
+    if close == "fin":
+        seg("c2s", t, "FA")
+        seg("s2c", t, "FA")
+        seg("c2s", t, "A")
+    elif close == "rst":
+        seg("c2s", t, "RA")
+    return out
+
+
+def _packet(s: Segment, link: int) -> bytes:
+    flags = sum(_FLAG_BITS[c] for c in s.flags)
+    tcp = dpkt.tcp.TCP(sport=s.src[1], dport=s.dst[1], seq=s.seq, ack=s.ack, flags=flags,
+                       win=65535, data=s.payload)
+    src, dst = ipaddress.ip_address(s.src[0]), ipaddress.ip_address(s.dst[0])
+    if src.version == 6:
+        ip: Any = dpkt.ip6.IP6(src=src.packed, dst=dst.packed, nxt=6, hlim=64,
+                               plen=len(bytes(tcp)), data=tcp)
+        ip.extension_hdrs = {}
+        etype, family = _ETH_IP6, 30
+    else:
+        ip = dpkt.ip.IP(src=src.packed, dst=dst.packed, p=6, ttl=64, data=tcp)
+        etype, family = _ETH_IP, 2
+    raw = bytes(ip)
+    if link == LINK_ETHERNET:
+        return bytes(dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01",
+                                            dst=b"\x02\x00\x00\x00\x00\x02", type=etype)) + raw
+    if link == LINK_SLL:
+        return bytes(dpkt.sll.SLL(type=0, hrd=1, hlen=6, hdr=b"\x02\x00\x00\x00\x00\x01\x00\x00",
+                                  ethtype=etype)) + raw
+    if link == LINK_SLL2:
+        return bytes(dpkt.sll2.SLL2(ethtype=etype, intindex=1, hrd=1, type=0, hlen=6,
+                                    hdr=b"\x02\x00\x00\x00\x00\x01\x00\x00")) + raw
+    if link == LINK_NULL:
+        return struct.pack("<I", family) + raw
+    if link == LINK_LOOP:
+        return struct.pack(">I", family) + raw
+    if link == LINK_RAW:
+        return raw
+    raise ValueError(f"cannot write link type {link}")
+
+
+_LINKS = {"ethernet": LINK_ETHERNET, "sll": LINK_SLL, "sll2": LINK_SLL2, "null": LINK_NULL,
+          "loop": LINK_LOOP, "raw": LINK_RAW}
+
+
+def write_segments(path: str | Path, segments: Iterable[Segment], *, fmt: str = "pcap",
+                   link: str = "ethernet", nano: bool = True) -> Path:
+    """Write ``segments``, in the order given, as a ``pcap`` or ``pcapng`` capture of link
+    type ``link`` (ethernet, sll, sll2, null, loop, raw): nanosecond timestamps (pcapng:
+    ``if_tsresol`` 9), or microseconds (truncated) when not ``nano``."""
+    path = Path(path)
+    linktype = _LINKS[link]
+    with open(path, "wb") as fh:
+        if fmt == "pcap":
+            w = dpkt.pcap.Writer(fh, snaplen=262144, linktype=linktype, nano=nano)
+            unit = 1 if nano else 1000
+            for s in segments:
+                w.writepkt(_packet(s, linktype), Decimal(s.t_ns // unit * unit) / 1_000_000_000)
+        elif fmt == "pcapng":
+            ng = dpkt.pcapng
+            opts = [ng.PcapngOptionLE(code=ng.PCAPNG_OPT_IF_TSRESOL, data=b"\x09")] if nano else []
+            idb = ng.InterfaceDescriptionBlockLE(snaplen=262144, linktype=linktype,
+                                                 opts=[*opts, ng.PcapngOptionLE(code=0)])
+            wng = ng.Writer(fh, idb=idb)
+            for s in segments:
+                pkt = _packet(s, linktype)
+                ticks = s.t_ns if nano else s.t_ns // 1000
+                wng.writepkt(ng.EnhancedPacketBlockLE(
+                    ts_high=ticks >> 32, ts_low=ticks & 0xFFFFFFFF, caplen=len(pkt),
+                    pkt_len=len(pkt), pkt_data=pkt))
+        else:
+            raise ValueError(f"unknown capture format {fmt!r} (pcap, pcapng)")
+    return path
+
+
+def write_pcap(path: str | Path, exchanges: Sequence[Sequence[Chunk]], *, port: int,
+               fmt: str = "pcap", link: str = "ethernet", ipv6: bool = False,
+               mss: int | None = None, close: str | None = "fin",
+               edit: Callable[[list[Segment]], list[Segment]] | None = None) -> Path:
+    """Write a capture of ``exchanges``, one connection each (a list of ``(direction,
+    bytes, t_ns)`` chunks), client ports 40001, 40002, ... to ``port``; the connections'
+    segments are interleaved by time (ties in connection order). ``edit`` may rewrite the
+    final segment list (reorder, repeat, drop) before it is written."""
+    client_host, server_host = ("fd00::1", "fd00::2") if ipv6 else ("10.0.0.1", "10.0.0.2")
+    segments: list[Segment] = []
+    for i, chunks in enumerate(exchanges):
+        segments += conversation(chunks, port=port, client=(client_host, 40001 + i),
+                                 server_host=server_host, mss=mss, close=close,
+                                 isn=(1000 + 7919 * i, 900_000 + 104729 * i))
+    segments.sort(key=lambda s: s.t_ns)
+    if edit is not None:
+        segments = edit(segments)
+    return write_segments(path, segments, fmt=fmt, link=link)
