@@ -179,3 +179,18 @@ def test_a_disagreeing_quote_is_checked_against_its_document(spec_copy):
          'quote: "Auth, then Hello"')
     assert any("BQ-AUTH-2.disagrees.0" in m and "quote not found in source 000" in m
                for m in messages("bunqueue/v2"))
+
+
+def test_trace_format_defects(spec_copy):
+    """trace.yaml, the recording format: a code collision, an undocumented gap reason, code 0
+    for a gap reason (0 is the detail of every non-gap record), a field the layout language
+    cannot read."""
+    edit(spec_copy / "trace.yaml", '    code: 3\n    doc: "Bytes that could not be framed',
+         '    code: 2\n    doc: "Bytes that could not be framed')
+    edit(spec_copy / "trace.yaml", "    code: 1\n    doc: After a framing error",
+         "    code: 0\n    doc: After a framing error")
+    edit(spec_copy / "trace.yaml", "{id: detail, type: u2be, doc:", "{id: detail, type: u7be, doc:")
+    found = messages()
+    assert any("trace.yaml" in m and "record_types.gap" in m and "collides" in m for m in found)
+    assert any("gap_reasons.framing_lost" in m and "code 0" in m for m in found)
+    assert any("record_header.fields[2]" in m and "not a layout field" in m for m in found)

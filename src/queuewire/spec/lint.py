@@ -6,7 +6,8 @@ a requirement without level, text or a resolvable source, or citing a seed docum
 verbatim ``quote`` (an uncited requirement); a quote not found in its document (checked when
 the documents are reachable); a requirement id cited but not defined; a JSON Schema invalid
 under draft 2020-12; a value that is not plain JSON data; two messages sharing an opcode or two
-error codes sharing a value. The interpreted ``jsonschema`` package is used here, where
+error codes sharing a value; and ``trace.yaml``, the recording format (every field and code
+documented, codes unique, layouts loadable). The interpreted ``jsonschema`` package is used here, where
 thoroughness matters more than speed.
 """
 
@@ -213,6 +214,65 @@ def _check_codes(profile: Any) -> Iterable[LintIssue]:
                 seen[code] = item_name
 
 
+TRACE_FILE = "trace.yaml"
+#: The code tables of trace.yaml: each entry needs a doc line and a code unique in its table.
+TRACE_TABLES = ("record_types", "directions", "gap_reasons")
+
+
+def _check_trace() -> Iterable[LintIssue]:
+    """``spec/trace.yaml`` (the recording format): every layout field, meta key, record type,
+    direction and gap reason documented; codes unique per table and within the field's
+    width; the layouts loadable by the layout language; a whole-number format_version."""
+    from ._load import read_yaml
+    from .quicx import layout_field
+
+    where = TRACE_FILE
+    try:
+        tree = read_yaml(spec_dir() / TRACE_FILE)
+    except SpecError as exc:
+        yield LintIssue(where, exc.path or "<load>", exc.message)
+        return
+    if not isinstance(tree.get("format_version"), int):
+        yield LintIssue(where, "format_version", "must be a whole number")
+    for section in ("file_header", "record_header"):
+        fields = (tree.get(section) or {}).get("fields") or []
+        if not fields:
+            yield LintIssue(where, section, "has no fields")
+        for i, f in enumerate(fields):
+            path = f"{section}.fields[{i}]"
+            if not isinstance(f, dict) or not f.get("doc"):
+                yield LintIssue(where, path, "field without a doc line")
+                continue
+            try:
+                layout_field(f, {}, {}, section)
+            except (SpecError, KeyError, TypeError, ValueError) as exc:
+                yield LintIssue(where, path, f"not a layout field: {exc}")
+    for key, entry in (tree.get("meta_keys") or {}).items():
+        if not isinstance(entry, dict) or not entry.get("doc"):
+            yield LintIssue(where, f"meta_keys.{key}", "meta key without a doc line")
+    for table in TRACE_TABLES:
+        seen: dict[Any, str] = {}
+        entries = tree.get(table) or {}
+        if not entries:
+            yield LintIssue(where, table, "is empty")
+        for name, entry in entries.items():
+            path = f"{table}.{name}"
+            if not isinstance(entry, dict) or not entry.get("doc"):
+                yield LintIssue(where, path, "entry without a doc line")
+                continue
+            code = entry.get("code")
+            if not isinstance(code, int) or code < 0:
+                yield LintIssue(where, path, f"code {code!r} is not a whole number >= 0")
+            elif code in seen:
+                yield LintIssue(where, path, f"code {code} collides with {seen[code]}")
+            else:
+                seen[code] = name
+    for name, entry in (tree.get("gap_reasons") or {}).items():
+        if isinstance(entry, dict) and entry.get("code") == 0:
+            yield LintIssue(where, f"gap_reasons.{name}", "code 0 is the detail of every "
+                            "record that is not a gap")
+
+
 def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
     """Every issue in the named profiles (all profiles by default)."""
     _SOURCE_TEXT.clear()
@@ -238,4 +298,6 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         issues.extend(_check_requirements(profile))
         issues.extend(_check_schemas(profile))
         issues.extend(_check_codes(profile))
+    if names is None:
+        issues.extend(_check_trace())
     return issues
