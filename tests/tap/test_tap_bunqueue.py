@@ -292,3 +292,35 @@ async def test_a_failing_analysis_never_stops_the_traffic(caplog):
     finally:
         await tap.stop()
         await server.stop()
+
+
+@pytest.mark.asyncio
+async def test_pushed_job_events_pass_the_tap_without_a_finding():
+    """bunqueue/2.9.5: a QueueEvents subscriber through the tap receives the events of a
+    workload; the tap judges each pushed frame against job_events and finds nothing."""
+    from queuewire.client.flow import QueueEvents
+
+    profile = "bunqueue/2.9.5"
+    server = await BunqueueServer(profile, port=0).start()
+    try:
+        async with tapped("bunqueue", server.port, profile=profile) as (tap, analyzer):
+            conn = {"port": tap.port}
+            seen: list[dict] = []
+            events = QueueEvents("tap-events", connection=conn, profile=profile)
+            events.on("*", seen.append)
+            await events.start()
+            try:
+                async with Queue("tap-events", connection=conn, profile=profile) as queue:
+                    await queue.add("a", {"x": 1})
+                    async with Worker("tap-events", lambda job: {"ok": True}, connection=conn,
+                                      profile=profile):
+                        await until(lambda: any(e.get("eventType") == "completed" for e in seen),
+                                    timeout=10)
+            finally:
+                await events.close()
+        summary = analyzer.summary()
+    finally:
+        await server.stop()
+    assert {"pushed", "completed"} <= {e.get("eventType") for e in seen}
+    assert summary["requirements"] == [], summary["requirements"]
+    assert summary["totals"]["events"] >= 2

@@ -133,3 +133,22 @@ def test_latency_histogram_percentiles_are_close():
     assert abs(lat.percentile(0.5) - 500_000) / 500_000 < 0.13
     assert abs(lat.percentile(0.99) - 990_000) / 990_000 < 0.13
     assert lat.summary()["max_us"] == 1000.0
+
+
+def test_pushed_job_events_are_judged_against_the_profile_s_event_frame():
+    """bunqueue/2.9.5 pushes job events (BQ-EVENT-102): a valid one answers nothing and is no
+    finding; a malformed one is a finding citing the job_events requirement; under
+    bunqueue/v2, which has no events, the same frame answers nothing and is INFO."""
+    good = encode_frame({"type": "event", "event": {"eventType": "pushed", "queue": "q",
+                                                    "jobId": "7", "timestamp": 1.5e12}})
+    bad = encode_frame({"type": "event", "event": {"eventType": "exploded", "queue": 5}})
+    a = Analyzer("bunqueue", "bunqueue/2.9.5")
+    a.open(1, 1)
+    assert a.feed(1, "s2c", good, 2) == []
+    found = a.feed(1, "s2c", bad, 3)
+    assert found and {f.requirement for f in found} == {"BQ-EVENT-102"}
+    assert {f.kind for f in found} == {"event_schema"} and {f.level for f in found} == {"WARN"}
+    assert a.summary()["totals"]["paired"] == 0
+    v2 = Analyzer("bunqueue", "bunqueue/v2")
+    v2.open(1, 1)
+    assert [f.level for f in v2.feed(1, "s2c", good, 2)] == ["INFO"]

@@ -13,6 +13,7 @@ JavaScript strings) and every error is turned into a ``Violation`` that names th
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -390,6 +391,16 @@ class BunqueueValidator:
         self._replies = {n: _Compiled(c.response, c.requirement) for n, c in spec.commands.items()}
         env_req = spec.error_reply.get("x-requirement", "")
         self._error_reply = _Compiled(spec.error_reply, env_req)
+        # the frames the server pushes (job_events, in profiles with SubscribeEvents)
+        events = self.profile.tree.get("job_events") or {}
+        self._event: _Compiled | None = None
+        if isinstance(events.get("frame"), Mapping):
+            from ..spec.bunqueue import DIALECT, used_defs
+            frame = dict(copy.deepcopy(events["frame"]), **{"$schema": DIALECT})
+            defs = used_defs(frame, spec.definitions)
+            if defs:
+                frame["$defs"] = copy.deepcopy(defs)
+            self._event = _Compiled(frame, events.get("requirement") or "")
 
     # -- fast path ----------------------------------------------------------------------------
     def request_is_valid(self, msg: Any) -> bool:
@@ -427,7 +438,21 @@ class BunqueueValidator:
         compiled = self._replies.get(cmd) if ok else self._error_reply
         return compiled is not None and self._passes(compiled, msg)
 
+    def event_is_valid(self, msg: Any) -> bool:
+        """True when ``msg`` is a valid pushed job event frame (always False in a profile
+        without job_events)."""
+        return self._event is not None and self._passes(self._event, msg)
+
     # -- verdicts -----------------------------------------------------------------------------
+    def event_violations(self, msg: Any) -> tuple[Violation, ...]:
+        """Every rule a pushed job event frame breaks, citing the job_events requirement."""
+        if self._event is None:
+            return (self._kind_violation("unknown_command", "", "this profile pushes no "
+                                         "job events"),)
+        if type(msg) is not dict:
+            return (self._kind_violation("not_a_map", "", "event frame is not a map"),)
+        return self._violations(self._event, msg)
+
     def request_violations(self, msg: Any) -> tuple[Violation, ...]:
         """Every rule the request breaks (empty when valid), each citing a requirement."""
         if type(msg) is not dict:

@@ -85,7 +85,7 @@ class BunqueueSpec:
         return self.protocol_errors[kind]
 
 
-def _used_defs(schema: Any, definitions: Mapping[str, Any]) -> dict[str, Any]:
+def used_defs(schema: Any, definitions: Mapping[str, Any]) -> dict[str, Any]:
     """The definitions a schema references, transitively."""
     todo, out = [schema], {}
     while todo:
@@ -114,7 +114,7 @@ def complete_schema(own: Mapping | None, envelope: Mapping, required: list[str],
     schema.update(own)
     schema["properties"] = props
     schema["required"] = list(dict.fromkeys(required + list(own.get("required", []))))
-    defs = _used_defs(schema, definitions)
+    defs = used_defs(schema, definitions)
     if defs:
         schema["$defs"] = copy.deepcopy(defs)
     return schema

@@ -6,7 +6,8 @@ fails it, each violation a finding at the level of the requirement it cites. A r
 reqId waits in the connection's in-flight table; the reply that echoes it is paired with it
 (latency from the frame that completed the request to the frame that completed the reply) and
 its shape judged by ``reply_violations`` for that command. A reply without reqId is a pushed
-job event when it has the profile's ``job_events`` frame type (BQ-EVENT-102); otherwise it
+job event when it has the profile's ``job_events`` frame type (BQ-EVENT-102), its shape judged
+against that frame's schema; otherwise it
 answers, in order, a request that had no reqId or a frame the server could not read (which
 bunqueue answers without reqId). What the documents do not settle is never a FAIL: a reqId
 already in flight on the connection is a WARN (replies are matched by reqId, BQ-PIPE-3: two
@@ -167,7 +168,14 @@ class BunqueueConn:
         req_id = msg.get("reqId", UNDEFINED)
         if req_id is UNDEFINED:
             if self.proto.event_type is not None and msg.get("type") == self.proto.event_type:
-                return False  # a pushed job event (BQ-EVENT-102): answers nothing
+                # a pushed job event (BQ-EVENT-102): answers nothing; its shape is judged
+                validator = self.proto.validator
+                if not validator.event_is_valid(msg):
+                    for v in validator.event_violations(msg):
+                        level = verdict_of(self.proto.profile, v.requirement)
+                        self._report(level, v.requirement, "s2c", "(job event)", "event_schema",
+                                     str(v))
+                return False
             if not self._no_id:
                 if self._orphan is not None:
                     self._orphan(f"n:{self._orphans}", t_ns, "reply", msg.get("ok") is True,
