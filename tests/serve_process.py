@@ -138,3 +138,22 @@ def kill_process_group(proc: subprocess.Popen) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     return proc.returncode
+
+
+def ping_exchange(port: int, count: int, profile: str = "bunqueue/v2") -> tuple[bytes, bytes]:
+    """Send ``count`` pipelined bunqueue Pings to 127.0.0.1:``port`` in one write and read
+    until every reply is in; returns (the bytes sent, the bytes received)."""
+    from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
+
+    frames = b"".join(encode_frame({"cmd": "Ping", "reqId": str(i)}) for i in range(count))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(frames)
+        got = b""
+        decoder = FrameDecoder(profile, check_depth=False)
+        replies: list = []
+        while len(replies) < count:
+            chunk = sock.recv(65536)
+            assert chunk, "the connection closed before every reply"
+            got += chunk
+            replies += decoder.feed(chunk)
+    return frames, got

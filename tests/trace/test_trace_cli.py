@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,10 +13,10 @@ import threading
 from click.testing import CliRunner
 
 from queuewire.cli import main
-from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
+from queuewire.codecs.bunqueue import encode_frame
 from queuewire.trace.pcap import write_pcap
 from queuewire.traffic import trace_format as trace
-from serve_process import start_serve, stop_serve
+from serve_process import ping_exchange, start_serve, stop_serve
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
@@ -35,16 +34,7 @@ def test_record_writes_exactly_the_bytes_that_crossed(tmp_path):
         assert match
         rest: list[str] = []
         threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True).start()
-        frames = b"".join(encode_frame({"cmd": "Ping", "reqId": str(i)}) for i in range(40))
-        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as sock:
-            sock.sendall(frames)
-            got, replies = b"", []
-            decoder = FrameDecoder("bunqueue/v2", check_depth=False)
-            while len(replies) < 40:
-                chunk = sock.recv(65536)
-                assert chunk
-                got += chunk
-                replies += decoder.feed(chunk)
+        frames, got = ping_exchange(int(match.group(1)), 40)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
     finally:

@@ -111,34 +111,28 @@ def record_chunks(out: Path, protocol: str, profile: str,
     return analyzer.summary()
 
 
-def tap_figures(summary: dict) -> dict:
-    """What both the tap and the trace analysis report, from the tap's summary."""
-    t = summary["totals"]
+def _figures(totals: dict, commands: dict, requirements: list[dict], *, pairs: str,
+             violations: str, cmd_pairs: str) -> dict:
+    counts: Counter = Counter()
+    for r in requirements:
+        counts[(r["level"], r["requirement"], r["kind"])] += r["count"]
     return {
-        "frames": t["frames"], "bytes": t["bytes"], "gaps": t["gaps"],
-        "requests": t["requests"], "pairs": t["paired"], "unanswered": t["unanswered"],
-        "violations": t["findings"],
-        "commands": {k: (v["requests"], v["paired"], v["errors"])
-                     for k, v in summary["commands"].items() if v["requests"] or v["paired"]},
-        "requirements": dict(_req_counts(summary["requirements"])),
+        "frames": totals["frames"], "bytes": totals["bytes"], "gaps": totals["gaps"],
+        "requests": totals["requests"], "pairs": totals[pairs],
+        "unanswered": totals["unanswered"], "violations": totals[violations],
+        "commands": {k: (v["requests"], v[cmd_pairs], v["errors"])
+                     for k, v in commands.items() if v["requests"] or v[cmd_pairs]},
+        "requirements": dict(counts),
     }
 
 
-def _req_counts(reqs: list[dict]) -> Counter:
-    c: Counter = Counter()
-    for r in reqs:
-        c[(r["level"], r["requirement"], r["kind"])] += r["count"]
-    return c
+def tap_figures(summary: dict) -> dict:
+    """What both the tap and the trace analysis report, from the tap's summary."""
+    return _figures(summary["totals"], summary["commands"], summary["requirements"],
+                    pairs="paired", violations="findings", cmd_pairs="paired")
 
 
 def trace_figures(summary: dict) -> dict:
     """The same figures from a ``trace analyze`` summary."""
-    t = summary["totals"]
-    return {
-        "frames": t["frames"], "bytes": t["bytes"], "gaps": t["gaps"],
-        "requests": t["requests"], "pairs": t["pairs"], "unanswered": t["unanswered"],
-        "violations": t["violations"],
-        "commands": {k: (v["requests"], v["pairs"], v["errors"])
-                     for k, v in summary["commands"].items() if v["requests"] or v["pairs"]},
-        "requirements": dict(_req_counts(summary["requirements"])),
-    }
+    return _figures(summary["totals"], summary["commands"], summary["requirements"],
+                    pairs="pairs", violations="violations", cmd_pairs="pairs")

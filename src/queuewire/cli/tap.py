@@ -31,18 +31,29 @@ def _address(value: str, option: str, *, resolve: bool) -> tuple[str, int]:
     return host, port
 
 
+# The options of a proxy (`tap`, `trace record`), shared.
+protocol_opt = click.option("--protocol", type=click.Choice(PROTOCOLS), required=True)
+listen_opt = click.option("--listen", default="127.0.0.1:0", show_default=True,
+                          metavar="HOST:PORT",
+                          help="Where clients connect (port 0 picks a free port, which is "
+                               "printed).")
+upstream_opt = click.option("--upstream", required=True, metavar="HOST:PORT",
+                            help="The server every connection is passed on to.")
+rotate_opt = click.option("--rotate-bytes", type=click.IntRange(min=1024), metavar="N",
+                          help="Start a connection's next trace file before one passes N "
+                               "bytes (default: spec/trace.yaml defaults.rotate_bytes, 64 MiB).")
+duration_opt = click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS",
+                            help="Stop after SECONDS (default: run until Ctrl-C or SIGTERM).")
+
+
 @click.command()
-@click.option("--protocol", type=click.Choice(PROTOCOLS), required=True)
-@click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
-              help="Where clients connect (port 0 picks a free port, which is printed).")
-@click.option("--upstream", required=True, metavar="HOST:PORT",
-              help="The server every connection is passed on to.")
+@protocol_opt
+@listen_opt
+@upstream_opt
 @profile_option()
 @click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Record the traffic into DIR in the trace format of spec/trace.yaml.")
-@click.option("--rotate-bytes", type=click.IntRange(min=1024), metavar="N",
-              help="Start a connection's next trace file before one passes N bytes "
-                   "(default: spec/trace.yaml defaults.rotate_bytes, 64 MiB).")
+@rotate_opt
 @click.option("--json", "json_path", metavar="FILE", type=click.Path(dir_okay=False),
               help="Write the summary as JSON when the tap stops.")
 @click.option("--html", "html_path", metavar="FILE", type=click.Path(dir_okay=False),
@@ -56,8 +67,7 @@ def _address(value: str, option: str, *, resolve: bool) -> tuple[str, int]:
                    "analysis so that it runs in the quiet moments and never delays "
                    "forwarding; 0 analyses at once (still in slices between reads). Past "
                    "32 MiB behind, reading pauses.")
-@click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Stop after SECONDS (default: run until Ctrl-C or SIGTERM).")
+@duration_opt
 def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_dir: str | None,
         rotate_bytes: int | None, json_path: str | None, html_path: str | None,
         max_frame_bytes: int | None, analysis_lag: int, duration: float | None) -> None:

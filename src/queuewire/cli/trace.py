@@ -6,7 +6,7 @@ import click
 
 from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
-from .tap import _address, _run
+from .tap import _address, _run, duration_opt, listen_opt, protocol_opt, rotate_opt, upstream_opt
 
 
 @click.group()
@@ -21,19 +21,14 @@ def trace() -> None:
 
 
 @trace.command()
-@click.option("--protocol", type=click.Choice(PROTOCOLS), required=True)
-@click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
-              help="Where clients connect (port 0 picks a free port, which is printed).")
-@click.option("--upstream", required=True, metavar="HOST:PORT",
-              help="The server every connection is passed on to.")
+@protocol_opt
+@listen_opt
+@upstream_opt
 @click.option("--out", "out_dir", required=True, metavar="DIR",
               type=click.Path(file_okay=False), help="The directory the trace files go into.")
 @profile_option()
-@click.option("--rotate-bytes", type=click.IntRange(min=1024), metavar="N",
-              help="Start a connection's next trace file before one passes N bytes "
-                   "(default: spec/trace.yaml defaults.rotate_bytes, 64 MiB).")
-@click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Stop after SECONDS (default: run until Ctrl-C or SIGTERM).")
+@rotate_opt
+@duration_opt
 def record(protocol: str, listen: str, upstream: str, out_dir: str, profile: str | None,
            rotate_bytes: int | None, duration: float | None) -> None:
     """Record the traffic between clients and a server, as the tap does, without verdicts.
