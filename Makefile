@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs bench lint clean vectors client-reports
+.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors client-reports
 
 all: test
 
@@ -61,7 +61,7 @@ run: $(STAMP)
 	echo "HTML reports: $(REPORTS)/conformance-bunqueue.html $(REPORTS)/conformance-quicx.html"; \
 	exit $$status
 
-test: $(STAMP) $(NODE_PEERS)
+test: $(STAMP) $(NODE_PEERS) docs-deps
 	$(BIN)/queuewire spec lint
 	$(BIN)/lint-imports
 	$(BIN)/queuewire vectors check
@@ -74,9 +74,44 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/codec_bench.py
 	$(BIN)/python benchmarks/quicx_bench.py
 
-docs: $(STAMP)
+# The site (Sphinx, furo, MyST; -W: a warning fails the build) into docs/_build/html. The
+# protocol reference is generated from spec/ at build time (queuewire.docs). Mermaid diagrams
+# render in the browser from mermaid's ES module build, unpacked from the npm tarball (pinned:
+# sphinxcontrib-mermaid's default version) into docs/_vendor/mermaid, so the site needs no
+# CDN; without npm the site falls back to the CDN. The docs tests (tests/docs/) build the site
+# and open it in headless Chromium: `docs-browser` installs Debian's chromium where missing.
+MERMAID_VERSION := 11.12.1
+MERMAID_JS      := docs/_vendor/mermaid/mermaid.esm.min.mjs
+DOCS_STAMP      := $(VENV)/.docs-installed
+
+$(MERMAID_JS):
+	@if command -v npm >/dev/null 2>&1; then \
+		tmp=$$(mktemp -d); \
+		( cd $$tmp && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null && \
+		  tar xzf mermaid-$(MERMAID_VERSION).tgz --wildcards package/dist/mermaid.esm.min.mjs \
+			'package/dist/chunks/mermaid.esm.min/*.mjs' ) && \
+		mkdir -p docs/_vendor/mermaid && cp -r $$tmp/package/dist/. docs/_vendor/mermaid/ || \
+		echo "could not fetch mermaid $(MERMAID_VERSION) from npm: the docs load it from its CDN"; \
+		rm -rf $$tmp; \
+	else \
+		echo "npm not found: the docs load mermaid from its CDN (the browser test needs it local)"; \
+	fi
+
+docs-browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null 2>&1 && apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium not found and could not be installed: the docs browser test fails"
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[docs]'
-	$(BIN)/python -m sphinx -q -b html docs docs/_build/html
+	touch $(DOCS_STAMP)
+
+# What the docs tests need beside the test extra (`make test` depends on it).
+docs-deps: $(DOCS_STAMP) docs-browser $(MERMAID_JS)
+
+docs: docs-deps
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # ruff, then the import contracts in pyproject.toml ([tool.importlinter]: the layers, and no
 # import cycles between sibling modules).
