@@ -21,26 +21,33 @@ codes all come from the profile.
 
 Fast path. Everything the checks and the layouts determine is worked out once per decoder,
 from the profile, so that a frame costs one header unpack, one dict lookup, a range check and
-its layout's field checks:
+its layout's plan:
 
 * the header is read with a ``struct.Struct`` whose format is derived from the header's field
-  types (:func:`~queuewire.spec.quicx.struct_format`: ``u1 u1 u4be`` -> ``>BBL``);
+  types (:func:`~queuewire.spec.quicx.struct_format`: ``u1 u1 u4be`` -> ``>BBL``); the hot loop
+  reads the u1 version and u1 opcode as one big-endian u2 key (``>HL``) and looks it up in an
+  index of every accepted (version, opcode) pair;
 * every opcode that passes the opcode checks for this receiver (known, not reserved, on TCP,
-  direction allowed) gets a plan with the range of lengths the length checks accept (the
-  payload cap, the zero-length rule, the fixed or minimum size). A header whose version is
-  accepted, whose opcode has a plan and whose length is in range is valid; any other header
-  goes through the ordered checks above, which name the first rule it breaks;
-* each layout becomes a decoding plan: its leading integer fields are one ``struct`` unpack
-  (format derived from the field types), its variable fields are slices sized by those
-  integers, a fixed size or the end of the frame, with the size, ``max-size`` and text checks
-  of the walk. An empty layout decodes to ``{}`` without any parsing. A layout the plan
-  cannot express (an integer after a variable field) falls back to the full walk followed by
-  the layout's ``construct`` Struct (``MessageType.struct``, compiled from the same fields
-  and used by the encoder);
+  direction allowed) gets an entry with the range of lengths the length checks accept (the
+  payload cap, the zero-length rule, the fixed or minimum size). A header whose key is in the
+  index and whose length is in range is valid; any other header goes through the ordered
+  checks above, which name the first rule it breaks;
+* each layout becomes a decoding plan (:mod:`.quicx_plans`, compiled once from the layout):
+  its leading integer fields are one ``struct`` unpack, its variable fields are slices sized
+  by those integers, a fixed size or the end of the frame, with the size, ``max-size`` and
+  text checks of the walk. An empty layout decodes to ``{}`` without any parsing. A layout
+  the plan cannot express (an integer after a variable field) falls back to the full walk
+  followed by the layout's ``construct`` Struct (``MessageType.struct``);
 * each ``feed`` decodes straight from the bytes it was given (joined to the buffered tail of
   the previous call, if any); only the incomplete tail (at most one frame) is kept, and a
   frame still incomplete is not looked at again until its last byte has arrived.
-  :class:`Message` is a slotted frozen value, filled in without the dataclass ``__init__``.
+  :class:`Message` is a frozen named tuple, built with one ``tuple.__new__``.
+
+The encoder has plans too (:func:`.quicx_plans.encode_plan`): header and integer prefix in one
+``struct`` pack, then the variable fields; anything but plain values goes the general path
+(every check, then the construct Struct), which stays the declarative layout and the
+cross-check: tests/codecs/test_quicx_plans.py proves both paths give the same bytes, and the
+decoding plans the same fields and faults as the walk.
 """
 
 from __future__ import annotations
@@ -48,9 +55,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 import struct
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from construct import ConstructError
 
@@ -58,6 +64,8 @@ from ..spec import Profile, load_profile
 from ..spec.model import ProtocolErrorKind
 from ..spec.quicx import DAEMON, LayoutField, MessageType, QuicxSpec, struct_format
 from .errors import EncodeError, FramingError, MessageError, PayloadError, ProtocolError
+from .quicx_plans import DecodePlan as _Plan
+from .quicx_plans import EncodePlan, Fault, decode_plan, encode_plan
 
 __all__ = [
     "Message",
@@ -76,10 +84,13 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------- values
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """One decoded frame: message name and opcode, decoded fields, the frame's bytes (header
-    included) and the absolute offset of its first byte in the stream."""
+    included) and the absolute offset of its first byte in the stream.
+
+    A frozen value: a named tuple (the decoder's hot loop builds it with one
+    ``tuple.__new__``, about half the cost of filling a slotted dataclass), whose attributes
+    cannot be set (:class:`dataclasses.FrozenInstanceError`)."""
 
     name: str
     code: int
@@ -87,21 +98,12 @@ class Message:
     raw: bytes
     offset: int
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view: ``{type, code, fields}`` with bytes as lowercase hex."""
         return {"type": self.name, "code": self.code, "fields": to_json(self.fields)}
-
-
-def _slot_setters() -> tuple[Callable[[Message, Any], None], ...]:
-    """The slot setters of :class:`Message` (name, code, fields, raw, offset), with which the
-    decoder's hot loop fills ``object.__new__(Message)`` directly instead of calling the frozen
-    dataclass ``__init__`` (one ``object.__setattr__`` per field, about twice the cost). The
-    result is the same frozen value."""
-    slot = {f.name: Message.__dict__[f.name].__set__ for f in dataclasses.fields(Message)}
-    return tuple(slot[k] for k in ("name", "code", "fields", "raw", "offset"))
-
-
-_SLOTS = _slot_setters()
 
 
 def to_json(fields: dict[str, Any]) -> dict[str, Any]:
@@ -170,130 +172,12 @@ def allowed(profile: Profile | str, name: str, sender: str | None = None,
 
 # ---------------------------------------------------------------------------------- decoder
 
-class _Fault(Exception):
-    """A payload rule broken inside a decoding plan; the decoder turns it into a
-    :class:`QuicxPayloadError` with its own reaction (plans know no receiver role)."""
+class _Refused(Exception):
+    """A refused header whose payload the decoder skips: carries the error to raise once the
+    hot loop has consumed the header."""
 
-    def __init__(self, kind: str, detail: str, offset: int):
-        self.kind, self.detail, self.offset = kind, detail, offset
-
-
-#: A decoding plan: ``plan(data, start, end, offset)`` returns the fields of the payload
-#: ``data[start:end]`` (its header already checked), whose first byte is at stream ``offset``.
-_Plan = Callable[[bytes, int, int, int], dict[str, Any]]
-
-
-def _plan(msg: MessageType) -> _Plan | None:
-    """The decoding plan of ``msg``'s layout (see the module docstring); None for an empty
-    layout, whose fields are ``{}``."""
-    name, layout = msg.name, msg.layout
-    if not layout:
-        return None
-    n_ints = 0
-    while n_ints < len(layout) and layout[n_ints].is_int:
-        n_ints += 1
-    prefix, blobs = layout[:n_ints], layout[n_ints:]
-    if any(f.is_int for f in blobs):
-        return _walk_plan(msg)
-    ids = tuple(f.id for f in prefix)
-    head = struct.Struct(struct_format(prefix))
-    unpack, width = head.unpack_from, head.size  # the header checked length >= min_size
-
-    if not blobs:  # integers only: one unpack (the header checked the size)
-        if len(ids) == 1:
-            (only,) = ids
-
-            def one_int(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
-                return {only: unpack(data, start)[0]}
-            return one_int
-
-        def ints(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
-            return dict(zip(ids, unpack(data, start)))
-        return ints
-
-    # variable fields: (id, eos, fixed size, index of the sizing integer, where that integer
-    # sits, max bytes, encoding, error kinds, label), in layout order
-    steps = []
-    for f in blobs:
-        ref = ids.index(f.size) if isinstance(f.size, str) else None
-        steps.append((
-            f.id, f.size_eos, f.size if isinstance(f.size, int) else None, ref,
-            msg.offsets.get(f.size, 0) if isinstance(f.size, str) else 0,  # type: ignore[arg-type]
-            f.max_bytes, f.encoding if f.type == "str" else None,
-            f.errors.get("size", "payload_size"), f.errors.get("max-size", "field_too_long"),
-            f.errors.get("encoding", "invalid_text"), f"{name}.{f.id}",
-        ))
-    steps_t = tuple(steps)
-    first = ids[0] if len(ids) == 1 else None
-
-    def variable(data: bytes, start: int, end: int, offset: int) -> dict[str, Any]:
-        values = unpack(data, start) if width else ()
-        fields = {first: values[0]} if first is not None else dict(zip(ids, values))
-        pos = start + width
-        for fid, eos, fixed, ref, ref_at, max_bytes, enc, k_size, k_max, k_enc, label in steps_t:
-            left = end - pos
-            if eos:
-                n = left
-            else:
-                n = fixed if ref is None else values[ref]
-                if n > left:
-                    raise _Fault(k_size, f"{label} claims {n} bytes, {left} remain in the frame",
-                                 offset + ref_at)
-            if max_bytes is not None and n > max_bytes:
-                raise _Fault(k_max, f"{label} is {n} bytes, more than {max_bytes}",
-                             offset + pos - start)
-            value = data[pos:pos + n]
-            if enc is not None:
-                try:
-                    value = value.decode(enc)
-                except UnicodeDecodeError as err:
-                    raise _Fault(k_enc, f"{label} is not valid {enc}: {err.reason}",
-                                 offset + pos - start + err.start) from None
-            fields[fid] = value
-            pos += n
-        return fields
-    return variable
-
-
-def _walk_plan(msg: MessageType) -> _Plan:
-    """The general plan, for any layout: walk the fields to find the byte at fault, then
-    decode with the layout's construct Struct."""
-    name = msg.name
-
-    def walk(data: bytes, start: int, end: int, base: int) -> dict[str, Any]:
-        payload = memoryview(data)[start:end]
-        ints: dict[str, int] = {}
-        pos = 0
-        for f in msg.layout:
-            if f.is_int:
-                w = f.width
-                ints[f.id] = int.from_bytes(payload[pos:pos + w], "big")  # type: ignore[operator]
-                pos += w  # type: ignore[operator]
-                continue
-            left = len(payload) - pos
-            if f.size_eos:
-                n = left
-            else:
-                n = f.size if isinstance(f.size, int) else ints[f.size]  # type: ignore[index]
-                if n > left:
-                    where = base + msg.offsets.get(f.size, 0) if isinstance(f.size, str) else base
-                    raise _Fault(f.errors.get("size", "payload_size"),
-                                 f"{name}.{f.id} claims {n} bytes, {left} remain in the frame",
-                                 where)
-            if f.max_bytes is not None and n > f.max_bytes:
-                raise _Fault(f.errors.get("max-size", "field_too_long"),
-                             f"{name}.{f.id} is {n} bytes, more than {f.max_bytes}", base + pos)
-            if f.type == "str":
-                try:
-                    bytes(payload[pos:pos + n]).decode(f.encoding)  # type: ignore[arg-type]
-                except UnicodeDecodeError as err:
-                    raise _Fault(f.errors.get("encoding", "invalid_text"),
-                                 f"{name}.{f.id} is not valid {f.encoding}: {err.reason}",
-                                 base + pos + err.start) from None
-            pos += n
-        parsed = msg.struct.parse(bytes(payload))
-        return {f.id: parsed[f.id] for f in msg.layout}
-    return walk
+    def __init__(self, error: ProtocolError):
+        self.error = error
 
 
 class QuicxDecoder:
@@ -330,11 +214,10 @@ class QuicxDecoder:
         else:
             unpack_head, getter = head.unpack_from, operator.itemgetter(*pick)
             self._unpack = lambda data, pos: getter(unpack_head(data, pos))
-        self._versions = spec.accepted_versions
         # opcode -> (shortest and longest length the length checks accept, decoding plan,
-        # message name), for the opcodes that pass the opcode checks for this receiver
+        # message name, opcode), for the opcodes that pass the opcode checks for this receiver
         top = spec.header[order.index("len_payload")].max_value
-        self._plans: dict[int, tuple[int, int, _Plan | None, str]] = {}
+        self._plans: dict[int, tuple[int, int, _Plan | None, str, int]] = {}
         for code, msg in spec.by_code.items():
             if msg.reserved or msg.transport != spec.transport or not self._accepts(msg):
                 continue
@@ -345,15 +228,40 @@ class QuicxDecoder:
                 lo = max(lo, 1)
             if msg.fixed_size is not None:
                 lo, hi = max(lo, msg.fixed_size), min(hi, msg.fixed_size)
-            self._plans[code] = (lo, hi, _plan(msg), msg.name)
+            self._plans[code] = (lo, hi, decode_plan(msg), msg.name, code)
+        # the hot loop reads (key, len_payload) and looks the key up: for the u1 version and
+        # u1 opcode that lead the header the key is both bytes as one big-endian u2 (one unpack,
+        # one lookup for the version and opcode checks), for any other header the pair
+        types = [spec.header[i].type for i in pick]
+        self._u2_key = pick == (0, 1, 2) and len(order) == 3 and types[:2] == ["u1", "u1"]
+        if self._u2_key:
+            self._unpack_key = struct.Struct(">H" + head.format[3:]).unpack_from
+        else:
+            unpack3 = self._unpack
+            self._unpack_key = lambda data, pos: (lambda v, c, n: ((v, c), n))(*unpack3(data, pos))
+        self._versions = spec.accepted_versions  # builds the keyed index
         self._buf = bytearray()    # the unconsumed tail of the last feed (at most one frame)
         self._need = hs            # bytes the buffer needs before decoding can go on
         self._pos = 0              # absolute stream offset of self._buf[0]
         self._skip = 0             # bytes of a refused frame still to drop
         self._skip_start = 0       # offset of that frame
-        self._pending: tuple[int, int, tuple] | None = None  # checked header at self._buf[0]
+        self._pending: tuple[int, tuple] | None = None  # checked header at self._buf[0]
         self._failed: ProtocolError | None = None
         self._ended = False
+
+    @property
+    def _versions(self) -> frozenset[int]:
+        """The header versions the fast path accepts (the profile's; a test may widen them to
+        model a lax daemon): setting them rebuilds the index the hot loop looks headers up in."""
+        return self._accepted
+
+    @_versions.setter
+    def _versions(self, versions: Iterable[int]) -> None:
+        self._accepted = frozenset(versions)
+        if self._u2_key:
+            self._keyed = {v << 8 | c: e for v in self._accepted for c, e in self._plans.items()}
+        else:
+            self._keyed = {(v, c): e for v in self._accepted for c, e in self._plans.items()}
 
     # -- public state
     @property
@@ -428,9 +336,8 @@ class QuicxDecoder:
         incomplete tail in the buffer, whatever happens."""
         hs, n, base = self._hsize, len(data), self._pos
         pos = 0
-        append, new = frames.append, object.__new__
-        set_name, set_code, set_fields, set_raw, set_offset = _SLOTS
-        unpack, plans, versions = self._unpack, self._plans, self._versions
+        append, new = frames.append, tuple.__new__
+        unpack_key, keyed = self._unpack_key, self._keyed
         try:
             if self._skip:  # the rest of a refused frame
                 pos = min(self._skip, n)
@@ -438,39 +345,37 @@ class QuicxDecoder:
                 if self._skip:
                     return
             pending = self._pending
-            while True:
-                if pending is None:
-                    if n - pos < hs:
-                        break
-                    version, code, length = unpack(data, pos)
-                    entry = plans.get(code)
-                    if (entry is None or version not in versions
-                            or not entry[0] <= length <= entry[1]):
-                        try:
-                            entry = self._check_header(version, code, length, base + pos)
-                        except ProtocolError as exc:
-                            if exc.reaction == "reply":  # consume the header, skip the payload
-                                self._skip, self._skip_start = length, base + pos
-                                pos += hs
-                            raise
-                else:  # a frame whose header an earlier call checked, at pos 0
-                    code, length, entry = pending
-                    pending = self._pending = None
-                start, end = pos, pos + hs + length
+            if pending is not None:  # a frame whose header an earlier call checked, at pos 0
+                length, entry = pending
+                end = hs + length
                 if end > n:
-                    self._pending = (code, length, entry)
-                    break
-                pos = end  # the frame is consumed even if its payload is refused
+                    return
+                self._pending = None
                 plan = entry[2]
-                msg = new(Message)
-                set_name(msg, entry[3])
-                set_code(msg, code)
-                set_fields(msg, {} if plan is None else plan(data, start + hs, end, base + start + hs))
-                set_raw(msg, data[start:end])
-                set_offset(msg, base + start)
-                append(msg)
-        except _Fault as fault:
+                append(new(Message, (entry[3], entry[4],
+                                     {} if plan is None else plan(data, hs, end, base + hs),
+                                     data[:end], base)))
+                pos = end
+            while n - pos >= hs:
+                key, length = unpack_key(data, pos)
+                entry = keyed.get(key)
+                if entry is None or not entry[0] <= length <= entry[1]:
+                    self._refuse_header(data, pos, base)  # raises
+                end = pos + hs + length
+                if end > n:
+                    self._pending = (length, entry)
+                    break
+                _, _, plan, name, code = entry
+                append(new(Message, (name, code,
+                                     {} if plan is None else plan(data, pos + hs, end, base + pos + hs),
+                                     data[pos:end], base + pos)))
+                pos = end
+        except Fault as fault:
+            pos = end  # the frame is consumed even if its payload is refused
             raise self._error(QuicxPayloadError, fault.kind, fault.detail, fault.offset) from None
+        except _Refused as refused:  # a header the checks refuse (reaction reply): skip its payload
+            pos += hs
+            raise refused.error from None
         finally:
             self._pos = base + pos
             if pos < n:
@@ -478,10 +383,23 @@ class QuicxDecoder:
             elif self._buf:
                 self._buf = bytearray()
             pending = self._pending
-            self._need = 1 if self._skip else hs if pending is None else hs + pending[1]
+            self._need = 1 if self._skip else hs if pending is None else hs + pending[0]
+
+    def _refuse_header(self, data: bytes, pos: int, base: int) -> None:
+        """Raise the error of the header at ``data[pos]``, which the fast path did not accept;
+        a ``reply`` error is wrapped in :class:`_Refused` once the skip of its payload is set."""
+        version, code, length = self._unpack(data, pos)
+        try:
+            self._check_header(version, code, length, base + pos)
+        except ProtocolError as exc:
+            if exc.reaction == "reply":  # the caller consumes the header, the payload is skipped
+                self._skip, self._skip_start = length, base + pos
+                raise _Refused(exc) from None
+            raise
+        raise AssertionError("a header the fast path refused passed every check")  # pragma: no cover
 
     def _check_header(self, version: int, code: int, length: int,
-                      frame: int) -> tuple[int, int, _Plan | None, str]:
+                      frame: int) -> tuple[int, int, _Plan | None, str, int]:
         """The header checks in their order; the first broken rule is raised."""
         spec, off = self.spec, self._off
 
@@ -571,6 +489,12 @@ class QuicxEncoder:
     ``max_payload_bytes``; length fields (``len_*``) are computed (if given, they must agree, so
     a decoded message's ``fields`` encode back to its bytes). ``frame`` writes an arbitrary
     header and payload with no check at all, for tests and hostile vectors.
+
+    Every message the encoder may send has an encoding plan (:func:`.quicx_plans.encode_plan`,
+    compiled once from the layout): ``encode`` builds the frame with ``struct`` when the plan
+    accepts the values and takes the general path, :meth:`encode_checked` (every check, then
+    the layout's construct Struct), for anything else, so errors are always the general
+    path's. The two give the same bytes (tests/codecs/test_quicx_plans.py).
     """
 
     def __init__(self, profile: Profile | str, role: str | None = None):
@@ -578,6 +502,19 @@ class QuicxEncoder:
         self.role = role
         if role is not None:
             _roles(self.spec, role)
+        spec = self.spec
+        self._plans: dict[str, EncodePlan] = {}
+        for name, msg in spec.messages.items():
+            if msg.reserved or msg.transport != spec.transport or (
+                    role is not None and not msg.allows(sender=role)):
+                continue  # the general path refuses it
+            try:
+                plan = encode_plan(msg, spec.header, {"version": spec.version, "msg_type": msg.code},
+                                   spec.max_payload_bytes)
+            except KeyError:  # a header with other fields than version, msg_type, len_payload
+                plan = None
+            if plan is not None:
+                self._plans[name] = plan
 
     def _fail(self, detail: str) -> QuicxEncodeError:
         return QuicxEncodeError(self.spec.error("encode_error"), detail)
@@ -593,6 +530,16 @@ class QuicxEncoder:
             raise self._fail(f"header {header}: {exc}") from None
 
     def encode(self, name: str, **fields: Any) -> bytes:
+        """One frame of message ``name``; raises :class:`QuicxEncodeError` (see the class)."""
+        plan = self._plans.get(name)
+        if plan is not None:
+            frame = plan(fields)
+            if frame is not None:
+                return frame
+        return self.encode_checked(name, **fields)
+
+    def encode_checked(self, name: str, **fields: Any) -> bytes:
+        """:meth:`encode` by the general path alone: every check, then the construct Struct."""
         spec = self.spec
         msg = spec.messages.get(name)
         if msg is None:

@@ -9,12 +9,14 @@ tables, never from its name; decoded messages in, :class:`Send` / :class:`Close`
 any connection out. :mod:`.connection` is one peer, :class:`QuicxConnection`: it decodes the
 bytes a bounded number of frames at a time, answers each protocol error by its spec reaction
 and hands the messages to the engine. :mod:`.tcp` is :class:`QuicxServer`, the shell behind
-``queuewire serve quicx``, which reads, performs the actions and applies the shared flow-control
-rules of :mod:`queuewire.reference_server._flow` (frames per turn, output high-water mark,
-partial-frame timeout, listen backlog). The seams are the action values (the shell's whole
-contract with the core), ``QuicxConnection.next_actions(max_frames)`` (how the shell bounds a
-turn) and ``QuicxEngine.hold`` / ``release`` (how congestion seen by the shell reaches the
-dispatcher); a test or another shell drives the core through them without a socket.
+``queuewire serve quicx`` (one ``asyncio.Protocol`` per connection), which reads, performs the
+actions and applies the shared flow-control rules of :mod:`queuewire.reference_server._flow`
+(frames per turn, output high-water mark, partial-frame timeout, listen backlog) and its own
+(short turns for producers while the queue is backlogged). The seams are the action values
+(the shell's whole contract with the core), ``QuicxConnection.next_actions(max_frames)`` (how
+the shell bounds a turn), ``QuicxEngine.hold`` / ``release`` (how congestion seen by the shell
+reaches the dispatcher) and ``QuicxEngine.throttled`` (which connections get short turns); a
+test or another shell drives the core through them without a socket.
 """
 
 from .._flow import DEFAULT_LISTEN_BACKLOG, DEFAULT_PARTIAL_FRAME_TIMEOUT
@@ -29,9 +31,10 @@ from .pool import (
     Slot,
     default_largest_class,
 )
-from .tcp import READ_SIZE, QuicxServer
+from .tcp import BACKLOG_FRAMES_PER_TURN, READ_SIZE, QuicxServer
 
 __all__ = [
+    "BACKLOG_FRAMES_PER_TURN",
     "DEFAULT_LARGEST_CLASS",
     "DEFAULT_LISTEN_BACKLOG",
     "DEFAULT_PARTIAL_FRAME_TIMEOUT",

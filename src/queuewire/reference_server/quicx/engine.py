@@ -19,9 +19,15 @@ in the order they became idle. A task is accounted in the pool from acceptance u
 or FAILED; a task requeued because its worker disconnected keeps its slot and goes back to the
 head of the queue. A task is stored as the MSG_TASK frame it will be sent as, so its size is
 that frame's payload size. Frames of integer fields only (MSG_OK, MSG_STATS_RESPONSE) are
-packed with ``struct`` from the spec's layout rather than through the checked encoder, so an
-answer a peer can ask for ten thousand times a second stays cheap; the tests compare the two
-byte for byte.
+packed with ``struct`` from the spec's layout rather than through the encoder, and MSG_TASK
+is built by the encoder's struct plan, so an answer a peer can ask for ten thousand times a
+second stays cheap; tests/reference_server/test_quicx_fastpath.py compares every such frame
+with the checked encoder's, byte for byte. :class:`Send` and :class:`Close` are named tuples,
+built on the hot path with one ``tuple.__new__``.
+
+Scheduling has one seam here too: :meth:`QuicxEngine.throttled` says that a connection is no
+worker while the queue is backlogged (workers connected, and more tasks queued than workers),
+so the shell gives it a short turn and completions are not queued behind submissions.
 
 Output flow control has one seam here: the shell calls :meth:`QuicxEngine.hold` when a
 connection's unsent output is over the high-water mark and :meth:`QuicxEngine.release` when it
@@ -45,6 +51,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...codecs.errors import ProtocolError
 from ...codecs.quicx import Message, QuicxEncodeError, QuicxEncoder
@@ -63,21 +70,21 @@ __all__ = [
 ]
 
 log = logging.getLogger("queuewire.reference_server.quicx")
+_new = tuple.__new__  # builds a Send without the named tuple's Python-level __new__
 
 
 # ---------------------------------------------------------------------------------- actions
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Write ``frame`` (an encoded ``message``) to connection ``conn``."""
+class Send(NamedTuple):
+    """Write ``frame`` (an encoded ``message``) to connection ``conn``. A named tuple, like
+    :class:`Close`: a frozen value the hot path builds with one ``tuple.__new__``."""
 
     conn: int
     message: str
     frame: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Close:
+class Close(NamedTuple):
     """Close connection ``conn`` (after what was sent to it before)."""
 
     conn: int
@@ -181,6 +188,12 @@ class QuicxEngine:
         self._packers = {name: self._packer(name) for name, m in spec.messages.items()
                          if m.layout and all(f.is_int for f in m.layout)
                          and spec.allowed(name, sender=DAEMON) and m.transport == spec.transport}
+        # MSG_OK, the answer to every SUBMIT: header and task id in one pack
+        ok_header, ok_body, ok_ids = self._packers["MSG_OK"]
+        if ok_ids == ("task_id",):
+            self._ok: Callable[[int], bytes] = lambda task_id: ok_header + ok_body.pack(task_id)
+        else:  # pragma: no cover - a profile whose MSG_OK carries more than the task id
+            self._ok = lambda task_id: self._pack("MSG_OK", task_id=task_id)
         self._handlers: dict[str, Callable[[Peer, Message], list[Action]]] = {
             "MSG_SUBMIT": self._submit, "MSG_READY": self._ready, "MSG_DONE": self._result,
             "MSG_FAILED": self._result, "MSG_HEARTBEAT": self._heartbeat,
@@ -309,9 +322,10 @@ class QuicxEngine:
         task = Task(task_id, next(self._seq), task_type, payload, frame, slot, peer.id)
         self._tasks[task_id] = task
         self._counts["accepted"] += 1
-        out: list[Action] = [Send(peer.id, "MSG_OK", self._pack("MSG_OK", task_id=task_id))]
+        out: list[Action] = [_new(Send, (peer.id, "MSG_OK", self._ok(task_id)))]
         self.queue.append(task)
-        self._dispatch(out)
+        if self._idle:
+            self._dispatch(out)
         return out
 
     def _next_id(self) -> int:
@@ -358,7 +372,7 @@ class QuicxEngine:
         task.worker = peer.id
         task.dispatches += 1
         peer.in_flight[task.id] = task
-        out.append(Send(peer.id, "MSG_TASK", task.frame))
+        out.append(_new(Send, (peer.id, "MSG_TASK", task.frame)))
 
     def _result(self, peer: Peer, msg: Message) -> list[Action]:
         task_id = msg.fields["task_id"]
@@ -423,6 +437,24 @@ class QuicxEngine:
         return sum(1 for p in self._peers.values() if p.worker and not p.in_flight)
 
     # -- introspection
+    @property
+    def backlogged(self) -> bool:
+        """Workers are connected and more tasks are queued than there are workers: every
+        worker could take one now, so a further SUBMIT only lengthens the queue. (Without
+        workers nothing drains the queue, and holding producers back would gain nothing.)"""
+        return 0 < self._workers < len(self.queue)
+
+    def throttled(self, conn: int) -> bool:
+        """``conn`` is no worker (it never sent MSG_READY) and the queue is :attr:`backlogged`:
+        its frames can only lengthen the queue, while a worker's result frees a worker that a
+        queued task is waiting for. The shell gives such a connection a short turn
+        (:data:`~.tcp.BACKLOG_FRAMES_PER_TURN` frames), so the workers' turns, and the
+        dispatch on every completion, are not queued behind whole windows of submissions."""
+        if not 0 < self._workers < len(self.queue):
+            return False
+        peer = self._peers.get(conn)
+        return peer is not None and not peer.worker
+
     def stats(self) -> EngineStats:
         peers = self._peers.values()
         return EngineStats(
