@@ -1,5 +1,6 @@
-"""Bounded fuzz campaigns (a few seconds each) against both reference servers find nothing,
-and the ``queuewire fuzz`` command runs, reports and sets its exit status."""
+"""Bounded fuzz campaigns (a few seconds each, two forked workers) against both reference
+servers find nothing, the workers share out the case indices, and the ``queuewire fuzz``
+command runs, reports and sets its exit status."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from queuewire.cli import main
-from queuewire.fuzz.runner import campaign, target
+from queuewire.fuzz.campaign import campaign
+from queuewire.fuzz.runner import target
 
 SECONDS = 2.0
 
@@ -27,7 +29,7 @@ SECONDS = 2.0
 async def test_a_bounded_run_against_the_reference_server_is_clean(protocol, profile, reuse):
     async with target("embedded", protocol, profile) as (host, port):
         stats = await campaign(protocol, profile, host, port, seed=2026, duration=SECONDS,
-                               reuse=reuse, workers=2)
+                               reuse=reuse, workers=2, prewarm=False)
     assert stats.cases > 50
     assert stats.failures == 0, [(c.index, [str(f) for f in fs if f.fails])
                                  for c, _s, _p, fs in stats.failed]
@@ -36,11 +38,24 @@ async def test_a_bounded_run_against_the_reference_server_is_clean(protocol, pro
         assert len(stats.commands) > 30
 
 
+@pytest.mark.asyncio
+async def test_forked_workers_play_each_index_once_and_report_cpu_and_connects():
+    async with target("embedded", "bunqueue", "bunqueue/v2") as (host, port):
+        one = await campaign("bunqueue", "bunqueue/v2", host, port, seed=5, max_examples=120,
+                             start=40)
+        three = await campaign("bunqueue", "bunqueue/v2", host, port, seed=5,
+                               max_examples=120, start=40, workers=3, prewarm=False)
+    assert one.cases == three.cases == 120
+    assert one.commands == three.commands and one.requirements == three.requirements
+    assert three.cpu > 0 and 0 < three.connects <= 2 * three.cases
+
+
 def test_cli_fuzz_runs_and_exits_zero_when_clean():
     result = CliRunner().invoke(main, ["fuzz", "--protocol", "bunqueue", "--target", "embedded",
                                        "--max-examples", "150", "--seed", "4", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "150 cases" in result.output and "0 failing" in result.output
+    assert "cases/s per core" in result.output and "connects" in result.output
 
 
 def test_cli_fuzz_diff_against_itself_reports_no_difference():

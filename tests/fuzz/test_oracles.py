@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from queuewire.cli import main
 from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from queuewire.codecs.errors import ProtocolError
+from queuewire.fuzz.campaign import campaign
 from queuewire.fuzz.case import Case, read_transcript
 from queuewire.fuzz.oracles import BunqueueJudge, expect_bunqueue
-from queuewire.fuzz.runner import campaign, replay, target
+from queuewire.fuzz.runner import replay, target
 from queuewire.spec import load_profile
 from queuewire.spec.instances import minimal
 

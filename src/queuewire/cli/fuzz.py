@@ -1,5 +1,13 @@
-"""``queuewire fuzz``: spec-driven fuzzing of a server over TCP, and ``fuzz replay``
-(queuewire.fuzz). Needs hypothesis and hypothesis-jsonschema: ``pip install 'queuewire[fuzz]'``."""
+"""``queuewire fuzz``: spec-driven fuzzing of a server over TCP, ``fuzz --client`` (a client
+under test, driven through the testee contract, gets mutated and mis-framed replies), and
+``fuzz replay`` (queuewire.fuzz). Needs hypothesis and hypothesis-jsonschema:
+``pip install 'queuewire[fuzz]'``.
+
+Client fuzzing joins two packages that must not import each other (the layers contract):
+``queuewire.fuzz.replies`` makes the cases, the reply mutations and the verdicts, and
+``queuewire.conformance.client.fuzzing`` plays a case on the client conformance server with
+the testee. This module, one layer up, holds the loop that joins them (:func:`_client_run`),
+rather than moving the testee contract or the conformance server below both packages."""
 
 from __future__ import annotations
 
@@ -18,13 +26,13 @@ MISSING = ("queuewire fuzz needs hypothesis and hypothesis-jsonschema: "
 
 def _fuzz_modules() -> Any:
     try:
-        from ..fuzz import case, runner
+        from ..fuzz import campaign, case, runner
     except ImportError as exc:
         if getattr(exc, "name", "") and exc.name.split(".")[0] in ("hypothesis",
                                                                      "hypothesis_jsonschema"):
             raise click.ClickException(MISSING) from None
         raise
-    return case, runner
+    return case, runner, campaign
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -38,6 +46,8 @@ def _progress_table(stats: Any, protocol: str) -> Any:
     from rich.table import Table
     table = Table.grid(padding=(0, 2))
     table.add_row("cases", f"{stats.cases}", "cases/s", f"{stats.rate:,.0f}")
+    table.add_row("connects", f"{stats.connects}", "per case",
+                  f"{stats.connects / max(1, stats.cases):.2f}")
     table.add_row("failures", f"[{'red' if stats.failures else 'green'}]{stats.failures}[/]",
                   "non-strict", f"{stats.nonstrict}")
     label = "commands" if protocol == "bunqueue" else "messages"
@@ -61,30 +71,58 @@ def _progress_table(stats: Any, protocol: str) -> Any:
 @click.option("--artifacts", metavar="DIR", type=click.Path(file_okay=False),
               help="Write each failure, shrunk, as a replayable JSON transcript into DIR.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Connections fuzzed at once (asyncio tasks in this process).")
+              help="Worker processes, each on its own connection; worker w of N plays cases "
+                   "w, w+N, w+2N, ... of the seed (1: a thread of this process, no fork).")
 @click.option("--connect-per-case", is_flag=True,
               help="A fresh connection for every case (default: reuse where the case allows).")
-@click.option("--bound", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
-              metavar="S", help="Seconds a reply may take before it counts as lost.")
+@click.option("--bound", type=click.FloatRange(min=0.01), default=None, metavar="S",
+              help="Seconds a reply may take before it counts as lost (default 2); with "
+                   "--client, seconds the testee may take for a case besides two command "
+                   "timeouts per action (default 5).")
 @click.option("--diff", "diff_spec", metavar="HOST:PORT",
               help="Run the same cases against a second server; report replies that differ "
                    "in kind.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
+@click.option("--client", "client_mode", is_flag=True,
+              help="Fuzz a client instead: serve it mutated and mis-framed replies through "
+                   "the client conformance server; needs --testee (bunqueue only).")
+@click.option("--testee", metavar="CMD",
+              help="With --client: the client under test, a command speaking the testee "
+                   "contract (docs/conformance/client-testee.md).")
+@click.option("--testee-cwd", metavar="DIR", type=click.Path(file_okay=False),
+              help="With --client: the testee's working directory.")
 @click.pass_context
 def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
          profile: str | None, duration: float | None, max_examples: int | None,
          seed: int | None, start: int, artifacts: str | None, workers: int,
-         connect_per_case: bool, bound: float, diff_spec: str | None, quiet: bool) -> None:
+         connect_per_case: bool, bound: float | None, diff_spec: str | None, quiet: bool,
+         client_mode: bool, testee: str | None, testee_cwd: str | None) -> None:
     """Fuzz a server: spec-driven cases over TCP, judged by oracles citing requirement ids.
+    With --client, fuzz a client: each case asks the testee for a few actions and breaks
+    the reply to one of them (wrong types, missing fields, lying length prefixes, garbage
+    payloads, a close mid-frame, unknown or duplicated reqIds, split segments); the client
+    must not crash, must answer within the bound (--bound plus its command timeouts) and
+    must report a typed error for the broken action (and the right value where nothing
+    was broken).
 
     Exit status 1 when a failure (a MUST not followed) was found, or a case could not be
     generated; 0 otherwise.
+
+    \b
+      queuewire fuzz --protocol bunqueue --target 127.0.0.1:6789 --duration 60 --workers 2
+      queuewire fuzz --client --protocol bunqueue --max-examples 200 --seed 1 --testee \\
+          'python -m queuewire.conformance.client.adapters.queuewire_client'
     """
     if ctx.invoked_subcommand is not None:
         return
+    if client_mode:
+        _client_command(ctx, protocol or "bunqueue", profile, testee, testee_cwd, duration,
+                        max_examples, seed, start, artifacts, bound)
+        return
     if protocol is None or target_spec is None:
         raise click.UsageError("fuzz needs --protocol and --target (or a subcommand: replay)")
-    _case_mod, runner = _fuzz_modules()
+    bound = bound if bound is not None else 2.0
+    _case_mod, runner, campaign = _fuzz_modules()
     profile = profile or default_profile(protocol)
     load(profile)
     if seed is None:
@@ -99,31 +137,41 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     async def main() -> Any:
         async with runner.target(target_spec, protocol, profile) as (host, port):
             if quiet:
-                return await runner.campaign(
+                return await campaign.campaign(
                     protocol, profile, host, port, seed=seed, max_examples=max_examples,
                     duration=duration, workers=workers, artifacts=artifacts,
                     reuse=not connect_per_case, bound=bound, diff=diff, start=start)
             from rich.live import Live
             last = [0.0]
-            with Live(console=err_console, refresh_per_second=4, transient=False) as live:
+            # no refresh thread: the workers are forked, and a fork copies only this thread
+            with Live(console=err_console, auto_refresh=False, transient=False) as live:
                 def progress(stats: Any) -> None:
                     now = time.monotonic()
                     if now - last[0] >= 0.25:
                         last[0] = now
-                        live.update(_progress_table(stats, protocol))
-                stats = await runner.campaign(
+                        live.update(_progress_table(stats, protocol), refresh=True)
+                stats = await campaign.campaign(
                     protocol, profile, host, port, seed=seed, max_examples=max_examples,
                     duration=duration, workers=workers, artifacts=artifacts,
                     reuse=not connect_per_case, bound=bound, diff=diff, start=start,
                     on_progress=progress)
-                live.update(_progress_table(stats, protocol))
+                live.update(_progress_table(stats, protocol), refresh=True)
                 return stats
 
-    stats = asyncio.run(main())
-    console.print(f"{stats.cases} cases in {time.monotonic() - stats.started:.1f} s "
+    try:
+        stats = asyncio.run(main())
+    except RuntimeError as exc:  # a worker process died
+        raise click.ClickException(str(exc)) from None
+    console.print(f"{stats.cases} cases in {stats.elapsed:.1f} s "
                   f"({stats.rate:,.0f}/s), {stats.failures} failing, {stats.nonstrict} "
                   f"non-strict findings; {len(stats.commands)} commands, "
                   f"{len(stats.requirements)} requirement ids covered")
+    console.print(f"fuzzer CPU {stats.cpu:.1f} s ({stats.cores:.2f} cores, {stats.workers} "
+                  f"worker{'s' if stats.workers > 1 else ''}"
+                  f"{', the embedded server included' if target_spec == 'embedded' else ''}): "
+                  f"{stats.per_core:,.0f} cases/s per core; {stats.connects} connects "
+                  f"({stats.connects / max(1, stats.cases):.2f} per case)"
+                  + (f"; pools warmed in {stats.warmup:.1f} s first" if stats.warmup >= 0.05 else ""))
     for case, small, path, findings in stats.failed:
         console.print(f"[red]FAIL[/] case {case.index} (seed {seed}): "
                       f"{len(case.frames)} frames, shrunk to {len(small.frames)}")
@@ -144,25 +192,192 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
 
 @fuzz.command()
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False))
-@click.option("--target", "target_spec", required=True, metavar="HOST:PORT|embedded")
-@click.option("--bound", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
-              metavar="S")
-def replay(transcript: str, target_spec: str, bound: float) -> None:
+@click.option("--target", "target_spec", metavar="HOST:PORT|embedded",
+              help="The server to replay a server transcript against.")
+@click.option("--testee", metavar="CMD", help="The client to replay a client transcript with.")
+@click.option("--testee-cwd", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--bound", type=click.FloatRange(min=0.01), default=None, metavar="S",
+              help="Seconds a reply may take (server; default 2) or the testee may take "
+                   "besides its command timeouts (client; default 5).")
+def replay(transcript: str, target_spec: str | None, testee: str | None,
+           testee_cwd: str | None, bound: float | None) -> None:
     """Run a saved failure again: FIXED (exit 0) or STILL FAILING (exit 1)."""
-    case_mod, runner = _fuzz_modules()
-    case, _doc = case_mod.read_transcript(transcript)
+    import json
+    case_mod, runner, _campaign = _fuzz_modules()
+    try:
+        with open(transcript, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except ValueError as exc:
+        raise click.ClickException(f"{transcript} is not a fuzz transcript: {exc}") from None
+    from ..fuzz import replies
+    if isinstance(doc, dict) and replies.is_client_transcript(doc):
+        if not testee:
+            raise click.UsageError("a client transcript replays with --testee CMD")
+        ccase = replies.ClientCase.from_dict(doc["case"])
+        findings = asyncio.run(_client_replay(ccase, testee, testee_cwd,
+                                              bound if bound is not None else CLIENT_BOUND))
+        _say_fixed([f for f in findings if f.fails])
+        return
+    if not target_spec:
+        raise click.UsageError("a server transcript replays with --target HOST:PORT|embedded")
+    try:
+        case, _doc = case_mod.read_transcript(transcript)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise click.ClickException(f"{transcript} is not a fuzz transcript: {exc}") from None
     if target_spec != "embedded":
         _address(target_spec, "--target")
 
     async def main() -> Any:
         async with runner.target(target_spec, case.protocol, case.profile) as (host, port):
-            return await runner.replay(case, host, port, bound)
+            return await runner.replay(case, host, port, bound if bound is not None else 2.0)
 
     res = asyncio.run(main())
-    failing = [f for f in res.findings if f.fails]
+    _say_fixed([f for f in res.findings if f.fails])
+
+
+def _say_fixed(failing: list[Any]) -> None:
     if failing:
         console.print("[red]STILL FAILING[/]")
         for f in failing:
             console.print(f"  {f}", markup=False)
         raise SystemExit(1)
     console.print("[green]FIXED[/]")
+
+
+# -- fuzz --client ----------------------------------------------------------------------------
+CLIENT_BOUND = 5.0   # seconds a testee may take for a case besides its command timeouts
+
+
+async def _client_case(server: Any, testee: Any, case: Any, profile: Any,
+                       bound: float) -> tuple[Any, list[Any]]:
+    """Play one client case; the played record and the verdict's findings."""
+    import uuid
+
+    from ..conformance.client.fuzzing import play
+    from ..fuzz import replies
+    target = case.request_of(case.target)
+
+    def mangle(cmd: str, n: int, _request: Any, reply: dict) -> Any:
+        return replies.reply_plan(case, reply, profile) if (cmd, n) == target else None
+
+    nonce = uuid.uuid4().hex[:8]
+    request = {"scenario": f"fuzz.client.{case.seed}.{case.index}.{nonce}",
+               "protocol": case.protocol, "profile": profile.name, "target": server.target,
+               "actions": case.bind(f"cf-{nonce}"), "options": case.options}
+    per = float(case.options.get("command_timeout", replies.COMMAND_TIMEOUT_MS)) / 1000.0
+    played = await play(server, testee, request, mangle, bound + 2 * per * len(case.actions))
+    findings = replies.judge_client(case, profile, results=played.results,
+                                    failure=played.failure, hung=played.hung,
+                                    replies=played.computed)
+    return played, findings
+
+
+async def _with_client_server(profile_name: str, testee_cmd: str, cwd: str | None,
+                              body: Any) -> Any:
+    from ..conformance.client.server import ConformanceServer
+    from ..conformance.client.testee import Testee
+    profile = load(profile_name)
+    server = await ConformanceServer(profile).start()
+    testee = Testee(testee_cmd, cwd=cwd)
+    try:
+        return await body(server, testee, profile)
+    finally:
+        await testee.stop()
+        await server.stop()
+
+
+async def _client_replay(case: Any, testee_cmd: str, cwd: str | None,
+                         bound: float) -> list[Any]:
+    async def body(server: Any, testee: Any, profile: Any) -> list[Any]:
+        return (await _client_case(server, testee, case, profile, bound))[1]
+    return await _with_client_server(case.profile, testee_cmd, cwd, body)
+
+
+async def _client_run(profile_name: str, testee_cmd: str, cwd: str | None, *, seed: int,
+                      start: int, max_examples: int | None, duration: float | None,
+                      bound: float, artifacts: str | None, max_failures: int = 5,
+                      on_case: Any = None) -> dict[str, Any]:
+    """Client cases ``start, start+1, ...`` of ``seed``; each failure shrunk (the target
+    action alone, then the actions up to it) and saved as a replayable transcript."""
+    import os
+
+    from ..fuzz import replies
+    stats: dict[str, Any] = {"cases": 0, "failures": [], "nonstrict": 0, "kinds": set(),
+                             "started": time.monotonic()}
+
+    async def body(server: Any, testee: Any, profile: Any) -> dict[str, Any]:
+        stop_at = time.monotonic() + duration if duration else None
+        i = start
+        while (max_examples is None or i < start + max_examples) and \
+                (stop_at is None or time.monotonic() < stop_at) and \
+                len(stats["failures"]) < max_failures:
+            case = replies.normalize(replies.make_client_case(profile.name, seed, i))
+            i += 1
+            played, findings = await _client_case(server, testee, case, profile, bound)
+            stats["cases"] += 1
+            stats["kinds"].add(case.recipe["kind"])
+            stats["nonstrict"] += sum(1 for f in findings if not f.fails and f.level != "INFO")
+            if any(f.fails for f in findings):
+                rids = {f.requirement for f in findings if f.fails}
+                small, final = case, (played, findings)
+                for cand in replies.shrink_candidates(case):
+                    again = await _client_case(server, testee, cand, profile, bound)
+                    if any(f.fails and f.requirement in rids for f in again[1]):
+                        small, final = cand, again
+                        break
+                path = None
+                if artifacts:
+                    os.makedirs(artifacts, exist_ok=True)
+                    path = os.path.join(artifacts, f"client-{seed}-{case.index}.json")
+                    replies.write_client_transcript(path, small, final[1], final[0].answer,
+                                                    final[0].wire, original=case)
+                stats["failures"].append((case, small, path, findings))
+            if on_case is not None:
+                on_case(stats)
+        return stats
+    return await _with_client_server(profile_name, testee_cmd, cwd, body)
+
+
+def _client_command(ctx: click.Context, protocol: str, profile: str | None,
+                    testee: str | None, cwd: str | None, duration: float | None,
+                    max_examples: int | None, seed: int | None, start: int,
+                    artifacts: str | None, bound: float | None) -> None:
+    _fuzz_modules()
+    if protocol != "bunqueue":
+        raise click.UsageError("fuzz --client fuzzes bunqueue clients only (quicx: not yet)")
+    if not testee:
+        raise click.UsageError("fuzz --client needs --testee CMD")
+    profile = profile or default_profile(protocol)
+    load(profile)
+    if seed is None:
+        seed = int(time.time_ns() % 2**31)
+    if max_examples is None and duration is None:
+        max_examples = 100
+    limit = bound if bound is not None else CLIENT_BOUND
+    err_console.print(f"fuzz client {testee!r} ({profile}), seed {seed}")
+    try:
+        stats = asyncio.run(_client_run(profile, testee, cwd, seed=seed, start=start,
+                                        max_examples=max_examples, duration=duration,
+                                        bound=limit, artifacts=artifacts))
+    except Exception as exc:  # noqa: BLE001 - the testee could not even be started
+        from ..conformance.client.testee import TesteeError
+        if isinstance(exc, TesteeError):
+            raise click.ClickException(str(exc)) from None
+        raise
+    elapsed = time.monotonic() - stats["started"]
+    failures = stats["failures"]
+    console.print(f"{stats['cases']} client cases in {elapsed:.1f} s "
+                  f"({stats['cases'] / max(elapsed, 1e-9):,.1f}/s), {len(failures)} failing, "
+                  f"{stats['nonstrict']} non-strict findings; mutations: "
+                  f"{', '.join(sorted(stats['kinds']))}")
+    for case, small, path, findings in failures:
+        console.print(f"[red]FAIL[/] client case {case.index} (seed {seed}): "
+                      f"{case.recipe['kind']} on action {case.target} of {len(case.actions)}, "
+                      f"shrunk to {len(small.actions)}")
+        for f in findings:
+            if f.fails:
+                console.print(f"  {f}", markup=False)
+        if path:
+            console.print(f"  replay: queuewire fuzz replay {path} --testee '{testee}'",
+                          markup=False)
+    ctx.exit(1 if failures else 0)

@@ -10,7 +10,11 @@ every reply valid for its request, none lost or duplicated per reqId, the connec
 only where the spec allows it, liveness; each finding cites a requirement id and its level,
 and only a MUST makes a failure. :mod:`.runner` is the asyncio shell: it plays cases on reused
 or fresh connections with TCP_NODELAY and the case's segmentation, shrinks a failing case by
-delta debugging on its frames and writes a replayable transcript (:mod:`.case`). The stateful
-job-lifecycle fuzzing lives in :mod:`.stateful`. The package imports codecs, spec,
-reference_server and client, never conformance.
+delta debugging on its frames and writes a replayable transcript (:mod:`.case`); its runner is
+synchronous (blocking sockets, one ``sendall`` per segment) and :mod:`.campaign` runs it in
+N forked worker processes, worker ``w`` playing cases ``w, w+N, ...`` of the seed. The stateful
+job-lifecycle fuzzing lives in :mod:`.stateful`. :mod:`.replies` is client fuzzing's sans-IO
+half: client cases (testee actions, one reply broken by a recipe), the reply mutations and
+the verdict; the conformance package plays them (``queuewire fuzz --client`` joins the two).
+The package imports codecs, spec, reference_server and client, never conformance.
 """

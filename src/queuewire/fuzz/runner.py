@@ -1,23 +1,34 @@
-"""The asyncio shell of the fuzzer: plays cases over TCP, judges them with :mod:`.oracles`,
-shrinks failures, writes and replays transcripts.
+"""The I/O shell of the fuzzer: plays cases over TCP with blocking sockets, judges them with
+:mod:`.oracles`, shrinks failures, writes and replays transcripts.
 
-A bunqueue case runs on a reused connection when it can (its stream ends on a frame boundary
-and it does not half-close): the runner writes the case's chunks (TCP_NODELAY, one write and
-drain per chunk, so a 1-byte split is a 1-byte segment), then a Ping with a reqId of its own
+A :class:`Runner` is synchronous and owns one connection at a time: a worker process (see
+:mod:`.campaign`) is a tight loop of draw, send, read, judge on plain blocking sockets, with
+no event loop between the bytes. Writes are a loop of ``sendall`` over the case's chunks with
+TCP_NODELAY and, while the stream fits the socket's send buffer, the socket blocking, so a
+one-byte split is a one-byte segment at the cost of one system call (no ``poll`` before it);
+reads are ``recv`` with the socket's timeout set to what is left of the case's bound. In-process
+servers (``--target embedded``, the tests' small broken servers) keep running on the asyncio
+loop while a runner works in another thread or process: the async helpers below
+(:func:`replay`, :func:`run_fresh`, :func:`shrink_and_save`) run it with ``asyncio.to_thread``.
+
+A bunqueue case runs on the reused connection when there is one (reuse mode): the runner
+writes the case's chunks, then, unless the case half-closes, a Ping with a reqId of its own
 (the sentinel), and reads until every expected reply and the sentinel's are in, or until the
-bound. Any other case gets a fresh connection, half-closes after its bytes and reads to EOF
-or the bound. quicx cases always run connect-per-case (the daemon may fix a connection's role
-from its first message, so nothing carries over safely). After a case whose connection closed
-or timed out, a fresh connection's Ping or HEARTBEAT checks the server is alive.
+bound. A case that half-closes (its own choice, or its stream ends inside a frame) runs on
+the reused connection too, half-closes it and reads to EOF or the bound; the connection is
+then dropped. After a case whose connection the server closed or that timed out, a fresh
+connection's Ping or HEARTBEAT checks the server is alive (the liveness oracle), and in
+reuse mode that proven connection carries the next case, so such a case costs one connect,
+not two. ``reuse=False`` (``--connect-per-case``) gives every case a fresh connection. quicx
+cases always run connect-per-case (the daemon may fix a connection's role from its first
+message, so nothing carries over safely). :attr:`Runner.connects` counts the connections
+opened, for the connect-per-case rate reported beside the case rate.
 
 Shrinking is delta debugging on the case, re-run on fresh connections: drop frames (halves,
 then one at a time), then one write instead of the split, then no half-close; a candidate is
 kept while it still fails on one of the original failing requirement ids. A server that no
 longer answers a fresh connection (it crashed) cannot judge smaller cases, so such a failure
 is saved whole, with a note; replay it against a restarted server.
-
-``--workers N`` runs N asyncio tasks in this process, each on its own connection, drawing case
-indices from one counter (so a run's set of cases does not depend on N, their order does).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from .oracles import (
     expect_bunqueue,
     expect_quicx,
 )
-from .strategies import SENTINEL_PREFIX, WAITS, make_case
+from .strategies import SENTINEL_PREFIX, WAITS
 
 DEFAULT_BOUND = 2.0    # seconds a reply may take before it counts as lost (hang oracle)
 READ_SIZE = 64 * 1024
@@ -93,21 +104,65 @@ async def target(spec: str, protocol: str, profile: str) -> AsyncIterator[tuple[
         yield "127.0.0.1", server.port
 
 
-async def _connect(host: str, port: int, timeout: float) -> tuple[Any, Any]:
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    sock = writer.get_extra_info("socket")
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    sock = socket.create_connection((host, port), timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _close(sock: socket.socket | None) -> None:
     if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return reader, writer
+        with contextlib.suppress(OSError):
+            sock.close()
 
 
-def _close(writer: Any) -> None:
-    with contextlib.suppress(Exception):
-        writer.transport.abort()
+BLOCKING_SEND_MAX = 16 * 1024   # a stream this small fits the socket's send buffer
+
+
+def _send(sock: socket.socket, case: Case, bound: float) -> None:
+    """The case's writes (:meth:`Case.chunks`, without building the list), one ``sendall``
+    each: the tight loop a one-byte split runs through, one system call per segment. A
+    stream that fits the kernel's send buffer is written with the socket blocking: with a
+    timeout set, each ``sendall`` would ``poll`` before its ``send``, doubling the calls."""
+    data, splits = case.stream, case.splits
+    sock.settimeout(None if len(data) <= BLOCKING_SEND_MAX else bound)
+    send = sock.sendall
+    if not splits:
+        send(data)
+        return
+    view, pos, end = memoryview(data), 0, len(data)
+    for size in splits:
+        if pos >= end:
+            return
+        send(view[pos:pos + size])
+        pos += size
+    if pos < end:
+        send(view[pos:])
+
+
+def _recv(sock: socket.socket, deadline: float, res: Any) -> tuple[bytes, bool]:
+    """The next bytes before ``deadline`` and whether the connection was reset; b"" when
+    there are none, with ``res.timed_out`` or ``res.closed`` set to say why."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        res.timed_out = True
+        return b"", False
+    try:
+        sock.settimeout(left)
+        data = sock.recv(READ_SIZE)
+    except TimeoutError:
+        res.timed_out = True
+        return b"", False
+    except OSError:
+        res.closed = True
+        return b"", True
+    if not data:
+        res.closed = True
+    return data, False
 
 
 class Runner:
-    """Runs cases of one protocol and profile against one server."""
+    """Runs cases of one protocol and profile against one server (blocking I/O)."""
 
     def __init__(self, protocol: str, profile: str, host: str, port: int, *,
                  bound: float = DEFAULT_BOUND, reuse: bool = True):
@@ -120,18 +175,23 @@ class Runner:
             self.encoder = FrameEncoder(self.profile)
         else:
             self.qencoder = QuicxEncoder(self.profile)
-        self._conn: tuple[Any, Any, FrameDecoder] | None = None
+        self._conn: tuple[socket.socket, FrameDecoder] | None = None
         self._sentinels = itertools.count()
+        self.connects = 0   # connections opened, liveness probes included
 
-    async def close(self) -> None:
+    def _open(self) -> socket.socket:
+        self.connects += 1
+        return _connect(self.host, self.port, self.bound)
+
+    def close(self) -> None:
         if self._conn is not None:
-            _close(self._conn[1])
+            _close(self._conn[0])
             self._conn = None
 
-    async def run(self, case: Case) -> Result:
+    def run(self, case: Case) -> Result:
         if self.protocol == "bunqueue":
-            return await self._run_bunqueue(case)
-        return await self._run_quicx(case)
+            return self._run_bunqueue(case)
+        return self._run_quicx(case)
 
     # -- bunqueue
     def _covered(self, exp: Any) -> set[str]:
@@ -147,21 +207,21 @@ class Runner:
             out.add(exp.close_error.requirement)
         return out
 
-    async def _run_bunqueue(self, case: Case) -> Result:
+    def _run_bunqueue(self, case: Case) -> Result:
         exp = expect_bunqueue(case, self.profile)
         res = Result(case, covered=self._covered(exp))
         half_close = case.close or exp.must_close_write
-        fresh = half_close or not self.reuse or self._conn is None
-        if fresh:
-            await self.close()
+        if not self.reuse or self._conn is None:
+            self.close()
             try:
-                reader, writer = await _connect(self.host, self.port, self.bound)
-            except (TimeoutError, OSError) as exc:
+                sock = self._open()
+            except OSError as exc:   # TimeoutError included
                 res.findings += self.judge.judge_alive(f"connect failed: {exc}")
                 return res
             dec = FrameDecoder(self.profile, check_depth=False)
         else:
-            reader, writer, dec = self._conn  # type: ignore[misc]
+            sock, dec = self._conn
+        self._conn = None
         sentinel = None
         extra = sum(max(0.0, min(float(i.request.get("timeout") or 0), 60_000.0)) / 1000.0
                     for i in exp.items if type(i.request) is dict
@@ -173,25 +233,20 @@ class Runner:
         replies: list[Any] = []
         reset = False
         try:
-            chunks = case.chunks()
-            for chunk in chunks:
-                writer.write(chunk)
-                if len(chunks) > 1:
-                    await writer.drain()
+            _send(sock, case, self.bound)
             if half_close:
-                writer.write_eof()
+                sock.shutdown(socket.SHUT_WR)
             else:
                 sentinel = f"{SENTINEL_PREFIX}{next(self._sentinels)}"
-                writer.write(self.encoder.encode({"cmd": "Ping", "reqId": sentinel}))
-            await writer.drain()
-        except (OSError, RuntimeError):
+                sock.sendall(self.encoder.encode({"cmd": "Ping", "reqId": sentinel}))
+        except OSError:
             reset = True  # the server closed while we wrote: read what it sent before
         want = len(exp.items)
         got_sentinel = sentinel is None
         while True:
             if not half_close and got_sentinel and len(replies) >= want:
                 break
-            data, lost = await _next_chunk(reader, deadline, res)
+            data, lost = _recv(sock, deadline, res)
             reset = reset or lost
             if not data:
                 break
@@ -216,76 +271,78 @@ class Runner:
             res.findings.append(self.judge._finding("BQ-PIPE-1", "lost_reply",
                                                     "the runner's Ping not answered"))
         if half_close or res.closed or res.timed_out or reply_errors:
-            _close(writer)
-            self._conn = None
+            _close(sock)
         else:
-            self._conn = (reader, writer, dec)
+            self._conn = (sock, dec)
         if (res.closed and not half_close) or res.timed_out:
-            res.findings += await self.alive()
+            res.findings += self.alive(keep=self.reuse)
         return res
 
-    async def alive(self) -> list[Finding]:
-        """Liveness: a fresh connection's Ping (HEARTBEAT for quicx) is answered."""
+    def alive(self, keep: bool = False) -> list[Finding]:
+        """Liveness: a fresh connection's Ping (HEARTBEAT for quicx) is answered. With
+        ``keep`` (bunqueue), the answered connection becomes the one the next case reuses."""
+        bunqueue = self.protocol == "bunqueue"
         try:
-            reader, writer = await _connect(self.host, self.port, self.bound)
-        except (TimeoutError, OSError) as exc:
-            return self.judge.judge_alive(f"connect failed: {exc}") if \
-                self.protocol == "bunqueue" else self.judge.judge_alive([])
+            sock = self._open()
+        except OSError as exc:
+            return self.judge.judge_alive(f"connect failed: {exc}") if bunqueue \
+                else self.judge.judge_alive([])
+        kept = False
         try:
-            if self.protocol == "bunqueue":
-                writer.write(self.encoder.encode({"cmd": "Ping", "reqId": "alive"}))
+            end = time.monotonic() + self.bound
+            if bunqueue:
+                sock.sendall(self.encoder.encode({"cmd": "Ping", "reqId": "alive"}))
                 dec = FrameDecoder(self.profile, check_depth=False)
                 got: Any = None
-                end = time.monotonic() + self.bound
-                while got is None and time.monotonic() < end:
-                    data = await asyncio.wait_for(reader.read(READ_SIZE), end - time.monotonic())
+                while got is None and (left := end - time.monotonic()) > 0:
+                    sock.settimeout(left)
+                    data = sock.recv(READ_SIZE)
                     if not data:
                         break
                     msgs = dec.feed(data)
                     got = msgs[0] if msgs else None
-                return self.judge.judge_alive(got)
-            writer.write(self.qencoder.heartbeat())
-            dec = self.judge.client_decoder()
-            msgs: list[Any] = []
-            end = time.monotonic() + self.bound
-            while not msgs and time.monotonic() < end:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), end - time.monotonic())
+                found = self.judge.judge_alive(got)
+                if keep and not found and not dec.buffered:
+                    self.close()
+                    self._conn, kept = (sock, dec), True
+                return found
+            sock.sendall(self.qencoder.heartbeat())
+            qdec = self.judge.client_decoder()
+            msgs2: list[Any] = []
+            while not msgs2 and (left := end - time.monotonic()) > 0:
+                sock.settimeout(left)
+                data = sock.recv(READ_SIZE)
                 if not data:
                     break
-                msgs += dec.feed(data)
-            return self.judge.judge_alive(msgs)
-        except (TimeoutError, OSError, ProtocolError):
-            return self.judge.judge_alive(None) if self.protocol == "bunqueue" \
-                else self.judge.judge_alive([])
+                msgs2 += qdec.feed(data)
+            return self.judge.judge_alive(msgs2)
+        except (OSError, ProtocolError):
+            return self.judge.judge_alive(None) if bunqueue else self.judge.judge_alive([])
         finally:
-            _close(writer)
+            if not kept:
+                _close(sock)
 
     # -- quicx
-    async def _run_quicx(self, case: Case) -> Result:
+    def _run_quicx(self, case: Case) -> Result:
         exp = expect_quicx(case, self.profile)
         res = Result(case, covered={e.requirement for e in exp.errors})
         if exp.close_error is not None:
             res.covered.add(exp.close_error.requirement)
         try:
-            reader, writer = await _connect(self.host, self.port, self.bound)
-        except (TimeoutError, OSError):
+            sock = self._open()
+        except OSError:
             res.findings += self.judge.judge_alive([])
             return res
         dec = self.judge.client_decoder()
         reply_errors: list[ProtocolError] = []
         try:
-            chunks = case.chunks()
-            for chunk in chunks:
-                writer.write(chunk)
-                if len(chunks) > 1:
-                    await writer.drain()
-            writer.write_eof()
-            await writer.drain()
-        except (OSError, RuntimeError):
+            _send(sock, case, self.bound)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
             pass
         deadline = time.monotonic() + self.bound
         while True:
-            data, _ = await _next_chunk(reader, deadline, res)
+            data, _ = _recv(sock, deadline, res)
             if not data:
                 break
             try:
@@ -294,45 +351,24 @@ class Runner:
                 res.replies += err.frames
                 reply_errors.append(err)
                 break
-        _close(writer)
+        _close(sock)
         res.findings = self.judge.judge(exp, res.replies, res.closed, res.timed_out,
                                         reply_errors)
         if res.timed_out:
-            res.findings += await self.alive()
+            res.findings += self.alive()
         return res
 
 
-async def _next_chunk(reader: asyncio.StreamReader, deadline: float,
-                      res: Any) -> tuple[bytes, bool]:
-    """The next bytes before ``deadline`` and whether the connection was reset; b"" when
-    there are none, with ``res.timed_out`` or ``res.closed`` set to say why."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        res.timed_out = True
-        return b"", False
-    reset = False
-    try:
-        data = await asyncio.wait_for(reader.read(READ_SIZE), left)
-    except TimeoutError:
-        res.timed_out = True
-        return b"", False
-    except OSError:
-        reset, data = True, b""
-    if not data:
-        res.closed = True
-    return data, reset
-
-
 # -- shrinking, transcripts, replay -------------------------------------------------------------
-async def shrink(case: Case, run: Callable[[Case], Any], rids: set[str],
-                 budget: int = 200) -> Case:
+def shrink(case: Case, run: Callable[[Case], Result], rids: set[str],
+           budget: int = 200) -> Case:
     """Delta debugging: the smallest variant of ``case`` that still fails on one of ``rids``."""
     tries = 0
 
-    async def fails(c: Case) -> bool:
+    def fails(c: Case) -> bool:
         nonlocal tries
         tries += 1
-        res = await run(c)
+        res = run(c)
         return any(f.fails and f.requirement in rids for f in res.findings)
 
     def variant(frames: list[bytes], **kw: Any) -> Case:
@@ -347,7 +383,7 @@ async def shrink(case: Case, run: Callable[[Case], Any], rids: set[str],
         for start in range(0, len(best.frames), size):
             cand = variant(best.frames[:start] + best.frames[start + size:],
                            splits=best.splits, close=best.close)
-            if cand.frames and await fails(cand):
+            if cand.frames and fails(cand):
                 best, n, reduced = cand, max(2, n - 1), True
                 break
             if tries >= budget:
@@ -361,37 +397,37 @@ async def shrink(case: Case, run: Callable[[Case], Any], rids: set[str],
             break
         cand = variant(best.frames, splits=kw.get("splits", best.splits),
                        close=kw.get("close", best.close))
-        if (cand.splits, cand.close) != (best.splits, best.close) and await fails(cand):
+        if (cand.splits, cand.close) != (best.splits, best.close) and fails(cand):
             best = cand
     return best
 
 
-async def run_fresh(protocol: str, profile: str, host: str, port: int, case: Case,
-                    bound: float = DEFAULT_BOUND) -> Result:
+def run_fresh_sync(protocol: str, profile: str, host: str, port: int, case: Case,
+                   bound: float = DEFAULT_BOUND) -> Result:
     runner = Runner(protocol, profile, host, port, bound=bound, reuse=False)
     try:
-        return await runner.run(case)
+        return runner.run(case)
     finally:
-        await runner.close()
+        runner.close()
 
 
-async def shrink_and_save(res: Result, host: str, port: int, artifacts: str | None,
-                          bound: float = DEFAULT_BOUND) -> tuple[Case, str | None]:
+def shrink_and_save_sync(res: Result, host: str, port: int, artifacts: str | None,
+                         bound: float = DEFAULT_BOUND) -> tuple[Case, str | None]:
     case = res.case
     rids = {f.requirement for f in res.findings if f.fails}
 
-    async def run(c: Case) -> Result:
-        return await run_fresh(case.protocol, case.profile, host, port, c, bound)
+    def run(c: Case) -> Result:
+        return run_fresh_sync(case.protocol, case.profile, host, port, c, bound)
 
     # a server that no longer answers cannot judge smaller cases: every one would "fail";
     # the case is kept whole and the transcript says why
     probe = Runner(case.protocol, case.profile, host, port, bound=bound, reuse=False)
-    dead = bool(await probe.alive())
-    small = case if dead else await shrink(case, run, rids)
+    dead = bool(probe.alive())
+    small = case if dead else shrink(case, run, rids)
     path = None
     if artifacts:
         os.makedirs(artifacts, exist_ok=True)
-        final = res if dead else await run(small)
+        final = res if dead else run(small)
         findings = final.findings if final.failed else res.findings
         path = os.path.join(artifacts, f"{case.protocol}-{case.seed}-{case.index}.json")
         write_transcript(path, small, [f.as_dict() for f in findings],
@@ -414,84 +450,17 @@ def _jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
+# the async faces, for callers on an event loop (an in-process server keeps serving)
+async def run_fresh(protocol: str, profile: str, host: str, port: int, case: Case,
+                    bound: float = DEFAULT_BOUND) -> Result:
+    return await asyncio.to_thread(run_fresh_sync, protocol, profile, host, port, case, bound)
+
+
+async def shrink_and_save(res: Result, host: str, port: int, artifacts: str | None,
+                          bound: float = DEFAULT_BOUND) -> tuple[Case, str | None]:
+    return await asyncio.to_thread(shrink_and_save_sync, res, host, port, artifacts, bound)
+
+
 async def replay(case: Case, host: str, port: int, bound: float = DEFAULT_BOUND) -> Result:
     """Run a transcript's case again on a fresh connection: FIXED when nothing fails."""
     return await run_fresh(case.protocol, case.profile, host, port, case, bound)
-
-
-# -- the campaign ---------------------------------------------------------------------------
-@dataclass
-class Stats:
-    cases: int = 0
-    failures: int = 0
-    nonstrict: int = 0
-    started: float = field(default_factory=time.monotonic)
-    commands: set[str] = field(default_factory=set)
-    requirements: set[str] = field(default_factory=set)
-    failed: list[tuple[Case, Case, str | None, list[Finding]]] = field(default_factory=list)
-    diffs: list[tuple[int, list, list]] = field(default_factory=list)
-    errors: list[tuple[int, str]] = field(default_factory=list)  # cases the generator broke on
-
-    @property
-    def rate(self) -> float:
-        return self.cases / max(1e-9, time.monotonic() - self.started)
-
-
-async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: int,
-                   max_examples: int | None = None, duration: float | None = None,
-                   workers: int = 1, artifacts: str | None = None, reuse: bool = True,
-                   bound: float = DEFAULT_BOUND, diff: tuple[str, int] | None = None,
-                   start: int = 0, on_progress: Callable[[Stats], None] | None = None,
-                   max_failures: int = 5) -> Stats:
-    """Cases ``start, start+1, ...`` of ``seed`` until ``max_examples`` or ``duration``."""
-    stats = Stats()
-    counter = itertools.count(start)
-    stop_at = time.monotonic() + duration if duration else None
-    limit = start + max_examples if max_examples is not None else None
-    lock = asyncio.Lock()
-
-    def more(i: int) -> bool:
-        if limit is not None and i >= limit:
-            return False
-        if stop_at is not None and time.monotonic() >= stop_at:
-            return False
-        return len(stats.failed) < max_failures
-
-    async def worker() -> None:
-        runner = Runner(protocol, profile, host, port, bound=bound, reuse=reuse)
-        other = Runner(protocol, profile, *diff, bound=bound, reuse=reuse) if diff else None
-        try:
-            while True:
-                i = next(counter)
-                if not more(i):
-                    return
-                try:
-                    case = make_case(protocol, profile, seed, i)
-                except Exception as exc:  # noqa: BLE001 - a generator bug: record, go on
-                    stats.errors.append((i, f"{type(exc).__name__}: {exc}"))
-                    continue
-                res = await runner.run(case)
-                stats.cases += 1
-                stats.commands.update(lab[4:] for lab in case.labels if lab.startswith("cmd:"))
-                stats.commands.update(lab[4:] for lab in case.labels if lab.startswith("msg:"))
-                stats.requirements |= res.covered
-                stats.nonstrict += sum(1 for f in res.findings
-                                       if not f.fails and f.level != "INFO")
-                if other is not None:
-                    res2 = await other.run(case)
-                    if res.kinds() != res2.kinds():
-                        stats.diffs.append((i, res.kinds(), res2.kinds()))
-                if res.failed:
-                    stats.failures += 1
-                    async with lock:
-                        small, path = await shrink_and_save(res, host, port, artifacts, bound)
-                    stats.failed.append((case, small, path, res.findings))
-                if on_progress is not None:
-                    on_progress(stats)
-        finally:
-            await runner.close()
-            if other is not None:
-                await other.close()
-
-    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
-    return stats

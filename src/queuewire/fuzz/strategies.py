@@ -517,6 +517,23 @@ def case_strategy(protocol: str, profile: str, seed: int | str) -> st.SearchStra
     return quicx_strategies(profile)._case
 
 
+def warm(protocol: str, profile: str, seed: int | str) -> None:
+    """Fill ``seed``'s value pools and valid-message corpus (bunqueue; quicx draws through
+    hypothesis per case and has none), so that forked workers inherit them warm."""
+    if protocol != "bunqueue":
+        return
+    bq = bunqueue_strategies(profile)
+    for j in range(bq.corpus_size):
+        bq.corpus_message(seed, j)
+    for name, strategy in list(_POOLED.values()):
+        if ":" in name and not name.startswith(f"{bq.profile.name}:"):
+            continue  # another profile's pool
+        for k in range(POOL_SIZE):
+            key = (seed, name, k)
+            if key not in FastDraw._pools:
+                FastDraw._pools[key] = draw(strategy, f"{seed}:pool:{name}", k)
+
+
 def make_case(protocol: str, profile: str, seed: int | str, index: int) -> Case:
     """Case ``index`` of the run seeded ``seed``: regenerated alone, without the others
     (bunqueue through :class:`FastDraw`, quicx through hypothesis' own seeded draw)."""

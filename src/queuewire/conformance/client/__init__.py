@@ -19,8 +19,11 @@ daemon's own heartbeat) and its judgements in :mod:`.quicx_judges`. :mod:`.runne
 scenarios against a testee into the server runner's
 :class:`~queuewire.conformance.model.TargetRun`, which :mod:`queuewire.conformance.report`
 renders (console, JSON, JUnit, HTML with transcripts, a matrix when several clients run) and
-:mod:`.markdown` turns into a docs page with each deviation's wire evidence. Dependencies
-point one way: scenarios -> (quicx_)judges -> (quicx_)server -> checker; runner on top.
+:mod:`.markdown` turns into a docs page with each deviation's wire evidence. :mod:`.fuzzing` is the
+fuzz mode's half (``queuewire fuzz --client``): one request played with the server's replies
+replaced by a caller's plan, and whether the testee answered, crashed or hung. Dependencies
+point one way: scenarios -> (quicx_)judges -> (quicx_)server -> checker; runner and fuzzing
+on top.
 """
 
 from __future__ import annotations

@@ -25,7 +25,13 @@ belongs to it: its bytes go to the scenario's :class:`~.checker.ClientChecker` a
                 ``cmds`` are the spec error ``error`` (e.g. rate_limit_exceeded);
 ``lock_ttl``    PULL and PULLB with an owner lock their jobs for this many ms, whatever asked;
 ``restart``     ``{cmds, nth, down_ms}``: after the nth reply to one of ``cmds`` every
-                connection is closed and the port refuses connections for ``down_ms``.
+                connection is closed and the port refuses connections for ``down_ms``;
+``mangle``      (fuzz mode, set in code, not in scenario files) a callable
+                ``(cmd, n, request, reply)`` called with every reply computed, n counting
+                the requests of that cmd from 1; it returns None (serve the reply) or a plan
+                ``{"writes": [bytes, ...], "close": bool, "note": str}`` written instead
+                (each write drained on its own, TCP_NODELAY), then the connection closed if
+                ``close``. The real replies are kept in ``Session.computed[(cmd, n)]``.
 
 Counting (``nth``) is over the scenario's requests, 1-based. Nothing here judges: the checker
 and :mod:`.judges` read what the session recorded (``events``: opens and closes with who
@@ -85,6 +91,7 @@ class Session:
         self.events: list[dict[str, Any]] = []
         self._ids = 0
         self.ended = False
+        self.computed: dict[tuple[str, int], dict] = {}   # fuzz mode: the real replies
         messages = {name: e.message for name, e in owner.profile.model.errors.items()}
         self.messages = messages
 
@@ -187,6 +194,10 @@ class Session:
         if live.dead or live.closed_by is not None:
             return
         b = self.behaviour
+        arrival = None
+        if b.get("mangle") is not None and type(request) is dict:
+            self.counts["mangle:" + str(request.get("cmd"))] += 1
+            arrival = self.counts["mangle:" + str(request.get("cmd"))]
         if type(request) is not dict:
             reply: dict[str, Any] | None = self._error("invalid_command")
             cmd = ""
@@ -217,6 +228,12 @@ class Session:
             self.transcript.add(live.conn, "note", note=f"holding the reply to {cmd} for "
                                 f"{delay.get('ms')} ms")
             await asyncio.sleep(float(delay.get("ms", 1000)) / 1000.0)
+        if arrival is not None:
+            self.computed[(cmd, arrival)] = reply
+            plan = b["mangle"](cmd, arrival, request, reply)
+            if plan is not None:
+                await self._send_plan(live, plan, request, reply)
+                return
         data = self.owner.embedded.encode(reply)
         drop = b.get("drop")
         if (n := self._nth("drop", cmd)) is not None and n == int(drop.get("nth", 1)):
@@ -260,6 +277,22 @@ class Session:
             self.checker.replied(live.conn, request, reply, self.now())
             self.transcript.add(live.conn, "send", data, decoded=jsonable(reply),
                                 note="one byte per segment" if b.get("split") else "")
+
+    async def _send_plan(self, live: _Live, plan: dict[str, Any], request: Any,
+                         reply: dict) -> None:
+        """Fuzz mode: the writes that replace ``reply``, then a close when the plan says."""
+        async with live.lock:
+            if live.closed_by is not None:
+                return
+            for data in plan["writes"]:
+                try:
+                    live.writer.write(data)
+                    await live.writer.drain()
+                except (ConnectionError, OSError):
+                    return
+                self.transcript.add(live.conn, "send", data, note=f"fuzz: {plan['note']}")
+            if plan.get("close"):
+                self._close(live, "server", f"fuzz: {plan['note']}")
 
     def _flush_pending(self, live: _Live) -> None:
         live.flush = None

@@ -27,7 +27,12 @@ SHELL_CHARS = set("|&;<>()$`\\\"'*?[]#~=%")
 
 
 class TesteeError(Exception):
-    """The testee could not be started, exited, or did not answer in time."""
+    """The testee could not be started, exited, or did not answer in time (``kind``:
+    ``start``, ``exited``, ``timeout``; the fuzz mode tells a crash from a hang by it)."""
+
+    def __init__(self, message: str, kind: str = "exited"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class Testee:
@@ -57,7 +62,8 @@ class Testee:
                     *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE, cwd=self.cwd, env=env, limit=16 * 1024 * 1024)
         except OSError as exc:
-            raise TesteeError(f"cannot start testee {self.command!r}: {exc}") from None
+            raise TesteeError(f"cannot start testee {self.command!r}: {exc}",
+                              "start") from None
         self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:
@@ -103,7 +109,8 @@ class Testee:
                     self.log.append("stdout: " + text)
         except TimeoutError:
             await self.stop()
-            raise TesteeError(f"testee gave no answer within {limit:.0f} s; {self.tail()}") from None
+            raise TesteeError(f"testee gave no answer within {limit:.0f} s; {self.tail()}",
+                              "timeout") from None
         except TesteeError:
             await self.stop()
             raise

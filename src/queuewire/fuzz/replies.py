@@ -1,0 +1,351 @@
+"""Client fuzzing, sans-IO: mutated and mis-framed *replies* for a client under test, and the
+oracle that judges what the client made of them.
+
+A :class:`ClientCase` is a short list of testee-contract actions (``add``, ``count``: one
+request each) on a fresh queue, one of which, the *target*, gets its reply broken by a
+*recipe* (:data:`MUTATIONS`). The case is a pure function of ``(seed, index)``
+(:func:`make_client_case`, the server fuzzer's :class:`~.strategies.FastDraw` and its pools:
+wrong-typed values, lying prefixes, segmentations), and the recipe is data, applied to the
+reply the server really computed when the target request arrives (:func:`reply_plan`; a job
+id differs from run to run), so a transcript replays the same mutation.
+
+The recipes, what the client must make of them, and the requirement each verdict cites:
+
+* ``wrong_type`` / ``missing``: a field of the reply with a wrong-typed value, or left out. The
+  client should report an error rather than a value it could not have (BQ-ENV-6 for the
+  command's fields, BQ-ENV-3 for ``ok``; both rules bind the reply's sender, so a client that
+  accepts such a reply is judged at SHOULD at most: NON-STRICT, never FAIL).
+* ``lie``: a length prefix shorter or longer than the payload, or beyond max_frame_bytes
+  (BQ-FRAME-1); ``garbage``: a payload that is not one MessagePack map (BQ-FRAME-3, trailing
+  bytes BQ-MSGPACK-1); ``cut_close``: part of the frame, then the server closes
+  (BQ-CLIENT-6). The action must end in a typed error.
+* ``unknown_reqid``: the reply carries a reqId no request had and the real one never comes:
+  the client must not take it for the target's (BQ-PIPE-5), so the action ends in a typed
+  error (its command timeout).
+* ``stray_first``: that stray reply, then the real one, coalesced in one write;
+  ``duplicate``: the real reply twice (one write or two); ``split``: one byte per TCP segment;
+  ``segments``: case-chosen write sizes. Nothing is broken: the action must succeed with the
+  value the server sent (BQ-PIPE-5, BQ-FRAME-1), and so must every later action (a stray or
+  duplicated reply must not answer another request, BQ-PIPE-5).
+
+:func:`judge_client` adds the process-level oracles: the testee must answer at all (a client
+that crashed did not reject its in-flight command and reconnect: BQ-CLIENT-6) and within the
+bound (a client whose command never times out hangs: BQ-CLIENT-4); every result must be a
+result of the contract (``ok`` true, or false with an ``error_type``); actions before the
+target must succeed with the server's values. Levels come from the profile; only a MUST
+fails. Playing a case (a conformance server, a testee) is the conformance package's side,
+joined to this module by ``queuewire fuzz --client`` in the CLI (the two packages do not
+import each other).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..codecs.bunqueue import FrameEncoder
+from ..spec import Profile
+from .oracles import Finding, level_of
+from .strategies import _BOOL, FastDraw, _bin, _ints, _pick, bunqueue_strategies
+
+FORMAT = "queuewire-client-fuzz-transcript/1"
+# testee-contract ops and the command each sends (checked against the spec on use)
+ACTION_COMMANDS = {"add": "PUSH", "count": "Count"}
+TYPED = ("timeout", "connection_lost", "refused", "other")   # the contract's error types
+ADAPTER_BROKE = "adapter error"   # contract.py's prefix for an exception the client leaked
+BREAKING = ("wrong_type", "missing", "lie", "garbage", "cut_close", "unknown_reqid")
+BENIGN = ("stray_first", "duplicate", "split", "segments")
+MUTATIONS = BREAKING + BENIGN
+COMMAND_TIMEOUT_MS = 300   # the client's command timeout in a case (option command_timeout)
+
+
+@dataclass
+class ClientCase:
+    protocol: str
+    profile: str
+    actions: list[dict[str, Any]]     # queue "${queue}": bound to a fresh queue when played
+    target: int                       # the action whose reply is broken
+    recipe: dict[str, Any]            # {"kind": one of MUTATIONS, ...its parameters}
+    options: dict[str, Any] = field(default_factory=dict)
+    seed: int | str | None = None
+    index: int | None = None
+
+    @property
+    def breaking(self) -> bool:
+        return self.recipe["kind"] in BREAKING
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "profile": self.profile, "actions": self.actions,
+                "target": self.target, "recipe": self.recipe, "options": self.options,
+                "seed": self.seed, "index": self.index}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClientCase:
+        return cls(d["protocol"], d["profile"], list(d["actions"]), int(d["target"]),
+                   dict(d["recipe"]), dict(d.get("options") or {}), d.get("seed"),
+                   d.get("index"))
+
+    def bind(self, queue: str) -> list[dict[str, Any]]:
+        return [{**a, "queue": queue} if a.get("queue") == "${queue}" else dict(a)
+                for a in self.actions]
+
+    def request_of(self, i: int) -> tuple[str, int]:
+        """(command, n): action ``i``'s request is the n-th of its command in the case."""
+        cmd = ACTION_COMMANDS[self.actions[i]["op"]]
+        return cmd, sum(1 for a in self.actions[:i + 1] if ACTION_COMMANDS[a["op"]] == cmd)
+
+
+def make_client_case(profile: str, seed: int | str, index: int,
+                     command_timeout: int = COMMAND_TIMEOUT_MS) -> ClientCase:
+    """Client case ``index`` of ``seed``, regenerated alone."""
+    bq = bunqueue_strategies(profile)
+    for cmd in ACTION_COMMANDS.values():
+        if cmd not in bq.spec.commands:
+            raise ValueError(f"profile {profile} has no {cmd} command")
+    d = FastDraw(f"client:{seed}", index)
+    actions: list[dict[str, Any]] = []
+    for k in range(d(_ints(1, 4))):
+        if d(_BOOL):
+            actions.append({"op": "add", "queue": "${queue}", "name": f"fz{k}",
+                            "data": {"n": d(_ints(0, 99))}})
+        else:
+            actions.append({"op": "count", "queue": "${queue}"})
+    target = d(_ints(0, len(actions) - 1))
+    kind = d(_pick(MUTATIONS))
+    recipe: dict[str, Any] = {"kind": kind}
+    if kind == "wrong_type":
+        recipe["value"] = d(bq._wrong)
+        recipe["pick"] = d(_ints(0, 99))        # which field: pick mod the reply's fields
+    elif kind == "missing":
+        recipe["pick"] = d(_ints(0, 99))
+    elif kind == "lie":
+        recipe["how"] = d(_pick(("short", "long", "huge")))
+        recipe["delta"] = d(_ints(1, 8)) if recipe["how"] != "huge" else d(_ints(1, 2**20))
+    elif kind == "garbage":
+        recipe["how"] = d(_pick(("random", "trailing", "not_a_map", "empty")))
+        recipe["bytes"] = d(_bin(1, 16)).hex()
+    elif kind == "cut_close":
+        recipe["fraction"] = d(_ints(1, 99))    # percent of the frame written before the close
+    elif kind == "unknown_reqid":
+        recipe["reqid"] = f"qw-stray-{d(_ints(0, 10**6))}"
+    elif kind == "stray_first":
+        recipe["reqid"] = f"qw-stray-{d(_ints(0, 10**6))}"
+    elif kind == "duplicate":
+        recipe["coalesced"] = d(_BOOL)
+    elif kind == "segments":
+        recipe["splits"] = [d(_ints(1, 64)) for _ in range(d(_ints(1, 8)))]
+    options = {"command_timeout": command_timeout, "max_command_timeouts": 2}
+    return ClientCase("bunqueue", profile, actions, target, recipe, options, seed, index)
+
+
+def _js(obj: Any) -> Any:
+    """A pooled wrong-typed value as JSON can hold it (transcripts are JSON)."""
+    if isinstance(obj, bytes):
+        return {"$bin": obj.hex()}
+    return obj
+
+
+def _unjs(obj: Any) -> Any:
+    if isinstance(obj, dict) and set(obj) == {"$bin"}:
+        return bytes.fromhex(obj["$bin"])
+    return obj
+
+
+def normalize(case: ClientCase) -> ClientCase:
+    """The case as its transcript holds it (bytes values made JSON-safe), so that a fresh
+    case and a replayed one play the same recipe."""
+    if "value" in case.recipe:
+        case.recipe["value"] = _js(case.recipe["value"])
+    return case
+
+
+def reply_plan(case: ClientCase, reply: dict[str, Any], profile: Profile
+               ) -> dict[str, Any]:
+    """The writes (and whether to close after them) that replace ``reply``, the target
+    request's real reply: ``{"writes": [bytes...], "close": bool, "note": str}``."""
+    enc = FrameEncoder(profile, wide_integers=True)
+    r, kind = case.recipe, case.recipe["kind"]
+    frame = enc.encode(reply)
+    fields = sorted(k for k in reply if k != "reqId")
+    if kind == "wrong_type":
+        name = fields[r["pick"] % len(fields)]
+        value = _unjs(r["value"])
+        if type(value) is type(reply[name]):
+            value = [value]
+        bad = {**reply, name: value}
+        payload = bunqueue_strategies(case.profile)._payload(bad)  # raw where it must be
+        return _plan([enc.prefix(len(payload)) + payload],
+                     f"{name} of the wrong type: {value!r:.40}")
+    if kind == "missing":
+        name = fields[r["pick"] % len(fields)]
+        return _plan([enc.encode({k: v for k, v in reply.items() if k != name})],
+                     f"{name} left out")
+    if kind == "lie":
+        payload = frame[4:]
+        n = len(payload)
+        length = {"short": max(0, n - r["delta"]), "long": n + r["delta"],
+                  "huge": profile.model.max_frame_bytes + r["delta"]}[r["how"]]
+        return _plan([enc.prefix(min(length, 2**32 - 1)) + payload],
+                     f"length prefix {length} for {n} payload bytes ({r['how']})")
+    if kind == "garbage":
+        junk = bytes.fromhex(r["bytes"])
+        payload = {"random": junk, "trailing": frame[4:] + junk,
+                   "not_a_map": enc.payload([reply.get("ok"), 7]), "empty": b""}[r["how"]]
+        return _plan([enc.prefix(len(payload)) + payload], f"payload {r['how']}")
+    if kind == "cut_close":
+        cut = max(1, min(len(frame) - 1, len(frame) * r["fraction"] // 100))
+        return _plan([frame[:cut]], f"{cut} of {len(frame)} bytes, then close", close=True)
+    if kind in ("unknown_reqid", "stray_first"):
+        stray = enc.encode({**reply, "reqId": r["reqid"]})
+        if kind == "unknown_reqid":
+            return _plan([stray], f"reqId {r['reqid']!r} no request had; the real reply "
+                                  f"withheld")
+        return _plan([stray + frame], f"a reply with reqId {r['reqid']!r} first, then the "
+                                      f"real one, one write")
+    if kind == "duplicate":
+        writes = [frame + frame] if r["coalesced"] else [frame, frame]
+        return _plan(writes, "the reply twice" + (", one write" if r["coalesced"] else ""))
+    if kind == "split":
+        return _plan([frame[i:i + 1] for i in range(len(frame))], "one byte per segment")
+    out, pos = [], 0
+    for size in r["splits"]:
+        if pos >= len(frame):
+            break
+        out.append(frame[pos:pos + size])
+        pos += size
+    if pos < len(frame):
+        out.append(frame[pos:])
+    return _plan(out, f"{len(out)} segments")
+
+
+def _plan(writes: list[bytes], note: str, close: bool = False) -> dict[str, Any]:
+    return {"writes": writes, "close": close, "note": note}
+
+
+# -- the oracle -------------------------------------------------------------------------------
+RECIPE_RULES = {"wrong_type": "BQ-ENV-6", "missing": "BQ-ENV-6", "lie": "BQ-FRAME-1",
+                "garbage": "BQ-FRAME-3", "cut_close": "BQ-CLIENT-6",
+                "unknown_reqid": "BQ-PIPE-5", "stray_first": "BQ-PIPE-5",
+                "duplicate": "BQ-PIPE-5", "split": "BQ-FRAME-1", "segments": "BQ-FRAME-1"}
+LOWERED = ("wrong_type", "missing")   # rules of the reply's sender: SHOULD at most here
+
+
+def recipe_rule(case: ClientCase, reply: dict[str, Any] | None = None) -> str:
+    r = case.recipe
+    if r["kind"] in ("wrong_type", "missing") and reply is not None:
+        fields = sorted(k for k in reply if k != "reqId")
+        if fields[r["pick"] % len(fields)] == "ok":
+            return "BQ-ENV-3"
+    if r["kind"] == "garbage" and r.get("how") == "trailing":
+        return "BQ-MSGPACK-1"
+    return RECIPE_RULES[r["kind"]]
+
+
+def _finding(profile: Profile, rid: str, kind: str, message: str,
+             cap: bool = False) -> Finding:
+    level = level_of(profile, rid)
+    if cap and level == "MUST":
+        level = "SHOULD"
+    return Finding(rid, level, kind, message)
+
+
+def expected_value(op: str, reply: dict[str, Any] | None) -> Any:
+    """What the contract reports for ``op`` given the server's real reply (None: unknown)."""
+    if not isinstance(reply, dict) or reply.get("ok") is not True:
+        return None
+    if op == "add":
+        return {"id": reply.get("id")}
+    if op == "count":
+        return reply.get("count")
+    return None
+
+
+def judge_client(case: ClientCase, profile: Profile, *, results: list[Any] | None,
+                 failure: str | None, hung: bool, replies: dict[tuple[str, int], dict]
+                 ) -> list[Finding]:
+    """The verdict on one played case. ``results``: the testee's results (None when it gave
+    no answer); ``failure``: why there was none; ``hung``: it gave none within the bound;
+    ``replies``: the server's real reply per (command, n) (what it computed, before any
+    mutation)."""
+    if results is None:
+        if hung:
+            return [_finding(profile, "BQ-CLIENT-4", "hang",
+                             f"no answer within the bound after {case.recipe['kind']}: "
+                             f"{failure}")]
+        return [_finding(profile, "BQ-CLIENT-6", "crash",
+                         f"the testee died after {case.recipe['kind']}: {failure}")]
+    out: list[Finding] = []
+    target_reply = replies.get(case.request_of(case.target))
+    rule = recipe_rule(case, target_reply)
+    capped = case.recipe["kind"] in LOWERED
+    leaked = [r for r in results if isinstance(r, dict) and r.get("ok") is False
+              and str(r.get("error", "")).startswith(ADAPTER_BROKE)]
+    if leaked:
+        # the client raised something other than its own errors, and the contract's adapter
+        # failed every action of the request with it (those before the target included):
+        # one finding, on the target's mutation
+        return [_finding(profile, rule, "untyped_error",
+                         f"after {case.recipe['kind']} on action {case.target}, the client "
+                         f"raised no error of its own: {leaked[0].get('error')!r:.100}",
+                         cap=capped)]
+    for i, action in enumerate(case.actions):
+        res = results[i] if i < len(results) else None
+        what = f"action {i} ({action['op']})"
+        if not isinstance(res, dict) or not isinstance(res.get("ok"), bool) or (
+                res["ok"] is False and res.get("error_type") not in TYPED + ("unsupported",)):
+            out.append(_finding(profile, rule, "no_result", f"{what}: no contract result: "
+                                f"{res!r:.80}"))
+            continue
+        real = replies.get(case.request_of(i))
+        if i == case.target and case.breaking:
+            if res["ok"] is True:
+                out.append(_finding(profile, rule, "accepted_broken_reply",
+                                    f"{what} succeeded with {res.get('value')!r:.60} on a "
+                                    f"reply broken by {case.recipe['kind']}", cap=capped))
+            continue
+        if i > case.target and case.breaking:
+            continue   # the link may be poisoned: any typed outcome will do
+        want = expected_value(action["op"], real)
+        rid = rule if i == case.target else "BQ-PIPE-5"
+        if isinstance(real, dict) and real.get("ok") is False:   # the server refused it
+            if res["ok"] is True:
+                out.append(_finding(profile, rid, "wrong_value",
+                                    f"{what} succeeded; the server's reply refused it: "
+                                    f"{real.get('error')!r:.60}"))
+            continue
+        if res["ok"] is not True:
+            out.append(_finding(profile, rid, "failed_action",
+                                f"{what} failed: {res.get('error_type')}: "
+                                f"{res.get('error')!r:.80}"))
+        elif want is not None and res.get("value") != want:
+            out.append(_finding(profile, "BQ-PIPE-5", "wrong_value",
+                                f"{what} reported {res.get('value')!r:.60}, the server's reply "
+                                f"said {want!r:.60}"))
+    return out
+
+
+# -- transcripts ------------------------------------------------------------------------------
+def write_client_transcript(path: str, case: ClientCase, findings: list[Finding],
+                            answer: Any, wire: list[dict[str, Any]],
+                            original: ClientCase | None = None) -> None:
+    doc = {"format": FORMAT, "case": case.as_dict(), "findings": [f.as_dict() for f in findings],
+           "answer": answer, "wire": wire,
+           "original": original.as_dict() if original is not None else None}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, default=repr)
+
+
+def is_client_transcript(doc: dict[str, Any]) -> bool:
+    return doc.get("format") == FORMAT
+
+
+def shrink_candidates(case: ClientCase) -> list[ClientCase]:
+    """Smaller variants, smallest first: the target action alone, then the actions up to it."""
+    out = []
+    for actions in ([case.actions[case.target]], case.actions[:case.target + 1]):
+        if len(actions) < len(case.actions):
+            out.append(ClientCase(case.protocol, case.profile, list(actions),
+                                  len(actions) - 1, dict(case.recipe), dict(case.options),
+                                  case.seed, case.index))
+    return out
