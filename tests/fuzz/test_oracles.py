@@ -182,3 +182,8 @@ def test_close_reaction_demands_a_close():
     assert judge.judge(exp, [ping, {"ok": False, "error": refusal}], closed=True,
                        timed_out=False) == []
     assert judge.judge(exp, [ping], closed=True, timed_out=False) == []  # the reply is optional
+    # the Ping read before the fatal frame and left unanswered by the close: the documents
+    # demand both the close and an answer to every command, not their order (a reading)
+    lost = judge.judge(exp, [], closed=True, timed_out=False)
+    assert [(f.requirement, f.level, f.kind) for f in lost] == [
+        ("BQ-PIPE-1", "SHOULD", "lost_before_close")]

@@ -83,6 +83,9 @@ def _progress_table(stats: Any, protocol: str) -> Any:
               help="Run the same cases against a second server; report replies that differ "
                    "in kind.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
+@click.option("--max-failures", type=click.IntRange(min=1), default=5, show_default=True,
+              metavar="N", help="Stop after N failing cases (each shrunk and saved); a larger "
+                                "N surveys a server that deviates in many places.")
 @click.option("--client", "client_mode", is_flag=True,
               help="Fuzz a client instead: serve it mutated and mis-framed replies through "
                    "the client conformance server; needs --testee (bunqueue only).")
@@ -96,7 +99,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
          profile: str | None, duration: float | None, max_examples: int | None,
          seed: int | None, start: int, artifacts: str | None, workers: int,
          connect_per_case: bool, bound: float | None, diff_spec: str | None, quiet: bool,
-         client_mode: bool, testee: str | None, testee_cwd: str | None) -> None:
+         max_failures: int, client_mode: bool, testee: str | None,
+         testee_cwd: str | None) -> None:
     """Fuzz a server: spec-driven cases over TCP, judged by oracles citing requirement ids.
     With --client, fuzz a client: each case asks the testee for a few actions and breaks
     the reply to one of them (wrong types, missing fields, lying length prefixes, garbage
@@ -140,7 +144,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                 return await campaign.campaign(
                     protocol, profile, host, port, seed=seed, max_examples=max_examples,
                     duration=duration, workers=workers, artifacts=artifacts,
-                    reuse=not connect_per_case, bound=bound, diff=diff, start=start)
+                    reuse=not connect_per_case, bound=bound, diff=diff, start=start,
+                    max_failures=max_failures)
             from rich.live import Live
             last = [0.0]
             # no refresh thread: the workers are forked, and a fork copies only this thread
@@ -154,7 +159,7 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                     protocol, profile, host, port, seed=seed, max_examples=max_examples,
                     duration=duration, workers=workers, artifacts=artifacts,
                     reuse=not connect_per_case, bound=bound, diff=diff, start=start,
-                    on_progress=progress)
+                    on_progress=progress, max_failures=max_failures)
                 live.update(_progress_table(stats, protocol), refresh=True)
                 return stats
 

@@ -225,6 +225,14 @@ class BunqueueJudge:
                 out.append(Finding("BQ-PIPE-1", "INFO", "dropped_poll",
                                    f"long poll {_short(item.request)} dropped after the "
                                    f"client's half-close"))
+            elif exp.close_error is not None and closed:
+                # the documents demand the close (BQ-FRAME-2: "cause the connection to be
+                # terminated") and an answer to every command (BQ-PIPE-1); that commands
+                # read before the fatal frame are answered before the close is a reading
+                out.append(Finding("BQ-PIPE-1", "SHOULD", "lost_before_close",
+                                   f"no reply to {_short(item.request)}: the connection was "
+                                   f"closed for the {exp.close_error.kind} that followed it "
+                                   f"before it was answered"))
             else:
                 out.append(self._finding("BQ-PIPE-1", "lost_reply",
                                          f"no reply to {_short(item.request)} ({why})"))
