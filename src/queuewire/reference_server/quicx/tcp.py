@@ -368,14 +368,19 @@ class QuicxServer(TcpService):
                 if self._flush is None:
                     self._flush = asyncio.get_running_loop().call_soon(self._write_deferred)
                 continue
-            link = links.get(conn)
-            if link is None or link.transport.is_closing():
-                continue
-            data = frames
-            if link.kept:  # its own answers kept from a throttled turn come first
-                data = link.kept + frames
-                link.kept.clear()
-            link.transport.write(data[0] if len(data) == 1 else b"".join(data))
+            self._write_link(links.get(conn), frames)
+
+    @staticmethod
+    def _write_link(link: Any, frames: list[bytes]) -> None:
+        """One write of ``frames`` to a live link, after its own answers kept from a
+        throttled turn (they come first)."""
+        if link is None or link.transport.is_closing():
+            return
+        data = frames
+        if link.kept:
+            data = link.kept + frames
+            link.kept.clear()
+        link.transport.write(data[0] if len(data) == 1 else b"".join(data))
 
     def _write_deferred(self) -> None:
         """Write what this loop iteration's turns sent to other connections that are no
@@ -384,11 +389,4 @@ class QuicxServer(TcpService):
         deferred, self._deferred = self._deferred, {}
         links = self._links
         for conn, frames in deferred.items():
-            link = links.get(conn)
-            if link is None or link.transport.is_closing():
-                continue
-            data = frames
-            if link.kept:  # its own answers kept from a throttled turn come first
-                data = link.kept + frames
-                link.kept.clear()
-            link.transport.write(data[0] if len(data) == 1 else b"".join(data))
+            self._write_link(links.get(conn), frames)
