@@ -157,3 +157,30 @@ def ping_exchange(port: int, count: int, profile: str = "bunqueue/v2") -> tuple[
             got += chunk
             replies += decoder.feed(chunk)
     return frames, got
+
+
+def proxy_pings(args: list[str], count: int) -> tuple[bytes, bytes, str]:
+    """Run ``queuewire ARGS`` (a proxy: tap or trace record, in front of a fresh reference
+    bunqueue server whose port replaces ``{port}`` in ARGS), send ``count`` pipelined Pings
+    through it, stop it with SIGINT (it must exit 0); returns (sent, received, its output)."""
+    server, port = start_serve("bunqueue")
+    proc = subprocess.Popen([sys.executable, "-m", "queuewire.cli",
+                             *(a.replace("{port}", str(port)) for a in args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        assert match, line
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        sent, got = ping_exchange(int(match.group(1)), count)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stop_serve(server)
+    return sent, got, line + "".join(rest)

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
-import threading
 
 from click.testing import CliRunner
 
 from queuewire.cli import main
 from queuewire.traffic import trace_format as trace
-from serve_process import ping_exchange, start_serve, stop_serve
+from serve_process import proxy_pings
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
@@ -41,27 +37,10 @@ def test_bad_upstream_is_a_one_line_usage_error():
 
 
 def test_tap_process_reports_and_records(tmp_path):
-    server, port = start_serve("bunqueue")
     json_path, html_path, record = tmp_path / "tap.json", tmp_path / "tap.html", tmp_path / "rec"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuewire.cli", "tap", "--protocol", "bunqueue", "--listen",
-         "127.0.0.1:0", "--upstream", f"127.0.0.1:{port}", "--json", str(json_path), "--html",
-         str(html_path), "--record", str(record)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = LISTENING.search(line)
-        assert match, line
-        rest: list[str] = []
-        threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True).start()
-        frames, got = ping_exchange(int(match.group(1)), 5)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        stop_serve(server)
+    frames, got, _ = proxy_pings(["tap", "--protocol", "bunqueue", "--listen", "127.0.0.1:0",
+                                  "--upstream", "127.0.0.1:{port}", "--json", str(json_path),
+                                  "--html", str(html_path), "--record", str(record)], 5)
     summary = json.loads(json_path.read_text())
     assert summary["verdict"] == "PASS"
     assert summary["commands"]["Ping"]["paired"] == 5

@@ -5,10 +5,6 @@ errors for bad input."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
-import threading
 
 from click.testing import CliRunner
 
@@ -16,35 +12,20 @@ from queuewire.cli import main
 from queuewire.codecs.bunqueue import encode_frame
 from queuewire.trace.pcap import write_pcap
 from queuewire.traffic import trace_format as trace
-from serve_process import ping_exchange, start_serve, stop_serve
+from serve_process import proxy_pings
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
 def test_record_writes_exactly_the_bytes_that_crossed(tmp_path):
-    server, port = start_serve("bunqueue")
     out = tmp_path / "rec"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuewire.cli", "trace", "record", "--protocol", "bunqueue",
-         "--upstream", f"127.0.0.1:{port}", "--out", str(out), "--rotate-bytes", "1024"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        match = LISTENING.search(proc.stdout.readline())
-        assert match
-        rest: list[str] = []
-        threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True).start()
-        frames, got = ping_exchange(int(match.group(1)), 40)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        stop_serve(server)
+    frames, got, output = proxy_pings(["trace", "record", "--protocol", "bunqueue", "--upstream",
+                                       "127.0.0.1:{port}", "--out", str(out), "--rotate-bytes",
+                                       "1024"], 40)
     streams = trace.streams(out)
     assert streams[(1, "c2s")] == frames and streams[(1, "s2c")] == got
     assert len(trace.trace_files(out)) > 1          # rotated at 1 KiB
-    assert "recorded 1 connection(s), 40 + 40 frames" in " ".join(rest)
+    assert "recorded 1 connection(s), 40 + 40 frames" in output
 
 
 def test_import_pcap_cli_and_its_errors(tmp_path):
