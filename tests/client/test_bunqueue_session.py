@@ -534,8 +534,8 @@ def test_options_come_from_the_spec_and_refuse_unknown_keys():
 def test_the_docs_render_the_session_table(tmp_path):
     from queuewire import docs
 
-    pages = {p.name: p.read_text() for p in docs.render(tmp_path)}
-    page = pages["bunqueue_v2.md"]
+    pages = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in docs.render(tmp_path)}
+    page = pages["bunqueue_v2/index.md"]
     assert session_mermaid() in page
     for state, spec_state in SPEC_STATES.items():
-        assert f"| {state.name} | {spec_state} |" in page
+        assert f"| `{state.name}` | `{spec_state}` |" in page
