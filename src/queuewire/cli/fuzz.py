@@ -178,14 +178,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                   f"({stats.connects / max(1, stats.cases):.2f} per case)"
                   + (f"; pools warmed in {stats.warmup:.1f} s first" if stats.warmup >= 0.05 else ""))
     for case, small, path, findings in stats.failed:
-        console.print(f"[red]FAIL[/] case {case.index} (seed {seed}): "
-                      f"{len(case.frames)} frames, shrunk to {len(small.frames)}")
-        for f in findings:
-            if f.fails:
-                console.print(f"  {f}", markup=False)
-        if path:
-            console.print(f"  replay: queuewire fuzz replay {path} --target {target_spec}",
-                          markup=False)
+        _print_failure(f"case {case.index} (seed {seed}): {len(case.frames)} frames, shrunk to "
+                       f"{len(small.frames)}", findings, path, f"--target {target_spec}")
     for index, mine, theirs in stats.diffs[:20]:
         console.print(f"[yellow]DIFF[/] case {index}: {mine} vs {theirs}", markup=False)
     if stats.diffs:
@@ -376,13 +370,17 @@ def _client_command(ctx: click.Context, protocol: str, profile: str | None,
                   f"{stats['nonstrict']} non-strict findings; mutations: "
                   f"{', '.join(sorted(stats['kinds']))}")
     for case, small, path, findings in failures:
-        console.print(f"[red]FAIL[/] client case {case.index} (seed {seed}): "
-                      f"{case.recipe['kind']} on action {case.target} of {len(case.actions)}, "
-                      f"shrunk to {len(small.actions)}")
-        for f in findings:
-            if f.fails:
-                console.print(f"  {f}", markup=False)
-        if path:
-            console.print(f"  replay: queuewire fuzz replay {path} --testee '{testee}'",
-                          markup=False)
+        _print_failure(f"client case {case.index} (seed {seed}): {case.recipe['kind']} on "
+                       f"action {case.target} of {len(case.actions)}, shrunk to "
+                       f"{len(small.actions)}", findings, path, f"--testee '{testee}'")
     ctx.exit(1 if failures else 0)
+
+
+def _print_failure(what: str, findings: list, path: str | None, target: str) -> None:
+    """One failing case: what it was, its failing findings, and how to replay it."""
+    console.print(f"[red]FAIL[/] {what}")
+    for f in findings:
+        if f.fails:
+            console.print(f"  {f}", markup=False)
+    if path:
+        console.print(f"  replay: queuewire fuzz replay {path} {target}", markup=False)

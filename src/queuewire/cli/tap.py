@@ -31,6 +31,17 @@ def _address(value: str, option: str, *, resolve: bool) -> tuple[str, int]:
     return host, port
 
 
+def proxy_setup(protocol: str, listen: str, upstream: str, profile: str | None) -> tuple:
+    """What a proxy command (`tap`, `trace record`) checks first: the profile of
+    ``protocol`` and the two addresses; (profile, listen host, port, upstream host, port)."""
+    listen_host, listen_port = _address(listen, "--listen", resolve=False)
+    up_host, up_port = _address(upstream, "--upstream", resolve=True)
+    prof = load(profile or default_profile(protocol))
+    if prof.protocol != protocol:
+        raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
+    return prof, listen_host, listen_port, up_host, up_port
+
+
 # The options of a proxy (`tap`, `trace record`), shared.
 protocol_opt = click.option("--protocol", type=click.Choice(PROTOCOLS), required=True)
 listen_opt = click.option("--listen", default="127.0.0.1:0", show_default=True,
@@ -80,11 +91,8 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     summary is printed when the tap stops (Ctrl-C, SIGTERM or --duration); the exit status
     is 1 if any finding is a FAIL, else 0.
     """
-    listen_host, listen_port = _address(listen, "--listen", resolve=False)
-    up_host, up_port = _address(upstream, "--upstream", resolve=True)
-    prof = load(profile or default_profile(protocol))
-    if prof.protocol != protocol:
-        raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
+    prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
+                                                                   profile)
     summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, record_dir,
                    rotate_bytes, max_frame_bytes, analysis_lag, duration)
     from ..tap.report import print_console, write_html, write_json

@@ -6,7 +6,15 @@ import click
 
 from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
-from .tap import _address, _run, duration_opt, listen_opt, protocol_opt, rotate_opt, upstream_opt
+from .tap import (
+    _run,
+    duration_opt,
+    listen_opt,
+    protocol_opt,
+    proxy_setup,
+    rotate_opt,
+    upstream_opt,
+)
 
 
 @click.group()
@@ -38,11 +46,8 @@ def record(protocol: str, listen: str, upstream: str, out_dir: str, profile: str
     recording later with `queuewire trace analyze`. Stops on Ctrl-C, SIGTERM or --duration,
     then prints what it recorded.
     """
-    listen_host, listen_port = _address(listen, "--listen", resolve=False)
-    up_host, up_port = _address(upstream, "--upstream", resolve=True)
-    prof = load(profile or default_profile(protocol))
-    if prof.protocol != protocol:
-        raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
+    prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
+                                                                   profile)
     summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, out_dir,
                    rotate_bytes, None, 4 * 1024 * 1024, duration)
     t = summary["totals"]
