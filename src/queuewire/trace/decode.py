@@ -41,7 +41,7 @@ from ..codecs.errors import ProtocolError
 from ..spec import Profile, load_profile
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
 from ..traffic.model import INFO, verdict_of
-from ..traffic.trace_format import TraceError, trace_format
+from ..traffic.trace_format import TraceError, parse_header, scan, trace_format
 
 #: Rows per yielded batch: large enough that Arrow's per-batch cost vanishes, small enough
 #: that a 64 MiB file never holds all its rows at once.
@@ -193,31 +193,10 @@ class FileDecoder:
             p = self._protos[key] = _Proto(protocol, prof, self.max_frame)
         return p
 
-    def meta(self, data: bytes | memoryview) -> tuple[dict[str, Any], int]:
-        """The file's meta object and the offset of its first record."""
-        fmt = self.fmt
-        hs = fmt.file_head.size
-        if len(data) < hs:
-            raise TraceError("file shorter than its header")
-        magic, version, len_meta = fmt.file_head.unpack_from(data, 0)
-        if magic != fmt.magic:
-            raise TraceError(f"not a trace file (magic {bytes(magic).hex()})")
-        if version != fmt.version:
-            raise TraceError(f"trace format_version {version}, this reader knows {fmt.version}")
-        if len(data) < hs + len_meta:
-            raise TraceError("file ends inside its meta")
-        try:
-            meta = json.loads(bytes(data[hs:hs + len_meta]).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise TraceError(f"the file's meta is not JSON: {exc}") from None
-        if not isinstance(meta, dict):
-            raise TraceError("the file's meta is not a JSON object")
-        return meta, hs + len_meta
-
     def decode(self, data: bytes | memoryview, name: str = "") -> Iterator[pa.RecordBatch]:
         """The rows of one trace file, in batches of at most ``batch_rows``."""
         data = memoryview(data)
-        meta, pos = self.meta(data)
+        meta, pos = parse_header(data, self.fmt)
         protocol = self.protocol or meta.get("protocol")
         if protocol not in PROTOCOLS:
             raise TraceError(f"{name or 'trace file'}: unknown protocol {protocol!r}")
@@ -266,35 +245,28 @@ class _FileRun:
     # -- records
     def run(self, data: memoryview, pos: int) -> Iterator[pa.RecordBatch]:
         fmt = self.dec.fmt
-        head = fmt.record_head
-        hsize = head.size
-        unpack = head.unpack_from
-        idx = {n: i for i, n in enumerate(fmt.record_fields)}
-        i_type, i_dir, i_conn = idx["record_type"], idx["direction"], idx["conn_id"]
-        i_detail, missing = idx["detail"], fmt.gap_reasons.get("missing", -1)
-        i_t, i_len = idx["t_ns"], idx["len_payload"]
+        hsize = fmt.record_head.size
+        missing = fmt.gap_reasons.get("missing", -1)
         types = {c: n for n, c in fmt.record_types.items()}
         dirs = {c: n for n, c in fmt.directions.items()}
         end = len(data)
         rows, limit = self.rows, self.dec.batch_rows
         conn: dict[str, Any] = {"protocol": self.protocol, "profile": self.profile.name}
+        at = fmt.at
+        i_type, i_dir, i_detail = at["record_type"], at["direction"], at["detail"]
+        i_conn, i_t = at["conn_id"], at["t_ns"]
         n = 0
-        while pos + hsize <= end:
-            values = unpack(data, pos)
-            length = values[i_len]
-            start = pos + hsize
-            if start + length > end:
-                break
-            payload = data[start:start + length]
-            pos = start + length
+        for values, payload in scan(data, pos, fmt):
+            pos += hsize + len(payload)
             kind = types.get(values[i_type])
             direction = dirs.get(values[i_dir], "none")
             self.t = t = values[i_t]
-            if values[i_conn] != self.conn_id:
+            detail, rec_conn = values[i_detail], values[i_conn]
+            if rec_conn != self.conn_id:
                 self._report(INFO, None, "none", None, "trace_conn_mismatch",
-                             f"record {n} has conn_id {values[i_conn]}, the file's meta "
+                             f"record {n} has conn_id {rec_conn}, the file's meta "
                              f"{self.conn_id}")
-            if kind == "gap" and values[i_detail] == missing:
+            if kind == "gap" and detail == missing:
                 self._hole(direction, payload, t, n)
             elif kind in ("frame", "gap"):
                 if direction in self.streams:

@@ -4,9 +4,12 @@ Nothing here restates the layout: :func:`trace_format` reads ``spec/trace.yaml``
 the ``struct`` formats of the file header and the record header from their field types, the
 way the quicx codec builds its header (``spec.quicx.struct_format``: ``u1 u2be u8be`` ->
 ``>BHQ``; a ``bytes`` field of fixed ``size`` n is ``ns``). The record types, directions
-and gap reasons are maps from name to code. :func:`read_dir` iterates the records of every
-file of a directory, one connection after another, in file order; :func:`read_file` one
-file. :class:`TraceFormat` is also what :mod:`.record` writes with.
+and gap reasons are maps from name to code. :func:`parse_header` and :func:`scan` read a
+file's bytes (the header's meta; the whole records as codes), for every reader:
+:func:`read_file` turns them into :class:`Record` objects, :func:`read_dir` iterates the
+records of every file of a directory, one connection after another, in file order, and the
+trace pipeline's decoder (``queuewire.trace.decode``) scans the same way.
+:class:`TraceFormat` is also what :mod:`.record` writes with.
 """
 
 from __future__ import annotations
@@ -58,6 +61,11 @@ class TraceFormat:
     record_types: Mapping[str, int]
     directions: Mapping[str, int]
     gap_reasons: Mapping[str, int]
+
+    @functools.cached_property
+    def at(self) -> Mapping[str, int]:
+        """The place of each record_header field in a record header's values."""
+        return {name: i for i, name in enumerate(self.record_fields)}
 
     def name_of(self, table: Mapping[str, int], code: int) -> str:
         for name, c in table.items():
@@ -115,49 +123,77 @@ class TraceError(Exception):
     """A file that is not a trace of a version this reader knows, or is cut short."""
 
 
+def parse_header(data: bytes | memoryview, fmt: TraceFormat | None = None
+                 ) -> tuple[dict[str, Any], int]:
+    """The meta object of the file header at the start of ``data``, and the offset of the
+    first record."""
+    fmt = fmt or trace_format()
+    hs = fmt.file_head.size
+    if len(data) < hs:
+        raise TraceError("file shorter than its header")
+    magic, version, len_meta = fmt.file_head.unpack_from(data, 0)
+    if magic != fmt.magic:
+        raise TraceError(f"not a trace file (magic {bytes(magic).hex()})")
+    if version != fmt.version:
+        raise TraceError(f"trace format_version {version}, this reader knows {fmt.version}")
+    if len(data) < hs + len_meta:
+        raise TraceError("file ends inside its meta")
+    try:
+        meta = json.loads(bytes(data[hs:hs + len_meta]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise TraceError(f"the file's meta is not JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise TraceError("the file's meta is not a JSON object")
+    return meta, hs + len_meta
+
+
 def read_header(fh: Any, fmt: TraceFormat | None = None) -> dict[str, Any]:
     """Read a file header from ``fh``; return its meta object."""
     fmt = fmt or trace_format()
-    raw = fh.read(fmt.file_head.size)
-    if len(raw) < fmt.file_head.size:
-        raise TraceError("file shorter than its header")
-    magic, version, len_meta = fmt.file_head.unpack(raw)
-    if magic != fmt.magic:
-        raise TraceError(f"not a trace file (magic {magic.hex()})")
-    if version != fmt.version:
-        raise TraceError(f"trace format_version {version}, this reader knows {fmt.version}")
-    meta = fh.read(len_meta)
-    if len(meta) < len_meta:
-        raise TraceError("file ends inside its meta")
-    return json.loads(meta.decode("utf-8"))
+    head = fh.read(fmt.file_head.size)
+    if len(head) == fmt.file_head.size:
+        head += fh.read(fmt.file_head.unpack(head)[-1])   # len_meta is the last fixed field
+    return parse_header(head, fmt)[0]
+
+
+def scan(data: bytes | memoryview, pos: int, fmt: TraceFormat | None = None
+         ) -> Iterator[tuple[tuple[int, ...], memoryview]]:
+    """The whole records of ``data`` from ``pos`` on: each record header's values (in the
+    order of ``record_fields``; :attr:`TraceFormat.at` names their places) and its payload.
+    It stops at the end or before a record cut short (the caller tells the two apart by the
+    bytes the records it got took)."""
+    fmt = fmt or trace_format()
+    hsize, unpack = fmt.record_head.size, fmt.record_head.unpack_from
+    i_len = fmt.at["len_payload"]
+    view = memoryview(data)
+    end = len(view)
+    while pos + hsize <= end:
+        values = unpack(view, pos)
+        start = pos + hsize
+        pos = start + values[i_len]
+        if pos > end:
+            return
+        yield values, view[start:pos]
 
 
 def read_file(path: str | Path) -> Iterator[Record]:
     """The records of one trace file, in order. A file cut inside a record (the tap was
     killed) ends at the last whole record."""
     fmt = trace_format()
-    head = fmt.record_head
-    idx = {name: i for i, name in enumerate(fmt.record_fields)}
-    i_type, i_dir, i_detail = idx["record_type"], idx["direction"], idx["detail"]
-    i_conn, i_t, i_len = idx["conn_id"], idx["t_ns"], idx["len_payload"]
     types = {c: n for n, c in fmt.record_types.items()}
     dirs = {c: n for n, c in fmt.directions.items()}
     reasons = {c: n for n, c in fmt.gap_reasons.items()}
     gap = fmt.record_types["gap"]
-    with open(path, "rb") as fh:
-        read_header(fh, fmt)
-        while True:
-            raw = fh.read(head.size)
-            if len(raw) < head.size:
-                return
-            values = head.unpack(raw)
-            payload = fh.read(values[i_len])
-            if len(payload) < values[i_len]:
-                return
-            code = values[i_type]
-            yield Record(types.get(code, str(code)), dirs.get(values[i_dir], str(values[i_dir])),
-                         reasons.get(values[i_detail]) if code == gap else None,
-                         values[i_conn], values[i_t], payload)
+    data = Path(path).read_bytes()
+    _meta, pos = parse_header(data, fmt)
+    at = fmt.at
+    i_type, i_dir, i_detail = at["record_type"], at["direction"], at["detail"]
+    i_conn, i_t = at["conn_id"], at["t_ns"]
+    for values, payload in scan(data, pos, fmt):
+        code, direction = values[i_type], values[i_dir]
+        yield Record(types.get(code, str(code)), dirs.get(direction, str(direction)),
+                     reasons.get(values[i_detail]) if code == gap else None, values[i_conn],
+                     values[i_t], bytes(payload))
 
 
 def trace_files(directory: str | Path) -> list[Path]:
