@@ -205,15 +205,19 @@ def _match(opens: Any, orphans: Any, F: Any) -> tuple[list, list, list]:
     cols_o, cols_r = TABLE_COLUMNS["opens"], TABLE_COLUMNS["orphans"]
     pick = [*(F.col(f"o.{c}").alias(f"o_{c}") for c in cols_o),
             *(F.col(f"r.{c}").alias(f"r_{c}") for c in cols_r)]
-    both = fifo_m.select(*pick).unionByName(ids.select(*pick))
-    rows = both.collect()
-    matched = [({c: m[f"o_{c}"] for c in cols_o}, {c: m[f"r_{c}"] for c in cols_r})
-               for m in rows]
-    keys = ["run", "conn_id", "seq", "key"]
-    used_o = both.select(*(F.col(f"o_{k}").alias(k) for k in keys))
-    used_r = both.select(*(F.col(f"r_{k}").alias(k) for k in keys))
-    opens_left = [x.asDict() for x in opens.join(used_o, keys, "left_anti").collect()]
-    orphans_left = [x.asDict() for x in orphans.join(used_r, keys, "left_anti").collect()]
+    # the matches are read three times (collected, then each side's anti-join): kept once
+    both = fifo_m.select(*pick).unionByName(ids.select(*pick)).cache()
+    try:
+        rows = both.collect()
+        matched = [({c: m[f"o_{c}"] for c in cols_o}, {c: m[f"r_{c}"] for c in cols_r})
+                   for m in rows]
+        keys = ["run", "conn_id", "seq", "key"]
+        used_o = both.select(*(F.col(f"o_{k}").alias(k) for k in keys))
+        used_r = both.select(*(F.col(f"r_{k}").alias(k) for k in keys))
+        opens_left = [x.asDict() for x in opens.join(used_o, keys, "left_anti").collect()]
+        orphans_left = [x.asDict() for x in orphans.join(used_r, keys, "left_anti").collect()]
+    finally:
+        both.unpersist()
     return matched, opens_left, orphans_left
 
 
@@ -262,8 +266,8 @@ def _aggregates(t: dict[str, Any], F: Any) -> dict[str, Any]:
         F.count("*").alias("n")), "conn_violations")
     out["conn_commands"] = _pandas(requests.groupBy("run", "conn_id", "command").agg(
         F.count("*").alias("n")), "conn_commands")
-    first = conns.orderBy("seq")
-    out["conns"] = _pandas(first.groupBy("run", "conn_id").agg(
+    # one file of a connection holds its open record, its last the close: first non-null
+    out["conns"] = _pandas(conns.groupBy("run", "conn_id").agg(
         F.first("client", ignorenulls=True).alias("client"),
         F.first("upstream", ignorenulls=True).alias("upstream"),
         F.min("opened_ns").alias("opened_ns"), F.max("closed_ns").alias("closed_ns"),
