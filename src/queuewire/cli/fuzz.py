@@ -127,12 +127,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
         raise click.UsageError("fuzz needs --protocol and --target (or a subcommand: replay)")
     bound = bound if bound is not None else 2.0
     _case_mod, runner, campaign = _fuzz_modules()
-    profile = profile or default_profile(protocol)
-    load(profile)
-    if seed is None:
-        seed = int(time.time_ns() % 2**31)
-    if max_examples is None and duration is None:
-        max_examples = 1000
+    profile, seed, max_examples = _run_defaults(protocol, profile, seed, max_examples,
+                                                duration, 1000)
     if target_spec != "embedded":
         _address(target_spec, "--target")
     diff = _address(diff_spec, "--diff") if diff_spec else None
@@ -346,12 +342,8 @@ def _client_command(ctx: click.Context, protocol: str, profile: str | None,
         raise click.UsageError("fuzz --client fuzzes bunqueue clients only (quicx: not yet)")
     if not testee:
         raise click.UsageError("fuzz --client needs --testee CMD")
-    profile = profile or default_profile(protocol)
-    load(profile)
-    if seed is None:
-        seed = int(time.time_ns() % 2**31)
-    if max_examples is None and duration is None:
-        max_examples = 100
+    profile, seed, max_examples = _run_defaults(protocol, profile, seed, max_examples,
+                                                duration, 100)
     limit = bound if bound is not None else CLIENT_BOUND
     err_console.print(f"fuzz client {testee!r} ({profile}), seed {seed}")
     try:
@@ -384,3 +376,17 @@ def _print_failure(what: str, findings: list, path: str | None, target: str) -> 
             console.print(f"  {f}", markup=False)
     if path:
         console.print(f"  replay: queuewire fuzz replay {path} {target}", markup=False)
+
+
+def _run_defaults(protocol: str, profile: str | None, seed: int | None,
+                  max_examples: int | None, duration: float | None,
+                  default_examples: int) -> tuple[str, int, int | None]:
+    """A campaign's profile (checked), seed (random when not given) and case limit
+    (``default_examples`` when neither --max-examples nor --duration is given)."""
+    profile = profile or default_profile(protocol)
+    load(profile)
+    if seed is None:
+        seed = int(time.time_ns() % 2**31)
+    if max_examples is None and duration is None:
+        max_examples = default_examples
+    return profile, seed, max_examples

@@ -32,16 +32,7 @@ class Case:
 
     def chunks(self) -> list[bytes]:
         """The writes: ``splits`` applied in order, the rest in one write."""
-        data = self.stream
-        out, pos = [], 0
-        for size in self.splits:
-            if pos >= len(data):
-                break
-            out.append(data[pos:pos + size])
-            pos += size
-        if pos < len(data):
-            out.append(data[pos:])
-        return out
+        return split_by(self.stream, self.splits)
 
     def as_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "profile": self.profile,
@@ -54,6 +45,20 @@ class Case:
         return cls(d["protocol"], d["profile"], [bytes.fromhex(f) for f in d["frames"]],
                    list(d.get("splits") or []), bool(d.get("close")), list(d.get("labels") or []),
                    d.get("seed"), d.get("index"))
+
+
+def split_by(data: bytes, sizes: list[int]) -> list[bytes]:
+    """``data`` cut into pieces of ``sizes`` in order (as many as it has bytes for), the rest
+    in one last piece."""
+    out, pos = [], 0
+    for size in sizes:
+        if pos >= len(data):
+            break
+        out.append(data[pos:pos + size])
+        pos += size
+    if pos < len(data):
+        out.append(data[pos:])
+    return out
 
 
 def write_transcript(path: str, case: Case, findings: list[dict], replies: list[Any],

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from ..spec import Profile
+from .case import split_by
 from .oracles import Finding, level_of
 from .strategies import _BOOL, FastDraw, _bin, _ints, _pick, bunqueue_strategies
 
@@ -208,14 +209,7 @@ def reply_plan(case: ClientCase, reply: dict[str, Any], profile: Profile
         return _plan(writes, "the reply twice" + (", one write" if r["coalesced"] else ""))
     if kind == "split":
         return _plan([frame[i:i + 1] for i in range(len(frame))], "one byte per segment")
-    out, pos = [], 0
-    for size in r["splits"]:
-        if pos >= len(frame):
-            break
-        out.append(frame[pos:pos + size])
-        pos += size
-    if pos < len(frame):
-        out.append(frame[pos:])
+    out = split_by(frame, r["splits"])
     return _plan(out, f"{len(out)} segments")
 
 
