@@ -26,6 +26,7 @@ from .bunqueue_session import (
     BunqueueEncodeError,
     BunqueueProtocolViolation,
     BunqueueRefused,
+    BunqueueReplyInvalid,
     BunqueueSessionStopped,
     BunqueueStateError,
     BunqueueTimeout,
@@ -45,7 +46,7 @@ from .worker import Worker
 
 __all__ = [
     "BunqueueAuthError", "BunqueueClientError", "BunqueueConnectionLost", "BunqueueEncodeError",
-    "BunqueueProtocolViolation", "BunqueueRefused", "BunqueueSessionStopped",
+    "BunqueueProtocolViolation", "BunqueueRefused", "BunqueueReplyInvalid", "BunqueueSessionStopped",
     "BunqueueStateError", "BunqueueTimeout", "ClientConfigError", "ClientConnectionLost",
     "ClientError", "ClientSessionStopped", "ClientStateError", "ClientTimeout",
     "ConnectionOptions", "FlowProducer", "Job", "Queue", "QueueEvents", "QueueGroup", "Worker",

@@ -49,7 +49,9 @@ The rules, each citing the requirement it implements:
   pending when the session stops is settled with :class:`BunqueueSessionStopped`.
 * Errors never escape from the input methods: a framing error in the server's bytes tears the
   link down like a lost connection (:class:`BunqueueProtocolViolation`), a payload error that
-  costs only its frame is skipped (its command then times out). Callers meet errors only as
+  costs only its frame is skipped (its command then times out), and an ``ok`` answer with a
+  field of the wrong type fails its command with :class:`BunqueueReplyInvalid` (the link stays
+  up; :mod:`.replies` says what is checked). Callers meet errors only as
   the ``error`` of a settled :class:`Command`, typed as a :class:`BunqueueClientError`.
 """
 
@@ -71,6 +73,7 @@ from ..codecs.bunqueue import FrameDecoder, FrameEncoder, nests_too_deep
 from ..codecs.errors import EncodeError, ProtocolError
 from ..spec import Profile, load_profile
 from .options import ConnectionOptions
+from .replies import ReplyShapes
 from .session import (
     ClientConnectionLost,
     ClientError,
@@ -95,6 +98,7 @@ __all__ = [
     "BunqueueConnectionLost",
     "BunqueueEncodeError",
     "BunqueueProtocolViolation",
+    "BunqueueReplyInvalid",
     "BunqueueRefused",
     "BunqueueSession",
     "BunqueueSessionStopped",
@@ -143,6 +147,19 @@ class BunqueueProtocolViolation(BunqueueConnectionLost):
     def __init__(self, error: ProtocolError | str):
         self.protocol_error = error if isinstance(error, ProtocolError) else None
         super().__init__(f"the server broke the protocol: {error}")
+
+
+class BunqueueReplyInvalid(BunqueueClientError):
+    """The server answered ``ok`` with a reply the client cannot take: a field of the wrong
+    type or range (checked by :mod:`.replies`), or one the SDK needs is missing. The link
+    stays up; ``requirement`` is the command's rule and ``reply`` the answer as received."""
+
+    def __init__(self, command: str, problem: str, requirement: str | None = None,
+                 reply: Mapping[str, Any] | None = None):
+        self.command, self.problem, self.requirement = command, problem, requirement
+        self.reply = dict(reply or {})
+        rule = f" [{requirement}]" if requirement else ""
+        super().__init__(f"{command}: the server's answer breaks the protocol{rule}: {problem}")
 
 
 class BunqueueEncodeError(BunqueueClientError, ValueError):
@@ -327,6 +344,7 @@ class BunqueueSession(Session):
         o = self.options
         self._encode = FrameEncoder(self.profile).encode
         self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
+        self._shapes = ReplyShapes(self.profile)
         self._max_depth = self.profile.model.max_nesting_depth
         self._prefix_len = struct.calcsize(self.profile.model.len_format)
         self._rng = rng or random.Random()
@@ -552,6 +570,9 @@ class BunqueueSession(Session):
         ok = frame.get("ok")
         if ok is False or (ok is not True and "error" in frame):
             command.error = self._refusal(command, frame)
+            command.fire(RequestEvent.ERROR)
+        elif not command.internal and (problem := self._shapes.problem(command.cmd, frame)):
+            command.error = BunqueueReplyInvalid(command.cmd, problem[1], problem[0], frame)
             command.fire(RequestEvent.ERROR)
         else:
             command.result = frame

@@ -5,7 +5,9 @@ its connection options (document 000), or the embedded reference engine (``embed
 Each method sends one command and returns the reply's meaningful field; a refusal raises
 :class:`~.bunqueue_session.BunqueueRefused` (with the spec's name of the error when the
 message is one of the profile's), a timeout :class:`~.bunqueue_session.BunqueueTimeout`, a lost
-link :class:`~.bunqueue_session.BunqueueConnectionLost`: all :class:`ClientError`. Commands
+link :class:`~.bunqueue_session.BunqueueConnectionLost`, an answer of the wrong shape (a
+field of the wrong type, or one a method needs missing)
+:class:`~.bunqueue_session.BunqueueReplyInvalid`: all :class:`ClientError`. Commands
 the methods do not cover are reachable through :meth:`Queue.command`. The method names are
 the official client's in snake_case (``addBulk`` is ``add_bulk``, ``getJobCounts`` is
 ``get_job_counts``); where the official client has a sync and an ``Async`` variant, the one
@@ -20,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..spec import Profile, load_profile
-from .bunqueue_session import BunqueueRefused
+from .bunqueue_session import BunqueueRefused, BunqueueReplyInvalid
 from .job import Job, JobCodec
 from .options import ClientConfigError, camel
 from .transport import Transport, transport_for
@@ -28,6 +30,17 @@ from .transport import Transport, transport_for
 __all__ = ["Queue", "open_transport"]
 
 _NO_OPTIONS: Mapping[str, Any] = {}
+
+
+def need(profile: Profile, reply: Mapping[str, Any], field: str, cmd: str) -> Any:
+    """``reply[field]``, or :class:`BunqueueReplyInvalid` citing the command's requirement when
+    the server left it out (the session has checked the types of the fields present, see
+    :mod:`.replies`)."""
+    if field in reply:
+        return reply[field]
+    command = profile.model.commands.get(cmd)
+    raise BunqueueReplyInvalid(cmd, f"field /{field} is missing",
+                               command.requirement if command else None, reply)
 
 
 def open_transport(profile: Profile | str, connection: Any, embedded: bool,
@@ -97,8 +110,19 @@ class Queue:
     async def _q(self, cmd: str, **fields: Any) -> dict:
         return await self.transport.call({"cmd": cmd, "queue": self.name, **fields})
 
-    def _job(self, raw: Any, token: str | None = None) -> Job | None:
-        return Job.from_wire(self.codec, raw, token, self) if isinstance(raw, Mapping) else None
+    def _field(self, reply: Mapping[str, Any], cmd: str, field: str, default: Any = None) -> Any:
+        """The answer's meaningful field: one the reply schema requires must be there (else
+        :class:`BunqueueReplyInvalid`), an optional one falls back to ``default``."""
+        command = self.profile.model.commands.get(cmd)
+        if command is not None and field in (command.response.get("required") or ()):
+            return need(self.profile, reply, field, cmd)
+        return reply.get(field, default)
+
+    def _job(self, raw: Any, cmd: str = "GetJob") -> Job | None:
+        if not isinstance(raw, Mapping):
+            return None
+        need(self.profile, raw, "id", cmd)
+        return Job.from_wire(self.codec, raw, None, self)
 
     # -- adding jobs (PUSH, PUSHB)
     async def add(self, name: str | None, data: Any = None, **opts: Any) -> Job:
@@ -118,8 +142,8 @@ class Queue:
                            queue=self)
         payload = self.codec.push(self.name, name, data, merged)
         reply = await self.transport.call(payload)
-        return Job(str(reply["id"]), name or "default", data, self.name, {"opts": merged},
-                   queue=self)
+        return Job(need(self.profile, reply, "id", "PUSH"), name or "default", data, self.name,
+                   {"opts": merged}, queue=self)
 
     async def add_bulk(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job]:
         """Add many jobs in one PUSHB: ``[{"name": ..., "data": ..., "opts": {...}}, ...]``."""
@@ -133,8 +157,8 @@ class Queue:
                 opts = {**defaults, **(opts or {})}
             entries.append(entry(job.get("name"), job.get("data", {}), opts or _NO_OPTIONS))
         reply = await self._q("PUSHB", jobs=entries)
-        ids = reply.get("ids") or []
-        return [Job(str(job_id), job.get("name") or "default", job.get("data", {}), self.name,
+        ids = self._field(reply, "PUSHB", "ids") or []
+        return [Job(job_id, job.get("name") or "default", job.get("data", {}), self.name,
                     {"opts": job.get("opts") or {}}, queue=self)
                 for job_id, job in zip(ids, given)]
 
@@ -152,16 +176,16 @@ class Queue:
             reply = await self.transport.call({"cmd": "GetJobByCustomId", "customId": custom_id})
         except BunqueueRefused:
             return None
-        return self._job(reply.get("job"))
+        return self._job(reply.get("job"), "GetJobByCustomId")
 
     async def get_job_state(self, job_id: str) -> str:
-        return (await self.command("GetState", id=job_id)).get("state", "unknown")
+        return self._field(await self.command("GetState", id=job_id), "GetState", "state", "unknown")
 
     async def get_job_result(self, job_id: str) -> Any:
-        return (await self.command("GetResult", id=job_id)).get("result")
+        return self._field(await self.command("GetResult", id=job_id), "GetResult", "result")
 
     async def get_job_progress(self, job_id: str) -> Any:
-        return (await self.command("GetProgress", id=job_id)).get("progress")
+        return self._field(await self.command("GetProgress", id=job_id), "GetProgress", "progress")
 
     async def get_jobs(self, state: str | None = None, start: int = 0, end: int = 100,
                        ) -> list[Job]:
@@ -170,19 +194,20 @@ class Queue:
         if state is not None:
             fields["state"] = state
         reply = await self._q("GetJobs", **fields)
-        return [job for job in map(self._job, reply.get("jobs") or []) if job is not None]
+        return [job for raw in reply.get("jobs") or [] if (job := self._job(raw, "GetJobs"))]
 
     async def get_job_counts(self) -> dict[str, int]:
-        return dict((await self._q("GetJobCounts")).get("counts") or {})
+        return dict(self._field(await self._q("GetJobCounts"), "GetJobCounts", "counts") or {})
 
     async def get_counts_per_priority(self) -> dict[str, int]:
-        return dict((await self._q("GetCountsPerPriority")).get("counts") or {})
+        reply = await self._q("GetCountsPerPriority")
+        return dict(self._field(reply, "GetCountsPerPriority", "counts") or {})
 
     async def count(self) -> int:
-        return int((await self._q("Count")).get("count", 0))
+        return int(self._field(await self._q("Count"), "Count", "count", 0))
 
     async def get_children_values(self, job_id: str) -> Any:
-        return (await self.command("GetChildrenValues", id=job_id)).get("data")
+        return self._field(await self.command("GetChildrenValues", id=job_id), "GetChildrenValues", "data")
 
     async def wait_job(self, job_id: str, timeout: float = 30000) -> Any:
         """Wait (WaitJob, ``timeout`` ms) until the job finished; returns the reply."""
@@ -201,11 +226,11 @@ class Queue:
         await self._q("Resume")
 
     async def is_paused(self) -> bool:
-        return bool((await self._q("IsPaused")).get("paused"))
+        return bool(self._field(await self._q("IsPaused"), "IsPaused", "paused"))
 
     async def drain(self) -> int:
         """Remove the waiting jobs; returns how many."""
-        return int((await self._q("Drain")).get("count", 0))
+        return int(self._field(await self._q("Drain"), "Drain", "count", 0))
 
     async def obliterate(self) -> None:
         await self._q("Obliterate")
@@ -218,7 +243,7 @@ class Queue:
             fields["limit"] = limit
         if state is not None:
             fields["state"] = state
-        return list((await self._q("Clean", **fields)).get("ids") or [])
+        return list(self._field(await self._q("Clean", **fields), "Clean", "ids") or [])
 
     async def remove(self, job_id: str) -> None:
         await self.command("Cancel", id=job_id)
@@ -246,27 +271,27 @@ class Queue:
         await self.command("ChangePriority", id=job_id, priority=priority)
 
     async def add_job_log(self, job_id: str, message: str) -> Any:
-        return (await self.command("AddLog", id=job_id, message=message)).get("data")
+        return self._field(await self.command("AddLog", id=job_id, message=message), "AddLog", "data")
 
     async def get_job_logs(self, job_id: str) -> Any:
-        return (await self.command("GetLogs", id=job_id)).get("data")
+        return self._field(await self.command("GetLogs", id=job_id), "GetLogs", "data")
 
     # -- dead-letter queue
     async def get_dlq(self, count: int | None = None) -> list[Job]:
         fields = {} if count is None else {"count": count}
         reply = await self._q("Dlq", **fields)
-        return [job for job in map(self._job, reply.get("jobs") or []) if job is not None]
+        return [job for raw in reply.get("jobs") or [] if (job := self._job(raw, "Dlq"))]
 
     async def retry_dlq(self, job_id: str | None = None) -> int:
         fields = {} if job_id is None else {"jobId": job_id}
-        return int((await self._q("RetryDlq", **fields)).get("count", 0))
+        return int(self._field(await self._q("RetryDlq", **fields), "RetryDlq", "count", 0))
 
     async def retry_completed(self, job_id: str | None = None) -> int:
         fields = {} if job_id is None else {"id": job_id}
-        return int((await self._q("RetryCompleted", **fields)).get("count", 0))
+        return int(self._field(await self._q("RetryCompleted", **fields), "RetryCompleted", "count", 0))
 
     async def purge_dlq(self) -> int:
-        return int((await self._q("PurgeDlq")).get("count", 0))
+        return int(self._field(await self._q("PurgeDlq"), "PurgeDlq", "count", 0))
 
     # -- schedules (Cron)
     async def upsert_job_scheduler(self, scheduler_id: str, *, pattern: str | None = None,
@@ -281,16 +306,16 @@ class Queue:
             payload["repeatEvery"] = every
         payload.update({k if k in ("priority", "timezone") else camel(k): v
                         for k, v in fields.items()})
-        return (await self.command("Cron", **payload)).get("cron")
+        return self._field(await self.command("Cron", **payload), "Cron", "cron")
 
     async def remove_job_scheduler(self, scheduler_id: str) -> None:
         await self.command("CronDelete", name=scheduler_id)
 
     async def get_job_scheduler(self, scheduler_id: str) -> Any:
-        return (await self.command("CronGet", name=scheduler_id)).get("cron")
+        return self._field(await self.command("CronGet", name=scheduler_id), "CronGet", "cron")
 
     async def get_job_schedulers(self) -> list[Any]:
-        return list((await self.command("CronList")).get("crons") or [])
+        return list(self._field(await self.command("CronList"), "CronList", "crons") or [])
 
     # -- limits
     async def set_global_concurrency(self, limit: int) -> None:
@@ -307,16 +332,16 @@ class Queue:
 
     # -- the server
     async def get_workers(self) -> Any:
-        return (await self.command("ListWorkers")).get("data")
+        return self._field(await self.command("ListWorkers"), "ListWorkers", "data")
 
     async def get_metrics(self) -> Any:
-        return (await self.command("Metrics")).get("metrics")
+        return self._field(await self.command("Metrics"), "Metrics", "metrics")
 
     async def list_queues(self) -> list[Any]:
-        return list((await self.command("ListQueues")).get("queues") or [])
+        return list(self._field(await self.command("ListQueues"), "ListQueues", "queues") or [])
 
     async def ping(self) -> Any:
-        return (await self.command("Ping")).get("data")
+        return self._field(await self.command("Ping"), "Ping", "data")
 
 
 class _AddBatcher:
@@ -361,7 +386,7 @@ class _AddBatcher:
         try:
             reply = await self._queue.transport.call(
                 {"cmd": "PUSHB", "queue": self._queue.name, "jobs": [e for e, _ in batch]})
-            ids = reply.get("ids") or []
+            ids = self._queue._field(reply, "PUSHB", "ids") or []
             for i, (_, future) in enumerate(batch):
                 if not future.done():
                     if i < len(ids):

@@ -34,6 +34,7 @@ from .bunqueue_session import (
     BunqueueClientError,
     BunqueueConnectionLost,
     BunqueueRefused,
+    BunqueueReplyInvalid,
     BunqueueTimeout,
 )
 from .job import Job, JobCodec
@@ -242,6 +243,11 @@ class Worker:
             tokens = reply.get("tokens") or []
             for i, raw in enumerate(jobs):
                 if not isinstance(raw, Mapping):
+                    continue
+                if "id" not in raw:  # a job it could never settle: the server's mistake
+                    await self._report(BunqueueReplyInvalid(
+                        "PULLB", f"field /jobs/{i}/id is missing",
+                        self.profile.model.commands["PULLB"].requirement, reply))
                     continue
                 token = tokens[i] if i < len(tokens) and isinstance(tokens[i], str) else None
                 job = Job.from_wire(self.codec, raw, token)
