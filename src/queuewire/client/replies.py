@@ -13,8 +13,11 @@ without most of them; where it cannot (PUSH's ``id``), the SDK's ``need`` (in :m
 names the rule. Either way the caller meets a :class:`~queuewire.client.bunqueue_session.BunqueueReplyInvalid`
 citing the command's requirement id, never a plain Python error.
 
-The check is the compiled ``jsonschema_rs`` ``is_valid`` on the common path; the error
-message is computed only for an answer that fails it.
+The check is the compiled ``jsonschema_rs`` ``is_valid`` on the frame as decoded (about 8 µs
+for a PULLB of ten jobs); only a frame that fails it, or holds values JSON has no type for
+(bytes, extensions, ``undefined``), is walked into the JSON model the documents' types are
+read in (``to_json_model``, about 17 µs a job) and judged again, and only then is the error
+message computed.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class ReplyShapes:
             ok = frame.get("ok", "missing")
             return (self._ok_rules.get(cmd) or self.requirements.get(cmd),
                     f"field /ok is {ok!r:.40} in an answer without an error (true expected)")
+        try:  # the frame as decoded: plain Python values pass without the JSON model's walk
+            if validator.is_valid(frame):
+                return None
+        except (ValueError, TypeError):  # bytes, ext values, undefined: the model says
+            pass
         model = to_json_model(frame)
         try:
             if validator.is_valid(model):
