@@ -20,6 +20,13 @@ the conformance suite. The oracles and the requirements they rest on:
 * no reply lost or duplicated for a reqId (BQ-PIPE-1: the server answers each one; the
   echoed reqId is unchanged, BQ-ENV-2); a protocol error answered by nothing cites its kind's
   requirement; nothing hangs past the runner's bound (a reply not there by then is lost);
+  where the documents leave the server a choice, each choice is an answer: a reqId that is
+  no string (001 types it ``reqId?: string``) may come back or not (not echoing it is a
+  reading, SHOULD), and a frame the spec's decoder refuses by a rule that is not a MUST
+  (BQ-MSGPACK-3, a MAY) may be refused or read and answered as the request it holds;
+* a reply that only echoes what an invalid request sent (GetState's ``id`` for an ``id`` of
+  the wrong type, RegisterWorker's ``name`` for a missing one) is no shape violation of its
+  own: the request's is recorded (BQ-ENV-6), the echo is INFO;
 * the connection closes where the spec demands it (a ``close`` kind, e.g. BQ-FRAME-2);
 * the server stays alive: a fresh connection's Ping (BQ-CMD-Ping) or HEARTBEAT (QX-HB-2)
   is answered (:func:`judge_alive_*`).
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,12 +105,29 @@ class Item:
     request: Any = None
     error: ProtocolError | None = None
     optional: bool = False   # the one error reply a server may send before it closes
+    # for an ``error`` a server may let pass (its rule is no MUST): the request a decoder
+    # without that rule reads from the frame, which the server may answer instead
+    alt: dict | None = None
 
     @property
     def req_id(self) -> Any:
         if self.error is not None or type(self.request) is not dict:
             return UNDEFINED
         return self.request.get("reqId", UNDEFINED)
+
+    @property
+    def keys(self) -> tuple[Any, ...]:
+        """The reply groups (``canon`` of a reqId; None: no reqId) an answer may come in,
+        its own first. A reqId that is no string (001 types it ``reqId?: string``) may be
+        left out of the reply; a frame error is answered without reqId, or, where the
+        server may read the frame (``alt``), with the reqId of the request it holds."""
+        if self.error is not None:
+            rid = self.alt.get("reqId", UNDEFINED) if self.alt is not None else UNDEFINED
+            return (None,) if rid is UNDEFINED else (None, canon(rid))
+        rid = self.req_id
+        if rid is UNDEFINED:
+            return (None,)
+        return (canon(rid),) if type(rid) is str else (canon(rid), None)
 
 
 @dataclass
@@ -130,7 +155,7 @@ def expect_bunqueue(case: Case, profile: Profile) -> Expected:
             if err.reaction == "close":
                 exp.close_error = err
                 return exp
-            exp.items.append(Item(error=err))
+            exp.items.append(Item(error=err, alt=_lenient_read(case.stream, err, profile)))
             data = b""
     exp.partial = dec.buffered > 0
     if exp.partial:
@@ -147,6 +172,24 @@ def expect_bunqueue(case: Case, profile: Profile) -> Expected:
 
 def data_tail(stream: bytes, offset: int) -> bytes:
     return stream[offset:]
+
+
+def _lenient_read(stream: bytes, err: ProtocolError, profile: Profile) -> dict | None:
+    """The request a frame holds when the spec's decoder refused it by a rule a server need
+    not apply (a MAY: the nesting depth, BQ-MSGPACK-3; msgpackr has no limit), read by a
+    decoder without that rule; None when the rule binds or the frame holds no request."""
+    if level_of(profile, err.requirement) not in ("MAY", "INFO") or err.offset is None:
+        return None
+    prefix = struct.Struct(profile.model.len_format)
+    start = err.offset - prefix.size
+    if start < 0:
+        return None
+    (length,) = prefix.unpack_from(stream, start)
+    try:
+        got = FrameDecoder(profile, check_depth=False).feed(stream[start:err.offset + length])
+    except ProtocolError:
+        return None
+    return got[0] if len(got) == 1 and type(got[0]) is dict else None
 
 
 class BunqueueJudge:
@@ -171,17 +214,19 @@ class BunqueueJudge:
         close, and a reset may discard replies already in flight (TCP), so those are INFO.
 
         Replies are grouped by reqId (those without one form a group of their own, with the
-        protocol errors and the requests that had no reqId); inside a group, where requests
+        protocol errors and the requests that had no reqId); an item that may be answered in
+        more than one group (:attr:`Item.keys`) joins them. Inside a group, where requests
         share a reqId (reused, duplicated), replies are matched to requests by a maximum
-        matching on "is a valid answer to", so the verdict does not depend on reply order.
+        matching on "is a valid answer to", then on "has the fields of the command's
+        reply" (so one odd reply is judged against its own command, not a neighbour's), so
+        the verdict does not depend on reply order.
         """
         out: list[Finding] = []
         for err in reply_errors:
             out.append(self._finding(err.requirement, "undecodable_reply", str(err)))
-        items: dict[Any, list[Item]] = {}
-        for item in exp.items:
-            rid = item.req_id
-            items.setdefault(None if rid is UNDEFINED else canon(rid), []).append(item)
+        items = list(exp.items)
+        if exp.close_error is not None:  # at most one error reply before the close
+            items.append(Item(error=exp.close_error, optional=True))
         got: dict[Any, list[dict]] = {}
         for reply in replies:
             if type(reply) is not dict:
@@ -190,20 +235,54 @@ class BunqueueJudge:
                 continue
             rid = reply.get("reqId", UNDEFINED)
             got.setdefault(None if rid is UNDEFINED else canon(rid), []).append(reply)
-        if exp.close_error is not None:  # at most one error reply before the close
-            items.setdefault(None, []).append(Item(error=exp.close_error, optional=True))
+        item_keys = [it.keys for it in items]
+        groups: dict[Any, tuple[list[int], list[tuple[Any, dict]]]] = {}
+        if all(len(keys) == 1 for keys in item_keys):
+            for i, keys in enumerate(item_keys):
+                groups.setdefault(keys[0], ([], []))[0].append(i)
+            known = set(groups)   # the keys the requests gave
+            for key, rs in got.items():
+                groups.setdefault(key, ([], []))[1].extend((key, r) for r in rs)
+        else:  # groups joined by the items answerable in several of them (union-find)
+            parent: dict[Any, Any] = {}
+
+            def find(k: Any) -> Any:
+                while parent.setdefault(k, k) != k:
+                    k = parent[k]
+                return k
+
+            for keys in item_keys:
+                for k in keys[1:]:
+                    parent[find(k)] = find(keys[0])
+            for i, keys in enumerate(item_keys):
+                groups.setdefault(find(keys[0]), ([], []))[0].append(i)
+            for key, rs in got.items():
+                groups.setdefault(find(key), ([], []))[1].extend((key, r) for r in rs)
+            known = {k for keys in item_keys for k in keys}
+        any_reqid: bool | None = None
         lost: list[Item] = []
-        for key in set(items) | set(got):
-            its, rs = items.get(key, []), got.get(key, [])
-            pairs, spare_items, spare_replies = self._match(its, rs)
-            for _item, _reply, found in pairs:
+        for its, rs in groups.values():
+            if len(its) == 1 and len(rs) == 1 and rs[0][0] == item_keys[its[0]][0]:
+                out += self._check(items[its[0]], rs[0][1])  # one request, its one reply
+                continue
+            pairs, spare_items, spare_replies = self._match([items[i] for i in its],
+                                                            [item_keys[i] for i in its], rs)
+            for item, key, reply, found in pairs:
                 out += found
+                if key is None and item.error is None and item.req_id is not UNDEFINED:
+                    # 001 types the echoed reqId ``reqId?: string``: echoing one of another
+                    # type is a reading of "the server echoes reqId back"
+                    out.append(Finding("BQ-ENV-2", "SHOULD", "reqid_not_echoed",
+                                       f"reply {_short(reply)} to {_short(item.request)} "
+                                       f"leaves out its reqId, which is no string"))
             lost += [i for i in spare_items if not i.optional]
-            for reply in spare_replies:
-                if key is None and any(i.req_id is not UNDEFINED for i in exp.items):
+            for key, reply in spare_replies:
+                if key is None and any_reqid is None:
+                    any_reqid = any(it.req_id is not UNDEFINED for it in exp.items)
+                if key is None and any_reqid:
                     out.append(self._finding("BQ-ENV-2", "reqid_not_echoed",
                                              f"reply {_short(reply)} carries no reqId"))
-                elif key is not None and key not in items:
+                elif key is not None and key not in known:
                     out.append(self._finding("BQ-ENV-2", "unknown_reqid",
                                              f"reply carries reqId {reply['reqId']!r} "
                                              f"no request had"))
@@ -218,6 +297,15 @@ class BunqueueJudge:
                                    f"no reply to {_short(item.request or item.error.kind)}: "
                                    f"the connection was reset after the close "
                                    f"{exp.close_error.kind} demands"))
+            elif item.error is not None and exp.close_error is not None and closed:
+                # the frame error's reply lost to the close a later frame demands: as for a
+                # command read before it (below), answering first is a reading
+                level = level_of(self.profile, item.error.requirement)
+                out.append(Finding(item.error.requirement,
+                                   "SHOULD" if level == "MUST" else level,
+                                   "lost_before_close",
+                                   f"{item.error.kind} not answered: the connection was "
+                                   f"closed for the {exp.close_error.kind} that followed it"))
             elif item.error is not None:
                 out.append(self._finding(item.error.requirement, "lost_reply",
                                          f"{item.error.kind} not answered ({why})"))
@@ -241,50 +329,103 @@ class BunqueueJudge:
                                      f"connection not closed after {exp.close_error.kind}"))
         return out
 
-    def _match(self, items: list[Item], replies: list[dict]
-               ) -> tuple[list[tuple[Item, dict, list[Finding]]], list[Item], list[dict]]:
-        """Pairs (with their findings), unmatched items, unmatched replies."""
-        if len(items) == 1 and len(replies) == 1:
-            return [(items[0], replies[0], self._check(items[0], replies[0]))], [], []
+    def _match(self, items: list[Item], keys: list[tuple[Any, ...]],
+               replies: list[tuple[Any, dict]]
+               ) -> tuple[list[tuple[Item, Any, dict, list[Finding]]], list[Item],
+                          list[tuple[Any, dict]]]:
+        """Pairs (item, reply key, reply, findings), unmatched items, unmatched replies; a
+        reply pairs only with an item it may answer (its key among the item's ``keys``)."""
+        if len(items) == 1 and len(replies) == 1 and replies[0][0] in keys[0]:
+            key, reply = replies[0]
+            return [(items[0], key, reply, self._check(items[0], reply))], [], []
+        fits = {(i, r) for i in range(len(items)) for r in range(len(replies))
+                if replies[r][0] in keys[i]}
         # which pairs are clean decides the matching; the findings are written only for the
         # pairs kept (a cross pair's slow-path violations over a large reply were the cost)
-        clean = {(i, r) for i in range(len(items)) for r in range(len(replies))
-                 if self._clean(items[i], replies[r])}
+        clean = {(i, r) for i, r in fits if self._clean(items[i], replies[r][1])}
         owner: dict[int, int] = {}   # reply -> item
 
-        def augment(i: int, seen: set[int]) -> bool:
+        def augment(i: int, seen: set[int], edges: set[tuple[int, int]]) -> bool:
             for r in range(len(replies)):
-                if (i, r) in clean and r not in seen:
+                if (i, r) in edges and r not in seen:
                     seen.add(r)
-                    if r not in owner or augment(owner[r], seen):
+                    if r not in owner or augment(owner[r], seen, edges):
                         owner[r] = i
                         return True
             return False
 
-        for i in sorted(range(len(items)), key=lambda i: self._parks(items[i])):
-            augment(i, set())  # a long poll last: it answers late, the others at once
-        matched = set(owner.values())
+        order = sorted(range(len(items)), key=lambda i: self._parks(items[i]))
+        own = {(i, r) for i, r in fits if replies[r][0] == keys[i][0]}
+        most = min(len(items), len(replies))
+        matched: set[int] = set()
+
+        def grow(edges: set[tuple[int, int]]) -> None:
+            # augmenting never unmatches an item: each round can only add pairs, re-routing
+            # earlier ones, so the rounds go from the best kind of answer to the weakest
+            for i in order:  # a long poll last: it answers late, the others at once
+                if len(matched) == most:
+                    return
+                if i not in matched and augment(i, set(), edges):
+                    matched.add(i)
+
+        grow(clean & own)   # a valid answer in the item's own group (its reqId echoed)
+        if own != fits:
+            grow(clean)
+        # then the replies that answer no item cleanly: each to an item it is a valid reply
+        # to (the request itself invalid), else to one whose command's reply fields it has
+        # (re-routing earlier pairs where that matches more)
+        shaped = clean
+        if len(matched) < most:
+            shaped = clean | {(i, r) for i, r in fits - clean
+                              if self._clean(items[i], replies[r][1], request=False)}
+            grow(shaped & own)
+            if own != fits:
+                grow(shaped)
+        if len(matched) < most:
+            plausible = shaped | {(i, r) for i, r in fits - shaped
+                                  if self._plausible(items[i], replies[r][1])}
+            grow(plausible & own)
+            if own != fits:
+                grow(plausible)
         free_items = [i for i in range(len(items)) if i not in matched
                       and not items[i].optional]
         free_items += [i for i in range(len(items)) if i not in matched and items[i].optional]
         free_replies = [r for r in range(len(replies)) if r not in owner]
         for r in list(free_replies):  # the rest pair up in order, with their findings
-            if not free_items:
-                break
-            owner[r] = free_items.pop(0)
+            i = next((i for i in free_items if (i, r) in own), None)
+            if i is None:
+                i = next((i for i in free_items if (i, r) in fits), None)
+            if i is None:
+                continue
+            owner[r] = i
+            free_items.remove(i)
             free_replies.remove(r)
-        pairs = [(items[i], replies[r], self._check(items[i], replies[r]))
+        pairs = [(items[i], replies[r][0], replies[r][1], self._check(items[i], replies[r][1]))
                  for r, i in owner.items()]
         return pairs, [items[i] for i in free_items], [replies[r] for r in free_replies]
+
+    def _plausible(self, item: Item, reply: dict) -> bool:
+        """A success reply with every field its command's reply requires and none it does
+        not name (whatever their values): the reply of that command, though not valid."""
+        req = item.alt if item.error is not None else item.request
+        cmd = req.get("cmd") if type(req) is dict else None
+        if reply.get("ok") is not True or not isinstance(cmd, str) \
+                or cmd not in self.profile.model.commands:
+            return False
+        body = {k: v for k, v in reply.items() if k != "reqId"}
+        return not self.validator.missing_fields(cmd, body, reply=True) and \
+            not self.validator.extra_fields(cmd, body, reply=True)
 
     def _parks(self, item: Item) -> bool:
         cmd = item.request.get("cmd") if type(item.request) is dict else None
         return isinstance(cmd, str) and cmd in self.waits
 
-    def _clean(self, item: Item, reply: dict) -> bool:
+    def _clean(self, item: Item, reply: dict, request: bool = True) -> bool:
         """Whether :meth:`_check` would find nothing above INFO, decided on the validators'
         fast paths (``*_is_valid`` agree with ``*_violations``, whose levels are the spec's
-        MUST/SHOULD/MAY); the one undecided shape runs the check itself."""
+        MUST/SHOULD/MAY); the one undecided shape runs the check itself. ``request=False``:
+        whatever the request (an invalid one answered ok is no reason here)."""
+        item = self._as_read(item, reply)
         if item.error is not None:
             if reply.get("ok") is not False:
                 return False
@@ -299,15 +440,26 @@ class BunqueueJudge:
         if reply.get("ok") is True:
             if not isinstance(cmd, str) or cmd not in self.profile.model.commands:
                 return False
-            if not self.validator.request_is_valid(req):
+            if request and not self.validator.request_is_valid(req):
                 return False   # an invalid request answered ok: BQ-ENV-6
         if not (cmd or not ok):
             return all(f.level == "INFO" for f in self._check(item, reply))
         return self.validator.reply_is_valid(cmd or "", body, ok=ok)
 
+    @staticmethod
+    def _as_read(item: Item, reply: dict) -> Item:
+        """A frame error the server may let pass, answered as the request the frame holds
+        (a success, or a reply with a reqId): judged as that request."""
+        if item.alt is not None and (reply.get("ok") is not False
+                                     or reply.get("reqId", UNDEFINED) is not UNDEFINED):
+            return Item(request=item.alt)
+        return item
+
     def _check(self, item: Item, reply: dict) -> list[Finding]:
         out: list[Finding] = []
         body = reply
+        bad: tuple = ()
+        item = self._as_read(item, reply)
         if item.error is not None:
             if reply.get("ok") is not False:
                 return [self._finding(item.error.requirement, "accepted_bad_frame",
@@ -334,6 +486,13 @@ class BunqueueJudge:
         else:
             violations = self.validator.reply_violations(cmd or "", body)
         for v in violations:
+            if bad and _echoes(item.request, bad, body, v):
+                # the request broke this field's rule and the reply gives back what it sent:
+                # the request's fault (BQ-ENV-6 above); the documents' reply shapes are
+                # those of valid requests
+                out.append(Finding(v.requirement, "INFO", "echoed_invalid",
+                                   f"reply to {cmd}: {v} (as the request sent it)"))
+                continue
             out.append(Finding(v.requirement, v.level, "invalid_reply",
                                f"reply to {cmd or 'a bad frame'}: {v}"))
         if reply.get("ok") is False and isinstance(reply.get("error"), str) and not any(
@@ -349,6 +508,38 @@ class BunqueueJudge:
             return []
         return [self._finding("BQ-CMD-Ping", "dead",
                               f"a fresh connection's Ping got {_short(reply)}")]
+
+
+_REQUIRED = re.compile(r'"(.*)" is a required property')
+
+
+def _fields(path: str, message: str) -> list[str]:
+    """The field path a violation names: its JSON pointer, plus the missing property of a
+    "required" one."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+    m = _REQUIRED.fullmatch(message)
+    return parts + [m.group(1)] if m else parts
+
+
+def _echoes(request: dict, bad: tuple, reply: dict, v: Any) -> bool:
+    """Whether reply violation ``v`` is at a field of the request's own violations (``bad``)
+    and the reply holds there exactly what the request sent (both absent counts)."""
+    where = _fields(v.path, v.message)
+    if not where:
+        return False
+    name = where[-1]
+    broken = {f[0] for f in (_fields(b.path, b.message) for b in bad) if f}
+    if name not in broken:
+        return False
+    value: Any = reply
+    for part in where:
+        if type(value) is dict:
+            value = value.get(part, UNDEFINED)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return False
+    return canon(value) == canon(request.get(name, UNDEFINED))
 
 
 def _template(message: str) -> str:
