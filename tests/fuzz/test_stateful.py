@@ -170,3 +170,17 @@ def test_a_violation_names_its_requirement_and_level(profile):
     exc = SpecLifecycle(profile).violation("BQ-JOB-5", "job x is 'delayed'")
     assert isinstance(exc, LifecycleViolation) and isinstance(exc, AssertionError)
     assert str(exc).startswith("BQ-JOB-5 (MUST): ")
+
+
+def test_queuewire_fuzz_stateful_runs_it(target):
+    from click.testing import CliRunner
+
+    from queuewire.cli import main
+    result = CliRunner().invoke(main, ["fuzz", "--stateful", "--protocol", "bunqueue",
+                                       "--target", f"{target.host}:{target.port}",
+                                       "--max-examples", "3", "--seed", "1", "--steps", "10"])
+    assert result.exit_code == 0, result.output
+    assert "3 examples, no violation" in result.output
+    refused = CliRunner().invoke(main, ["fuzz", "--stateful", "--protocol", "bunqueue",
+                                        "--profile", "quicx/v1", "--max-examples", "1"])
+    assert refused.exit_code == 2 and "not a bunqueue profile" in refused.output

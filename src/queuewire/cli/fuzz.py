@@ -1,7 +1,8 @@
-"""``queuewire fuzz``: spec-driven fuzzing of a server over TCP, ``fuzz --client`` (a client
-under test, driven through the testee contract, gets mutated and mis-framed replies), and
-``fuzz replay`` (queuewire.fuzz). Needs hypothesis and hypothesis-jsonschema:
-``pip install 'queuewire[fuzz]'``.
+"""``queuewire fuzz``: spec-driven fuzzing of a server over TCP, ``fuzz --client`` (a bunqueue
+or quicx client under test, driven through the testee contract, gets mutated and mis-framed
+replies), ``fuzz --stateful`` (step sequences against a model of the spec: the bunqueue job
+lifecycle, quicx dispatch) and ``fuzz replay`` (queuewire.fuzz). Needs hypothesis and
+hypothesis-jsonschema: ``pip install 'queuewire[fuzz]'``.
 
 Client fuzzing joins two packages that must not import each other (the layers contract):
 ``queuewire.fuzz.replies`` makes the cases, the reply mutations and the verdicts, and
@@ -88,36 +89,56 @@ def _progress_table(stats: Any, protocol: str) -> Any:
                                 "N surveys a server that deviates in many places.")
 @click.option("--client", "client_mode", is_flag=True,
               help="Fuzz a client instead: serve it mutated and mis-framed replies through "
-                   "the client conformance server; needs --testee (bunqueue only).")
+                   "the client conformance server; needs --testee.")
 @click.option("--testee", metavar="CMD",
               help="With --client: the client under test, a command speaking the testee "
                    "contract (docs/conformance/client-testee.md).")
 @click.option("--testee-cwd", metavar="DIR", type=click.Path(file_okay=False),
               help="With --client: the testee's working directory.")
+@click.option("--stateful", is_flag=True,
+              help="Stateful fuzzing instead: random sequences of steps against a model "
+                   "built from the spec (bunqueue: the job lifecycle; quicx: dispatch of "
+                   "tasks to producers' and workers' connections), the first violation "
+                   "shrunk to a minimal sequence (--max-examples runs, default 100).")
+@click.option("--steps", type=click.IntRange(min=1), default=25, show_default=True,
+              metavar="N", help="With --stateful: steps per run.")
 @click.pass_context
 def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
          profile: str | None, duration: float | None, max_examples: int | None,
          seed: int | None, start: int, artifacts: str | None, workers: int,
          connect_per_case: bool, bound: float | None, diff_spec: str | None, quiet: bool,
          max_failures: int, client_mode: bool, testee: str | None,
-         testee_cwd: str | None) -> None:
+         testee_cwd: str | None, stateful: bool, steps: int) -> None:
     """Fuzz a server: spec-driven cases over TCP, judged by oracles citing requirement ids.
     With --client, fuzz a client: each case asks the testee for a few actions and breaks
     the reply to one of them (wrong types, missing fields, lying length prefixes, garbage
-    payloads, a close mid-frame, unknown or duplicated reqIds, split segments); the client
-    must not crash, must answer within the bound (--bound plus its command timeouts) and
-    must report a typed error for the broken action (and the right value where nothing
-    was broken).
+    payloads, a close mid-frame, unknown or duplicated reqIds, split segments; quicx: a
+    MSG_OK or MSG_TASK with a wrong version or type, a lying length, broken fields, split,
+    duplicated or late); the client must not crash, must answer within the bound (--bound
+    plus its timeouts) and must report a typed error for the broken action (and the right
+    value where nothing was broken). With --stateful, run random step sequences against a
+    model of the spec (bunqueue job lifecycle, quicx dispatch) at --target (default
+    embedded) and shrink the first violation.
 
-    Exit status 1 when a failure (a MUST not followed) was found, or a case could not be
-    generated; 0 otherwise.
+    Exit status 1 when a failure (a MUST not followed; with --stateful, any violation) was
+    found, or a case could not be generated; 0 otherwise.
 
     \b
       queuewire fuzz --protocol bunqueue --target 127.0.0.1:6789 --duration 60 --workers 2
       queuewire fuzz --client --protocol bunqueue --max-examples 200 --seed 1 --testee \\
           'python -m queuewire.conformance.client.adapters.queuewire_client'
+      queuewire fuzz --client --protocol quicx --max-examples 100 --testee \\
+          'python -m queuewire.conformance.client.adapters.queuewire_quicx'
+      queuewire fuzz --stateful --protocol quicx --target embedded --max-examples 200
     """
     if ctx.invoked_subcommand is not None:
+        return
+    if stateful:
+        if protocol is None or client_mode or duration is not None:
+            raise click.UsageError("fuzz --stateful needs --protocol, and takes no --client "
+                                   "or --duration")
+        _stateful_command(ctx, protocol, target_spec or "embedded", profile, max_examples,
+                          seed, steps, artifacts)
         return
     if client_mode:
         _client_command(ctx, protocol or "bunqueue", profile, testee, testee_cwd, duration,
@@ -239,6 +260,44 @@ def _say_fixed(failing: list[Any]) -> None:
     console.print("[green]FIXED[/]")
 
 
+# -- fuzz --stateful --------------------------------------------------------------------------
+def _stateful_command(ctx: click.Context, protocol: str, target: str, profile: str | None,
+                      max_examples: int | None, seed: int | None, steps: int,
+                      artifacts: str | None) -> None:
+    """bunqueue: :func:`~queuewire.fuzz.stateful.run_stateful`; quicx:
+    :func:`~queuewire.fuzz.stateful_quicx.run_stateful_quicx`. The report (its shrunk steps)
+    is printed, and written as JSON into ``artifacts``."""
+    _fuzz_modules()
+    if target != "embedded":
+        _address(target, "--target")
+    profile, seed, max_examples = _run_defaults(protocol, profile, seed, max_examples, None,
+                                                100)
+    if load(profile).protocol != protocol:
+        raise click.UsageError(f"profile {profile} is not a {protocol} profile")
+    if protocol == "quicx":
+        from ..fuzz.stateful_quicx import run_stateful_quicx as run
+    else:
+        from ..fuzz.stateful import run_stateful as run
+    err_console.print(f"fuzz --stateful {protocol} ({profile}) against {target}, seed {seed}")
+    try:
+        report = run(target, profile, max_examples=max_examples or 100, seed=seed,
+                     step_count=steps)
+    except OSError as exc:   # the target refused the connection, a reply timed out
+        raise click.ClickException(f"{target}: {exc}") from None
+    if not report.passed:
+        console.print("[red]FAIL[/]", end=" ")
+    console.print(report.summary(), markup=False, highlight=False)
+    if artifacts and not report.passed:
+        import json
+        import os
+        os.makedirs(artifacts, exist_ok=True)
+        path = os.path.join(artifacts, f"stateful-{protocol}-{seed}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(report.to_dict(), fh, indent=1)
+        console.print(f"  report: {path}", markup=False)
+    ctx.exit(0 if report.passed else 1)
+
+
 # -- fuzz --client ----------------------------------------------------------------------------
 CLIENT_BOUND = 5.0   # seconds a testee may take for a case besides its command timeouts
 
@@ -250,29 +309,42 @@ async def _client_case(server: Any, testee: Any, case: Any, profile: Any,
 
     from ..conformance.client.fuzzing import play
     from ..fuzz import replies
-    target = case.request_of(case.target)
+    target = replies.reply_key(case, case.target)
+    quicx = case.protocol == "quicx"
 
-    def mangle(cmd: str, n: int, _request: Any, reply: dict) -> Any:
-        return replies.reply_plan(case, reply, profile) if (cmd, n) == target else None
+    def mangle(name: str, n: int, sent: Any, reply: Any) -> Any:
+        if (name, n) != target:
+            return None
+        return replies.quicx_reply_plan(case, sent, profile) if quicx \
+            else replies.reply_plan(case, reply, profile)
 
     nonce = uuid.uuid4().hex[:8]
     request = {"scenario": f"fuzz.client.{case.seed}.{case.index}.{nonce}",
                "protocol": case.protocol, "profile": profile.name, "target": server.target,
                "actions": case.bind(f"cf-{nonce}"), "options": case.options}
-    per = float(case.options.get("command_timeout", replies.COMMAND_TIMEOUT_MS)) / 1000.0
-    played = await play(server, testee, request, mangle, bound + 2 * per * len(case.actions))
+    if quicx:   # two producer timeouts per submit, a work's own timeout and its stop
+        per = float(case.options.get("timeout", replies.QX_TIMEOUT_MS)) / 1000.0
+        limit = bound + sum(2 * per if a["op"] == "submit" else
+                            float(a.get("timeout_ms", 0)) / 1000.0 + 3.0 for a in case.actions)
+    else:
+        per = float(case.options.get("command_timeout", replies.COMMAND_TIMEOUT_MS)) / 1000.0
+        limit = bound + 2 * per * len(case.actions)
+    played = await play(server, testee, request, mangle, limit,
+                        {"fresh_engine": True} if quicx else None)
     findings = replies.judge_client(case, profile, results=played.results,
                                     failure=played.failure, hung=played.hung,
-                                    replies=played.computed)
+                                    replies=played.computed, wire=played.wire)
     return played, findings
 
 
 async def _with_client_server(profile_name: str, testee_cmd: str, cwd: str | None,
                               body: Any) -> Any:
+    from ..conformance.client.quicx_server import QuicxConformanceServer
     from ..conformance.client.server import ConformanceServer
     from ..conformance.client.testee import Testee
     profile = load(profile_name)
-    server = await ConformanceServer(profile).start()
+    server_class = QuicxConformanceServer if profile.protocol == "quicx" else ConformanceServer
+    server = await server_class(profile).start()
     testee = Testee(testee_cmd, cwd=cwd)
     try:
         return await body(server, testee, profile)
@@ -306,7 +378,9 @@ async def _client_run(profile_name: str, testee_cmd: str, cwd: str | None, *, se
         while (max_examples is None or i < start + max_examples) and \
                 (stop_at is None or time.monotonic() < stop_at) and \
                 len(stats["failures"]) < max_failures:
-            case = replies.normalize(replies.make_client_case(profile.name, seed, i))
+            make = replies.make_quicx_client_case if profile.protocol == "quicx" \
+                else replies.make_client_case
+            case = replies.normalize(make(profile.name, seed, i))
             i += 1
             played, findings = await _client_case(server, testee, case, profile, bound)
             stats["cases"] += 1
@@ -338,13 +412,13 @@ def _client_command(ctx: click.Context, protocol: str, profile: str | None,
                     max_examples: int | None, seed: int | None, start: int,
                     artifacts: str | None, bound: float | None) -> None:
     _fuzz_modules()
-    if protocol != "bunqueue":
-        raise click.UsageError("fuzz --client fuzzes bunqueue clients only (quicx: not yet)")
     if not testee:
         raise click.UsageError("fuzz --client needs --testee CMD")
     profile, seed, max_examples = _run_defaults(protocol, profile, seed, max_examples,
                                                 duration, 100)
     limit = bound if bound is not None else CLIENT_BOUND
+    if load(profile).protocol != protocol:
+        raise click.UsageError(f"profile {profile} is not a {protocol} profile")
     err_console.print(f"fuzz client {testee!r} ({profile}), seed {seed}")
     try:
         stats = asyncio.run(_client_run(profile, testee, cwd, seed=seed, start=start,

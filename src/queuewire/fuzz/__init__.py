@@ -12,9 +12,11 @@ and only a MUST makes a failure. :mod:`.runner` is the asyncio shell: it plays c
 or fresh connections with TCP_NODELAY and the case's segmentation, shrinks a failing case by
 delta debugging on its frames and writes a replayable transcript (:mod:`.case`); its runner is
 synchronous (blocking sockets, one ``sendall`` per segment) and :mod:`.campaign` runs it in
-N forked worker processes, worker ``w`` playing cases ``w, w+N, ...`` of the seed. The stateful
-job-lifecycle fuzzing lives in :mod:`.stateful`. :mod:`.replies` is client fuzzing's sans-IO
-half: client cases (testee actions, one reply broken by a recipe), the reply mutations and
-the verdict; the conformance package plays them (``queuewire fuzz --client`` joins the two).
+N forked worker processes, worker ``w`` playing cases ``w, w+N, ...`` of the seed. Stateful
+fuzzing (``queuewire fuzz --stateful``) checks a server against a model built from the spec:
+bunqueue's job lifecycle in :mod:`.stateful`, quicx's dispatch (producers and workers) in
+:mod:`.stateful_quicx`. :mod:`.replies` is client fuzzing's sans-IO half for both protocols:
+client cases (testee actions, one reply broken by a recipe), the reply mutations and the
+verdict; the conformance package plays them (``queuewire fuzz --client`` joins the two).
 The package imports codecs, spec, reference_server and client, never conformance.
 """

@@ -5,13 +5,16 @@ Design. Client fuzzing needs two packages that do not import each other: the fuz
 generates the cases, the reply mutations and the oracle (``queuewire.fuzz.replies``, sans-IO),
 and this package owns the conformance server and the testee contract. This module is the
 conformance half, protocol-agnostic about the mutations: :func:`play` opens a session on the
-bunqueue :class:`~.server.ConformanceServer` whose ``mangle`` behaviour is the caller's
-callable (it sees every reply the reference engine computed and may return writes to send
-instead, then a close), asks the testee to play the actions within ``limit`` seconds and
+bunqueue :class:`~.server.ConformanceServer` or the quicx
+:class:`~.quicx_server.QuicxConformanceServer` whose ``mangle`` behaviour is the caller's
+callable (it sees every reply the reference engine computed, bunqueue ``(cmd, n, request,
+reply)``, quicx ``(message, n, frame, fields)``, and may return writes to send instead, then
+a close), asks the testee to play the actions within ``limit`` seconds and
 returns a :class:`Played`: the answer or why there was none (a crash: the process exited; a
 hang: no answer within the limit; the testee is restarted for the next request), the real
-replies by ``(cmd, n)`` and the wire transcript. ``queuewire fuzz --client`` (the CLI, which
-may import both packages) joins the halves and owns the campaign loop.
+replies by ``(cmd, n)`` (quicx: ``(message, n)``) and the wire transcript. ``queuewire fuzz
+--client`` (the CLI, which may import both packages) joins the halves and owns the campaign
+loop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from ...codecs.validation import jsonable
 from ..model import Transcript
+from .quicx_server import QuicxConformanceServer
 from .server import ConformanceServer
 from .testee import Testee, TesteeError
 
@@ -30,7 +34,7 @@ __all__ = ["Played", "play"]
 
 SETTLE = 0.05   # seconds for the testee's last frames after its answer
 
-Mangle = Callable[[str, int, Any, dict], "dict[str, Any] | None"]
+Mangle = Callable[[str, int, Any, Any], "dict[str, Any] | None"]
 
 
 @dataclass
@@ -43,12 +47,14 @@ class Played:
     wire: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def play(server: ConformanceServer, testee: Testee, request: dict[str, Any],
-               mangle: Mangle, limit: float) -> Played:
-    """One request to the testee, served with ``mangle`` in force (see the module docs)."""
+async def play(server: ConformanceServer | QuicxConformanceServer, testee: Testee,
+               request: dict[str, Any], mangle: Mangle, limit: float,
+               behaviour: dict[str, Any] | None = None) -> Played:
+    """One request to the testee, served with ``mangle`` in force (see the module docs);
+    ``behaviour``: further server behaviours of the session (quicx: ``fresh_engine``)."""
     transcript = Transcript()
     checker = server.new_checker({}, request.get("options") or {})
-    session = server.begin({"mangle": mangle}, checker, transcript)
+    session = server.begin({**(behaviour or {}), "mangle": mangle}, checker, transcript)
     try:
         answer = await testee.run(request, limit)
         raw = answer.get("results")

@@ -18,6 +18,16 @@ MSG_HEARTBEAT only after ``ms``; ``heartbeat`` ``{after_ms}`` sends the client a
 that long after it connects (the client must answer MSG_PONG, QX-HB-2). A session exposes
 what the bunqueue session does (``events``, ``transcript``, ``live``), so the runner drives
 both alike.
+
+Fuzz mode (``queuewire fuzz --client --protocol quicx``, :mod:`.fuzzing`): ``fresh_engine``
+gives the session an engine of its own (no task of an earlier case is queued), and ``mangle``,
+a callable ``(message, n, frame, fields)`` called with every frame the engine sends (``n``
+counting that message's frames in the session), may return a plan ``{"writes": [bytes...],
+"close": bool, "note": str, "intact": bool, "delay": seconds}`` to send instead: the writes
+(``delay``: held back, with everything written on that connection after them, for that
+long), then a close. The real frames are kept in ``QuicxSession.computed[(message, n)]``; a
+plan that is not ``intact`` hands the connection no task (QX-TASK-3 then holds a result for
+it against the client).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codecs.errors import ProtocolError
-from ...codecs.quicx import Message, QuicxDecoder, QuicxEncoder
+from ...codecs.quicx import Message, QuicxDecoder, QuicxEncoder, to_json
 from ...reference_server.quicx import Close, QuicxConnection, QuicxEngine, Send
 from ...spec import Profile
 from ...spec.quicx import DAEMON
@@ -113,6 +123,7 @@ class _QLive:
     dead: bool = False
     closed_by: str | None = None
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    held: list[tuple[bytes, str, Any]] | None = None   # fuzz mode: writes held back (delay)
 
 
 class QuicxSession:
@@ -127,6 +138,11 @@ class QuicxSession:
         self.tasks_written = 0
         self.ended = False
         self._ids = 0
+        self.mangle = behaviour.get("mangle")
+        self.computed: dict[tuple[str, int], dict] = {}   # fuzz mode: the real frames
+        self._sent_counts: Counter[str] = Counter()
+        if behaviour.get("fresh_engine"):
+            owner.engine = QuicxEngine(owner.profile)
 
     def now(self) -> float:
         return time.monotonic() - self.transcript.started
@@ -142,12 +158,46 @@ class QuicxSession:
         if live.closed_by is not None:
             return
         name, fields = self._decode_out(frame)
-        with contextlib.suppress(Exception):
-            live.writer.write(frame)
         self.checker.replied(live.conn, name, fields, self.now())
-        self.transcript.add(live.conn, "send", frame, decoded={"type": name, "fields":
-                            {k: (v.hex() if isinstance(v, bytes) else v) for k, v in fields.items()}},
-                            note=note)
+        self._raw(live, frame, note, {"type": name, "fields": to_json(fields)})
+
+    def _raw(self, live: _QLive, data: bytes, note: str = "", decoded: Any = None) -> None:
+        if live.held is not None:
+            live.held.append((data, note, decoded))
+            return
+        with contextlib.suppress(Exception):
+            live.writer.write(data)
+        self.transcript.add(live.conn, "send", data, decoded=decoded, note=note)
+
+    def _mangled(self, live: _QLive, name: str, frame: bytes) -> bool:
+        """Fuzz mode: offer the frame to ``mangle``; True when its plan was sent instead."""
+        self._sent_counts[name] += 1
+        n = self._sent_counts[name]
+        _, fields = self._decode_out(frame)
+        self.computed[(name, n)] = to_json(fields)
+        plan = self.mangle(name, n, frame, fields)
+        if not plan:
+            return False
+        if plan.get("intact"):
+            self.checker.replied(live.conn, name, fields, self.now())
+        note = f"fuzz: {plan.get('note', '')}"
+        if plan.get("delay"):
+            if live.held is None:
+                live.held = []
+                live.timers.append(asyncio.get_running_loop().call_later(
+                    float(plan["delay"]), self._release, live))
+            note += f" (held back {float(plan['delay']) * 1000:.0f} ms)"
+        for i, data in enumerate(plan["writes"]):
+            self._raw(live, data, note if i == 0 else "", {"type": name, "mangled": True})
+        if plan.get("close"):
+            self._close(live, "server", note)
+        return True
+
+    def _release(self, live: _QLive) -> None:
+        held, live.held = live.held or [], None
+        if live.closed_by is None:
+            for data, note, decoded in held:
+                self._raw(live, data, note, decoded)
 
     def _close(self, live: _QLive, by: str, why: str) -> None:
         if live.closed_by is not None:
@@ -168,7 +218,8 @@ class QuicxSession:
             if live is None:
                 continue
             if isinstance(action, Send):
-                self._write(live, action.frame)
+                if self.mangle is None or not self._mangled(live, action.message, action.frame):
+                    self._write(live, action.frame)
                 if action.message == "MSG_TASK":
                     self.tasks_written += 1
                     if self.behaviour.get("drop_after_task") and self.tasks_written == 1:
