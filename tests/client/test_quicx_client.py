@@ -524,16 +524,19 @@ async def test_a_worker_of_the_other_profile_is_cut_off_and_its_task_requeued(se
                     await producer.submit("t", b"x")
                 except QuicxTimeout:
                     pass
-            await asyncio.wait_for(worker.run(), 10)  # the violation ends the worker
+            # the worker comes back after a violation (its backoff growing: 0.1, 0.2 s ...),
+            # so the same daemon breaks a second connection too ...
+            await until(lambda: sum(isinstance(e, QuicxProtocolViolation)
+                                    for e in worker.errors) >= 2)
+            await worker.abort()
             assert ran == []
-            assert any(isinstance(e, QuicxProtocolViolation) for e in worker.errors)
             await until(lambda: server.stats().workers_total == 0)
             stats = server.stats()
-            assert stats.done == 0 and stats.queue_depth == 1  # never lost
+            assert stats.done == 0 and stats.queue_depth == 1  # ... and the task is never lost
             if not spec.flag("wait_when_empty"):  # held READY: the task reached the worker
-                assert stats.requeued == 1
+                assert stats.requeued >= 1
             else:  # WAIT already cut the worker off, unless the task was queued first
-                assert stats.requeued in (0, 1)
+                assert stats.requeued >= 0
     await run(scenario())
 
 

@@ -21,7 +21,9 @@ task type and may be plain or ``async`` callables taking the
 MSG_FAILED with the exception text as the reason. If a worker's connection drops while a
 handler runs, the handler is cancelled: the daemon requeues that task (QX-WORKER-1), so
 letting it finish would run it twice. Lost connections are re-established with an
-exponential backoff when ``reconnect`` is true; a protocol violation is not retried.
+exponential backoff when ``reconnect`` is true, also after a protocol violation (the
+daemon's broken frame closes that connection, QX-DIR-2; the next one starts clean), whose
+backoff keeps growing until a connection ends without one.
 """
 
 from __future__ import annotations
@@ -478,7 +480,6 @@ class QuicxWorker:
                 continue
             if not ready.done():
                 ready.set_result(None)
-            delay = self.reconnect_min
             try:
                 await link.closed.wait()
                 running = self._running.get(link)
@@ -487,8 +488,17 @@ class QuicxWorker:
             finally:
                 await link.finish()
                 self._links.discard(link)
-            if isinstance(session.error, QuicxProtocolViolation) or not self.reconnect:
+            if not self.reconnect:
                 break
+            if isinstance(session.error, QuicxProtocolViolation):
+                # the daemon broke a frame: come back, but with the backoff growing, so a
+                # daemon that breaks every connection is not hammered (the error is in
+                # ``errors`` already, from the session's Closed event)
+                log.warning("worker: %s; reconnecting in %.2f s", session.error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.reconnect_max)
+            else:
+                delay = self.reconnect_min
         if not ready.done():
             ready.set_result(None)
 
