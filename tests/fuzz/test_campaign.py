@@ -82,3 +82,28 @@ def test_cli_fuzz_says_how_to_install_hypothesis_when_missing():
                           timeout=60)
     assert proc.returncode != 0
     assert "pip install 'queuewire[fuzz]'" in proc.stderr
+
+
+@pytest.mark.asyncio
+async def test_workers_clean_up_the_queues_their_cases_named(monkeypatch):
+    """Setup commands between cases keep the server's state small; they are no cases."""
+    from queuewire.codecs.bunqueue import FrameEncoder
+    from queuewire.fuzz import campaign as campaign_module
+    from queuewire.fuzz.case import Case
+    from queuewire.fuzz.runner import run_fresh
+    from queuewire.spec import load_profile
+
+    listing = Case("bunqueue", "bunqueue/v2", [FrameEncoder(load_profile("bunqueue/v2")).encode(
+        {"cmd": "ListQueues", "reqId": "l"})])
+    left = {}
+    for every in (25, 10**9):
+        monkeypatch.setattr(campaign_module, "CLEANUP_EVERY", every)
+        async with target("embedded", "bunqueue", "bunqueue/v2") as (host, port):
+            stats = await campaign("bunqueue", "bunqueue/v2", host, port, seed=5,
+                                   max_examples=100)
+            res = await run_fresh("bunqueue", "bunqueue/v2", host, port, listing)
+        assert stats.cases == 100 and stats.failures == 0
+        left[every] = (len(res.replies[0]["queues"]), stats.setup)
+    (cleaned, setup), (kept, none) = left[25], left[10**9]
+    assert setup > 0 and none == 0
+    assert cleaned < kept / 2, left

@@ -193,7 +193,9 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                   f"{', the embedded server included' if target_spec == 'embedded' else ''}): "
                   f"{stats.per_core:,.0f} cases/s per core; {stats.connects} connects "
                   f"({stats.connects / max(1, stats.cases):.2f} per case)"
-                  + (f"; pools warmed in {stats.warmup:.1f} s first" if stats.warmup >= 0.05 else ""))
+                  + (f"; pools warmed in {stats.warmup:.1f} s first" if stats.warmup >= 0.05 else "")
+                  + (f"; {stats.setup} cleanup commands between cases (not counted as cases)"
+                     if stats.setup else ""))
     for case, small, path, findings in stats.failed:
         _print_failure(f"case {case.index} (seed {seed}): {len(case.frames)} frames, shrunk to "
                        f"{len(small.frames)}", findings, path, f"--target {target_spec}")

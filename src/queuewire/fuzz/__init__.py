@@ -18,5 +18,8 @@ bunqueue's job lifecycle in :mod:`.stateful`, quicx's dispatch (producers and wo
 :mod:`.stateful_quicx`. :mod:`.replies` is client fuzzing's sans-IO half for both protocols:
 client cases (testee actions, one reply broken by a recipe), the reply mutations and the
 verdict; the conformance package plays them (``queuewire fuzz --client`` joins the two).
-The package imports codecs, spec, reference_server and client, never conformance.
+:mod:`.atheris_harness` is the optional coverage-guided harness over the codecs for long runs
+(``python -m queuewire.fuzz.atheris_harness``, the ``atheris`` extra), with the oracles of the
+in-process codec fuzz tests. The package imports codecs, spec, reference_server and client,
+never conformance.
 """

@@ -24,9 +24,19 @@ cases always run connect-per-case (the daemon may fix a connection's role from i
 message, so nothing carries over safely). :attr:`Runner.connects` counts the connections
 opened, for the connect-per-case rate reported beside the case rate.
 
+A slow trickle (``Case.pauses``) sleeps after its writes; its pauses are added to the case's
+deadline, so they never eat the bound. An interleaved bunqueue case (``Case.conns``) runs on
+connection 0 (the reused one where there is one) and 1-2 fresh ones, written in the case's
+order, each connection closed with its own sentinel Ping (or half-closed), read together
+(``select``) and judged apart, connection by connection, by the same oracles: reqIds are
+per connection, so a reply that comes back on another connection than its request's is a
+reply lost on one and a stray one on the other. :meth:`Runner.cleanup` (see
+:mod:`.campaign`) obliterates the queues the cases named, between cases.
+
 Shrinking is delta debugging on the case, re-run on fresh connections: drop frames (halves,
-then one at a time), then one write instead of the split, then no half-close; a candidate is
-kept while it still fails on one of the original failing requirement ids. A server that no
+then one at a time, each with its connection), then no pauses, one connection, one write
+(per connection) instead of the split, then no half-close; a candidate is kept while it
+still fails on one of the original failing requirement ids. A server that no
 longer answers a fresh connection (it crashed) cannot judge smaller cases, so such a failure
 is saved whole, with a note; replay it against a restarted server.
 """
@@ -35,8 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
+import select
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -59,6 +71,7 @@ from .oracles import (
 from .strategies import SENTINEL_PREFIX, WAITS
 
 DEFAULT_BOUND = 2.0    # seconds a reply may take before it counts as lost (hang oracle)
+CLEANUP_PREFIX = "qw-clean-"   # reqIds of the cleanup's commands
 READ_SIZE = 64 * 1024
 
 
@@ -76,15 +89,24 @@ class Result:
         return any(f.fails for f in self.findings)
 
     def kinds(self) -> list[tuple]:
-        """What the replies were, in kind (for --diff): sorted (reqId, ok, has error)."""
-        out = []
-        for r in self.replies:
-            if isinstance(r, dict):
-                out.append((repr(canon(r.get("reqId"))), r.get("ok"), "error" in r))
-            else:
-                out.append((getattr(r, "name", type(r).__name__),
-                            getattr(r, "fields", {}).get("error_code")))
-        return sorted(out, key=repr)
+        """What the replies were, in kind (for --diff): sorted (reqId, ok, has error); on
+        several connections (where ``replies`` holds one list per connection), each with
+        its connection's number first."""
+        if self.case.conns:
+            return sorted(((n, *k) for n, rs in enumerate(self.replies)
+                           for k in _kinds(rs)), key=repr)
+        return sorted(_kinds(self.replies), key=repr)
+
+
+def _kinds(replies: list[Any]) -> list[tuple]:
+    out = []
+    for r in replies:
+        if isinstance(r, dict):
+            out.append((repr(canon(r.get("reqId"))), r.get("ok"), "error" in r))
+        else:
+            out.append((getattr(r, "name", type(r).__name__),
+                        getattr(r, "fields", {}).get("error_code")))
+    return out
 
 
 @contextlib.asynccontextmanager
@@ -127,6 +149,12 @@ def _send(sock: socket.socket, case: Case, bound: float) -> None:
     data, splits = case.stream, case.splits
     sock.settimeout(None if len(data) <= BLOCKING_SEND_MAX else bound)
     send = sock.sendall
+    if case.pauses:   # a slow trickle: the rare case, through the general plan
+        for _conn, chunk, pause in case.writes():
+            send(chunk)
+            if pause:
+                time.sleep(pause)
+        return
     if not splits:
         send(data)
         return
@@ -161,6 +189,49 @@ def _recv(sock: socket.socket, deadline: float, res: Any) -> tuple[bytes, bool]:
     return data, False
 
 
+def _parked(exp: Any) -> float:
+    """Seconds the case's valid long polls may park (their ``timeout``, at most 60 s)."""
+    return sum(max(0.0, min(float(i.request.get("timeout") or 0), 60_000.0)) / 1000.0
+               for i in exp.items if type(i.request) is dict
+               and isinstance(i.request.get("cmd"), str) and i.request["cmd"] in WAITS
+               and isinstance(i.request.get("timeout"), (int, float))
+               and i.request.get("timeout") == i.request.get("timeout"))
+
+
+@dataclass
+class _Peer:
+    """One connection of an interleaved case: what it must get and what it got."""
+
+    n: int
+    exp: Any
+    sock: Any = None
+    dec: Any = None
+    half_close: bool = False
+    sentinel: str | None = None
+    got_sentinel: bool = False
+    replies: list[Any] = field(default_factory=list)
+    reply_errors: list[ProtocolError] = field(default_factory=list)
+    closed: bool = False
+    timed_out: bool = False
+    reset: bool = False
+
+
+def _take(p: _Peer, data: bytes) -> bool:
+    """Feed a peer's bytes: its replies, its sentinel; True when a reply did not decode
+    (nothing after it can be trusted: the connection is dropped)."""
+    try:
+        frames = p.dec.feed(data)
+    except ProtocolError as err:
+        frames = err.frames
+        p.reply_errors.append(err)
+    for f in frames:
+        if p.sentinel is not None and type(f) is dict and f.get("reqId") == p.sentinel:
+            p.got_sentinel = True
+        else:
+            p.replies.append(f)
+    return bool(p.reply_errors)
+
+
 class Runner:
     """Runs cases of one protocol and profile against one server (blocking I/O)."""
 
@@ -178,6 +249,44 @@ class Runner:
         self._conn: tuple[socket.socket, FrameDecoder] | None = None
         self._sentinels = itertools.count()
         self.connects = 0   # connections opened, liveness probes included
+        self.queues: set[str] = set()   # queues the cases named since the last cleanup
+
+    def cleanup(self) -> int:
+        """Setup between cases, not a case: ``Obliterate`` every queue the cases named since
+        the last cleanup (bunqueue), pipelined on a connection of its own, replies read but
+        not judged (a server that no longer answers is the next case's finding). A server's
+        state grows with the cases played (jobs pile up in the few queues the boundary and
+        corpus requests name), and with it the replies to listing commands (GetJobs, Dlq,
+        ListQueues, Prometheus) and the fuzzer's cost of decoding and judging them; a
+        worker that cleans up every :data:`~.campaign.CLEANUP_EVERY` cases keeps the
+        server near the state of a fresh one. Returns the commands sent."""
+        names, self.queues = self.queues, set()
+        if self.protocol != "bunqueue" or not names:
+            return 0
+        out = []
+        for k, name in enumerate(sorted(names)):
+            with contextlib.suppress(ProtocolError, ValueError):   # a name it refuses
+                out.append(self.encoder.encode({"cmd": "Obliterate", "queue": name,
+                                                "reqId": f"{CLEANUP_PREFIX}{k}"}))
+        try:
+            sock = _connect(self.host, self.port, self.bound)
+        except OSError:
+            return 0
+        try:
+            sock.sendall(b"".join(out))
+            dec = FrameDecoder(self.profile, check_depth=False)
+            got, deadline = 0, time.monotonic() + self.bound
+            while got < len(out) and (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                data = sock.recv(READ_SIZE)
+                if not data:
+                    break
+                got += len(dec.feed(data))
+        except (OSError, ProtocolError):
+            pass
+        finally:
+            _close(sock)
+        return len(out)
 
     def _open(self) -> socket.socket:
         self.connects += 1
@@ -195,19 +304,27 @@ class Runner:
 
     # -- bunqueue
     def _covered(self, exp: Any) -> set[str]:
+        """The requirement ids a case exercises; on the way, the queues its requests name
+        are noted for the next :meth:`cleanup`."""
         out = {"BQ-PIPE-1"}
         commands = self.profile.model.commands
+        queues = self.queues
         for item in exp.items:
+            req = item.request
             if item.error is not None:
                 out.add(item.error.requirement)
-            elif type(item.request) is dict and isinstance(item.request.get("cmd"), str) \
-                    and item.request["cmd"] in commands:
-                out.add(commands[item.request["cmd"]].requirement)
+            elif type(req) is dict:
+                if type(req.get("queue")) is str:
+                    queues.add(req["queue"])
+                if isinstance(req.get("cmd"), str) and req["cmd"] in commands:
+                    out.add(commands[req["cmd"]].requirement)
         if exp.close_error is not None:
             out.add(exp.close_error.requirement)
         return out
 
     def _run_bunqueue(self, case: Case) -> Result:
+        if case.conns:
+            return self._run_interleaved(case)
         exp = expect_bunqueue(case, self.profile)
         res = Result(case, covered=self._covered(exp))
         half_close = case.close or exp.must_close_write
@@ -223,12 +340,7 @@ class Runner:
             sock, dec = self._conn
         self._conn = None
         sentinel = None
-        extra = sum(max(0.0, min(float(i.request.get("timeout") or 0), 60_000.0)) / 1000.0
-                    for i in exp.items if type(i.request) is dict
-                    and isinstance(i.request.get("cmd"), str) and i.request["cmd"] in WAITS
-                    and isinstance(i.request.get("timeout"), (int, float))
-                    and i.request.get("timeout") == i.request.get("timeout"))
-        deadline = time.monotonic() + self.bound + extra
+        deadline = time.monotonic() + self.bound + _parked(exp) + case.pause_seconds
         reply_errors: list[ProtocolError] = []
         replies: list[Any] = []
         reset = False
@@ -275,6 +387,95 @@ class Runner:
         else:
             self._conn = (sock, dec)
         if (res.closed and not half_close) or res.timed_out:
+            res.findings += self.alive(keep=self.reuse)
+        return res
+
+    def _run_interleaved(self, case: Case) -> Result:
+        """A case on several connections (:attr:`Case.conns`): connection 0 is the reused
+        one where there is one, the others fresh; the writes go out in the case's order, each
+        connection not half-closing ends with its own sentinel Ping, and every connection
+        is read (``select``) and judged on its own, each finding saying which connection."""
+        peers = [_Peer(n, expect_bunqueue(case.sub_case(n), self.profile))
+                 for n in range(case.connections)]
+        res = Result(case, covered=set().union(*(self._covered(p.exp) for p in peers)))
+        try:
+            for p in peers:
+                if p.n == 0 and self.reuse and self._conn is not None:
+                    p.sock, p.dec = self._conn
+                    self._conn = None
+                else:
+                    p.sock = self._open()
+                    p.dec = FrameDecoder(self.profile, check_depth=False)
+        except OSError as exc:
+            for p in peers:
+                _close(p.sock)
+            res.findings += self.judge.judge_alive(f"connect failed: {exc}")
+            return res
+        deadline = time.monotonic() + self.bound + case.pause_seconds \
+            + sum(_parked(p.exp) for p in peers)
+        for p in peers:
+            p.half_close = case.close or p.exp.must_close_write
+            p.sock.settimeout(self.bound)
+        for n, chunk, pause in case.writes():
+            p = peers[n]
+            if not p.reset:
+                try:
+                    p.sock.sendall(chunk)
+                except OSError:
+                    p.reset = True   # the server closed it: read what it sent before
+            if pause:
+                time.sleep(pause)
+        for p in peers:
+            try:
+                if p.half_close:
+                    p.sock.shutdown(socket.SHUT_WR)
+                elif not p.reset:
+                    p.sentinel = f"{SENTINEL_PREFIX}{next(self._sentinels)}"
+                    p.sock.sendall(self.encoder.encode({"cmd": "Ping", "reqId": p.sentinel}))
+            except OSError:
+                p.reset = True
+            p.got_sentinel = p.sentinel is None
+        waiting = {p.sock: p for p in peers}
+        while waiting:
+            left = deadline - time.monotonic()
+            ready = select.select(list(waiting), [], [], left)[0] if left > 0 else []
+            if not ready:
+                for p in waiting.values():
+                    p.timed_out = True
+                break
+            for sock in ready:
+                p = waiting[sock]
+                try:
+                    data = sock.recv(READ_SIZE)
+                except OSError:
+                    p.reset = True
+                    data = b""
+                if not data:
+                    p.closed = True
+                elif _take(p, data):
+                    p.closed = True
+                if p.closed or (not p.half_close and p.got_sentinel
+                                and len(p.replies) >= len(p.exp.items)):
+                    del waiting[sock]
+        for p in peers:
+            found = self.judge.judge(p.exp, p.replies, p.closed, p.timed_out, p.reply_errors,
+                                     half_closed=p.half_close, reset=p.reset)
+            if p.sentinel is not None and not p.got_sentinel and not found:
+                found.append(self.judge._finding("BQ-PIPE-1", "lost_reply",
+                                                 "the runner's Ping not answered"))
+            res.findings += [dataclasses.replace(f, message=f"connection {p.n}: {f.message}")
+                             for f in found]
+            res.replies.append(p.replies)
+            res.closed = res.closed or (p.closed and not p.half_close)
+            res.timed_out = res.timed_out or p.timed_out
+        first = peers[0]
+        if self.reuse and not (first.half_close or first.closed or first.timed_out
+                               or first.reset or first.reply_errors):
+            self._conn = (first.sock, first.dec)
+            peers = peers[1:]
+        for p in peers:
+            _close(p.sock)
+        if res.closed or res.timed_out:
             res.findings += self.alive(keep=self.reuse)
         return res
 
@@ -371,18 +572,13 @@ def shrink(case: Case, run: Callable[[Case], Result], rids: set[str],
         res = run(c)
         return any(f.fails and f.requirement in rids for f in res.findings)
 
-    def variant(frames: list[bytes], **kw: Any) -> Case:
-        return Case(case.protocol, case.profile, frames, kw.get("splits", case.splits),
-                    kw.get("close", case.close), case.labels, case.seed, case.index)
-
     best = case
     n = 2
     while len(best.frames) >= 2 and tries < budget:
         size = max(1, len(best.frames) // n)
         reduced = False
         for start in range(0, len(best.frames), size):
-            cand = variant(best.frames[:start] + best.frames[start + size:],
-                           splits=best.splits, close=best.close)
+            cand = best.drop_frames(start, size)
             if cand.frames and fails(cand):
                 best, n, reduced = cand, max(2, n - 1), True
                 break
@@ -392,12 +588,17 @@ def shrink(case: Case, run: Callable[[Case], Result], rids: set[str],
             if size == 1:
                 break
             n = min(len(best.frames), n * 2)
-    for kw in ({"splits": []}, {"close": False}):
+    # then a simpler write plan: no pauses, one connection, one write (per connection), no
+    # half-close; each kept only while the case still fails
+    steps: list[dict[str, Any]] = [{"pauses": []}]
+    if best.conns:
+        steps.append({"conns": [], "split_conns": [], "splits": [], "pauses": []})
+    steps += [{"splits": [], "split_conns": [], "pauses": []}, {"close": False}]
+    for kw in steps:
         if tries >= budget:
             break
-        cand = variant(best.frames, splits=kw.get("splits", best.splits),
-                       close=kw.get("close", best.close))
-        if (cand.splits, cand.close) != (best.splits, best.close) and fails(cand):
+        cand = best.replace(**kw)
+        if cand.as_dict() != best.as_dict() and fails(cand):
             best = cand
     return best
 

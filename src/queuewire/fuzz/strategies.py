@@ -8,7 +8,10 @@ the nesting limit, the safe-integer bound and the ``undefined`` extension from t
 ``msgpack`` section, quicx opcodes, versions and sizes from the message table. A
 :class:`~.case.Case` is a list of raw frames (a frame may lie about its length, be cut short
 or hold bytes that are no MessagePack at all), a segmentation (write sizes, down to one byte)
-and whether the stream ends with a half-close.
+and whether the stream ends with a half-close. A small share of the cases are *slow
+trickles* (a few writes with pauses between them, :func:`_trickle`) and, for bunqueue,
+*interleavings* (the frames spread over 2-3 connections whose writes are interleaved,
+:func:`_interleave`).
 
 Generation schemas are narrowed, never widened, from the spec's: numbers bounded to what
 a JavaScript number holds exactly (as the project's codec tests do), no generated extra
@@ -61,6 +64,22 @@ EXCLUDED = frozenset({"AddWebhook", "SubscribeEvents"})   # see the module docst
 WAITS = ("PULL", "PULLB", "WaitJob")   # commands that may park until their timeout
 CORPUS_SIZE = 2048     # valid messages per seed a case picks from (drawn lazily, cached)
 SENTINEL_PREFIX = "qw-fuzz-"           # reqIds the runner uses for its own Pings
+
+# Slow trickles and interleavings: small shares of the cases (a trickle's pauses are wall time
+# the worker waits, not CPU; an interleaving opens one or two connections more), drawn last
+# in a case so that every other case of a seed is what it was before they existed.
+TRICKLE_SHARE = 128          # one case in this many is a slow trickle
+TRICKLE_WRITES = 6           # at most this many writes, a pause after each but the last
+TRICKLE_PAUSES_MS = (1, 2, 5, 10, 20)
+# The most a case's pauses add up to: well under the runner's bound (DEFAULT_BOUND, 2 s;
+# the runner adds the pauses to a case's deadline, so a smaller --bound is not eaten either)
+# and three orders of magnitude under the partial-frame timeouts of BQ-FLOW-3 and QX-FLOW-3
+# (60 s: a connection idle inside a frame that long may be closed), so that a trickle is
+# never judged by a timer the spec allows.
+TRICKLE_TOTAL_MS = 50
+INTERLEAVE_SHARE = 32        # one bunqueue case in this many runs on several connections
+MAX_CONNECTIONS = 3
+INTERLEAVE_BYTEWISE_MAX = 48  # a connection's stream up to this long may go byte by byte
 
 
 # Strategies are built once and reused: building (and validating) one costs more than a draw.
@@ -396,7 +415,14 @@ def _case(bq: BunqueueStrategies, draw_: Any, seed: Any, max_frames: int) -> Cas
         frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
         labels.append("truncated")
     splits = _segmentation(draw_, sum(map(len, frames)))
-    return Case("bunqueue", bq.profile.name, frames, splits, close, labels)
+    case = Case("bunqueue", bq.profile.name, frames, splits, close, labels)
+    # drawn last, so that the draws before it (and so every other case) are unchanged
+    mode = draw_(_ints(0, 255))
+    if mode < 256 // INTERLEAVE_SHARE:
+        _interleave(draw_, case)
+    elif mode < 256 // INTERLEAVE_SHARE + 256 // TRICKLE_SHARE:
+        _trickle(draw_, case)
+    return case
 
 
 def _clamp(obj: Any) -> Any:
@@ -423,6 +449,71 @@ def _segmentation(draw_: Any, total: int) -> list[int]:
     if how == 2:
         return [1] * min(total, 4096)
     return [draw_(_ints(1, max(1, total))) for _ in range(draw_(_ints(1, 8)))]
+
+
+def _trickle(draw_: Any, case: Case) -> None:
+    """Make ``case`` a slow trickle: its stream in 2-:data:`TRICKLE_WRITES` writes of
+    case-chosen sizes (a one-byte write among them cuts a prefix), each but the last
+    followed by a pause from :data:`TRICKLE_PAUSES_MS`, at most :data:`TRICKLE_TOTAL_MS` in
+    all (see there for the bounds)."""
+    total = max(1, len(case.stream))
+    n = draw_(_ints(2, TRICKLE_WRITES))
+    case.splits = [draw_(_pick((1, 2, 3, max(1, total // n), max(1, total // 2))))
+                   for _ in range(n - 1)]
+    case.pauses = _pauses(draw_, n - 1)
+    case.labels = sorted({*case.labels, "trickle"})
+
+
+def _pauses(draw_: Any, n: int, choices: tuple[int, ...] = TRICKLE_PAUSES_MS) -> list[int]:
+    out, left = [], TRICKLE_TOTAL_MS
+    for _ in range(n):
+        pause = min(draw_(_pick(choices)), left)
+        out.append(pause)
+        left -= pause
+    return out
+
+
+def _interleave(draw_: Any, case: Case) -> None:
+    """Spread ``case``'s frames over 2-3 connections (bunqueue) and interleave their writes:
+    each connection's stream is cut into pieces (whole, a few case-chosen sizes, or one byte
+    each when short), and the pieces of all connections are merged in a case-chosen order
+    that keeps each connection's own, so one connection's frame is split around another's
+    writes. A frame is copied onto a second connection half the time (always when the case
+    used one connection only): the same request, the same reqId, on two connections. One
+    such case in four waits 1 ms after each write, so that the server reads the pieces
+    apart."""
+    n = draw_(_ints(2, MAX_CONNECTIONS))
+    conns = [draw_(_ints(0, n - 1)) for _ in case.frames]
+    if len(set(conns)) == 1 or draw_(_BOOL):
+        k = draw_(_ints(0, len(case.frames) - 1))
+        other = (conns[k] + draw_(_ints(1, n - 1))) % n
+        case.frames = [*case.frames, case.frames[k]]
+        conns.append(other)
+        case.labels = sorted({*case.labels, "cross_duplicate"})
+    dense = {c: k for k, c in enumerate(sorted(set(conns)))}   # connections 0 .. n-1 in use
+    conns, n = [dense[c] for c in conns], len(dense)
+    pieces: list[list[int]] = []
+    for c in range(n):
+        total = sum(len(f) for f, fc in zip(case.frames, conns) if fc == c)
+        how = draw_(_ints(0, 3)) if total else 0
+        if how == 0 or total < 2:
+            sizes = [total] if total else []
+        elif how == 1 and total <= INTERLEAVE_BYTEWISE_MAX:
+            sizes = [1] * total
+        else:
+            cuts = sorted({draw_(_ints(1, total - 1)) for _ in range(draw_(_ints(1, 4)))})
+            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+        pieces.append(sizes)
+    splits, split_conns = [], []
+    left = [list(reversed(p)) for p in pieces]
+    while any(left):
+        c = draw_(_pick(tuple(i for i in range(n) if left[i])))
+        splits.append(left[c].pop())
+        split_conns.append(c)
+    case.conns, case.splits, case.split_conns = conns, splits, split_conns
+    case.pauses = _pauses(draw_, len(splits) - 1, (1,)) if draw_(_ints(0, 3)) == 0 else []
+    case.labels = sorted({*case.labels, f"interleave:{n}",
+                          *(("trickle",) if case.pauses else ())})
 
 
 # -- quicx ------------------------------------------------------------------------------------
@@ -502,7 +593,10 @@ class QuicxStrategies:
                 frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
                 labels.append("truncated")
             splits = _segmentation(draw_, sum(map(len, frames)))
-            return Case("quicx", self.profile.name, frames, splits, close, labels)
+            case = Case("quicx", self.profile.name, frames, splits, close, labels)
+            if draw_(_ints(0, TRICKLE_SHARE - 1)) == 0:   # drawn last (see _case)
+                _trickle(draw_, case)
+            return case
         return build()
 
 
