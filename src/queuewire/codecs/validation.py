@@ -415,7 +415,19 @@ class BunqueueValidator:
             compiled = self._requests[msg["cmd"]]
         except (KeyError, TypeError, IndexError):  # no map, no cmd, unknown or unhashable
             return False
-        return self._passes(compiled, msg)
+        # _passes, inlined: this is the call a server makes per request
+        try:
+            if not compiled.is_valid(msg):
+                return False
+        except ValueError:  # a value jsonschema-rs cannot represent: take the full check
+            return not self._violations(compiled, msg)
+        post = compiled.post_check
+        if post is None:
+            return True
+        verdict = post(msg)
+        if verdict is None:
+            return not self._violations(compiled, msg)
+        return verdict
 
     def _passes(self, compiled: _Compiled, msg: Any) -> bool:
         """The compiled check, its post-check, and the full check where they cannot settle."""
@@ -500,6 +512,12 @@ class BunqueueValidator:
         first = violations[0]
         raise MessageError(self._errors[kind], first.message, path=first.path,
                            violations=violations, requirement=first.requirement)
+
+    def request_size_checks(self, cmd: str) -> tuple[tuple[tuple, int, str], ...]:
+        """The x-maxJsonBytes rules of ``cmd``'s request: (instance path with '*' for array
+        items, max bytes, requirement) each; empty for an unknown command."""
+        compiled = self._requests.get(cmd)
+        return compiled.size_checks if compiled is not None else ()
 
     def extra_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
         """Top-level fields the documents do not define for this message (reported, not errors)."""
