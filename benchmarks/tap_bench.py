@@ -7,7 +7,8 @@ with the codec's encoder and decoder) sends ``--requests`` (10,000) requests wit
 bursts of ``--burst`` (100) frames written at once, the next burst when the last one's
 replies are in, and times each request from the write of its burst to the read of its reply
 (``perf_counter_ns``). Each workload alternates direct and tapped runs ``--runs`` times
-(after a warm-up of each), so drift affects both alike, and before each run it waits until
+(after a warm-up of each; the order of the targets rotates from one run to the next), so
+drift affects both alike, and before each run it waits until
 no process of the benchmark uses CPU (the tap finishing the analysis it deferred, see
 ``--analysis-lag``), so no run pays for the previous one; per target it reports the median of
 the runs' p50 and p99 latencies and of their throughputs, then the added p50 and p99 (tap -
@@ -17,10 +18,13 @@ the cheapest command: the tap's share is largest) and ``push`` (PUSH of a small 
 Every reply is checked (ok and its reqId).
 
     .venv/bin/python benchmarks/tap_bench.py [--requests 10000] [--burst 100] [--runs 5]
-        [--record] [--bare] [--json FILE]
+        [--record] [--bare] [--bare-loop] [--forwarder threads|epoll|loop] [--json FILE]
 
-``--bare`` adds a third target: the tap's proxy with a no-op analyzer, to show what
-forwarding alone costs and what the analysis adds on top.
+``--bare`` adds a third target: the tap's proxy with a no-op analyzer (its forwarding
+process, and the analyzing process reading the forwarder's channel and dropping it), to show
+what forwarding alone costs and what the analysis adds on top; ``--bare-loop`` adds the
+in-loop forwarder with a no-op analyzer (the tap's forwarding before it had a process of its
+own); ``--forwarder`` runs the tap (and ``--bare``) with that forwarder.
 """
 
 from __future__ import annotations
@@ -58,14 +62,16 @@ class _NullAnalyzer:
         return lambda *a, **k: None
 
 
-def serve_bare(upstream_port: int) -> None:
-    """The tap's proxy (``TapServer``) in front of ``upstream_port`` with no analysis."""
+def serve_bare(upstream_port: int, forwarder: str) -> None:
+    """The tap's proxy (``tap_server``, with ``forwarder``) in front of ``upstream_port``
+    with no analysis: the forwarder, and the analyzing process reading its channel."""
     import signal
 
-    from queuewire.tap.proxy import TapServer
+    from queuewire.tap.proxy import tap_server
 
     async def run() -> None:
-        tap = await TapServer(_NullAnalyzer(), HOST, upstream_port).start()  # type: ignore[arg-type]
+        tap = await tap_server(_NullAnalyzer(), HOST, upstream_port,  # type: ignore[arg-type]
+                               forwarder=forwarder).start()
         print(f"bare proxy listening on {HOST}:{tap.port}", flush=True)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
@@ -74,7 +80,7 @@ def serve_bare(upstream_port: int) -> None:
 
 
 def start(args: list[str]) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, __file__, *args] if args[0] == "--serve-bare" else \
+    cmd = [sys.executable, __file__, *args] if args[0].startswith("--serve-bare") else \
         [sys.executable, "-m", "queuewire.cli", *args]
     proc = subprocess.Popen(cmd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -159,8 +165,13 @@ async def run_once(port: int, workload: str, n: int, burst: int, tag: str) -> di
 
 
 def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    """utime + stime of ``pid`` and of its children (the tap's forwarding process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12]) + sum(_cpu_ticks(int(c)) for c in children)
 
 
 def wait_idle(procs: list[subprocess.Popen], timeout: float = 10.0) -> None:
@@ -201,11 +212,18 @@ def main() -> int:
                     help="the tap's --analysis-lag (default: the tap's own default, 4 MiB)")
     ap.add_argument("--bare", action="store_true",
                     help="also measure the tap's proxy with no analysis (forwarding alone)")
+    ap.add_argument("--forwarder", choices=["threads", "epoll", "loop"], default="threads",
+                    help="the tap's --forwarder (and the bare proxy's)")
+    ap.add_argument("--bare-loop", action="store_true",
+                    help="also measure the in-loop forwarder with no analysis (the tap's "
+                         "forwarding before it had a process of its own)")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--serve-bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-bare-loop", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.serve_bare:
-        serve_bare(args.serve_bare)
+    if args.serve_bare or args.serve_bare_loop:
+        serve_bare(args.serve_bare or args.serve_bare_loop,
+                   "loop" if args.serve_bare_loop else args.forwarder)
         return 0
 
     server, server_port = start(["serve", "bunqueue", "--host", HOST, "--port", "0"])
@@ -216,21 +234,27 @@ def main() -> int:
         tap_args += ["--record", str(Path(tmp.name) / "rec")]
     if args.analysis_lag is not None:
         tap_args += ["--analysis-lag", str(args.analysis_lag)]
+    tap_args += ["--forwarder", args.forwarder]
     tap, tap_port = start(tap_args)
     targets = [("direct", server_port), ("tap", tap_port)]
-    bare = None
+    bares: dict[str, subprocess.Popen] = {}
     if args.bare:
-        bare, bare_port = start(["--serve-bare", str(server_port)])
+        bares["bare"], bare_port = start(["--serve-bare", str(server_port),
+                                          "--forwarder", args.forwarder])
         targets.append(("bare", bare_port))
+    if args.bare_loop:
+        bares["bare-loop"], bare_port = start(["--serve-bare-loop", str(server_port)])
+        targets.append(("bare-loop", bare_port))
     results: dict[str, Any] = {}
     try:
         for workload in args.workloads.split(","):
             runs: dict[str, list[dict]] = {t: [] for t, _ in targets}
             for _target, port in targets:  # warm-up
                 asyncio.run(run_once(port, workload, min(args.requests, 2000), args.burst, "w"))
-            procs = [server, tap] + ([bare] if bare is not None else [])
+            procs = [server, tap, *bares.values()]
             for r in range(args.runs):
-                for target, port in targets:
+                # the order rotates, so that no target is always the first after idling
+                for target, port in targets[r % len(targets):] + targets[:r % len(targets)]:
                     wait_idle(procs)
                     runs[target].append(asyncio.run(
                         run_once(port, workload, args.requests, args.burst, f"{target}{r}-")))
@@ -248,15 +272,17 @@ def main() -> int:
                   f"{med['tap']['rps']:,.0f} req/s | added p50 {added['p50_added_us']:.0f} us, "
                   f"p99 {added['p99_added_us']:.0f} us, throughput x{added['throughput_ratio']:.2f} "
                   f"| goals {'met' if all(met.values()) else 'MISSED: ' + str(met)}")
-            if bare is not None:
-                print(f"{workload}: bare proxy (no analysis) p50 {med['bare']['p50_us']:.0f} us "
-                      f"p99 {med['bare']['p99_us']:.0f} us {med['bare']['rps']:,.0f} req/s | added "
-                      f"p50 {med['bare']['p50_us'] - med['direct']['p50_us']:.0f} us, p99 "
-                      f"{med['bare']['p99_us'] - med['direct']['p99_us']:.0f} us, throughput "
-                      f"x{med['bare']['rps'] / med['direct']['rps']:.2f}")
+            for name in bares:
+                what = ("bare proxy (no analysis)" if name == "bare" else
+                        "bare in-loop proxy (no analysis)")
+                print(f"{workload}: {what} p50 {med[name]['p50_us']:.0f} us "
+                      f"p99 {med[name]['p99_us']:.0f} us {med[name]['rps']:,.0f} req/s | added "
+                      f"p50 {med[name]['p50_us'] - med['direct']['p50_us']:.0f} us, p99 "
+                      f"{med[name]['p99_us'] - med['direct']['p99_us']:.0f} us, throughput "
+                      f"x{med[name]['rps'] / med['direct']['rps']:.2f}")
     finally:
-        if bare is not None:
-            stop(bare)
+        for proc in bares.values():
+            stop(proc)
         tap_out = stop(tap)
         stop(server)
     tap_summary = json.loads((Path(tmp.name) / "tap.json").read_text())

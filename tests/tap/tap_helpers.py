@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from queuewire.tap.proxy import TapServer
+from queuewire.tap.proxy import tap_server
 from queuewire.traffic.analyzer import Analyzer
 from queuewire.traffic.record import Recorder
 
@@ -48,14 +48,16 @@ class SinkServer:
 
 @contextlib.asynccontextmanager
 async def tapped(protocol: str, upstream_port: int, *, profile: str | None = None,
-                 record: Path | None = None, rotate_bytes: int | None = None):
-    """A running tap in front of 127.0.0.1:``upstream_port``; yields (tap, analyzer);
-    on exit the tap is stopped and the recording closed."""
+                 record: Path | None = None, rotate_bytes: int | None = None,
+                 forwarder: str = "threads"):
+    """A running tap (its forwarder: ``process`` or ``loop``) in front of
+    127.0.0.1:``upstream_port``; yields (tap, analyzer); on exit the tap is stopped and the
+    recording closed."""
     recorder = None
     if record is not None:
         recorder = Recorder(record, protocol=protocol, profile=profile or "", rotate_bytes=rotate_bytes)
     analyzer = Analyzer(protocol, profile, sink=recorder.write if recorder else None)
-    tap = await TapServer(analyzer, "127.0.0.1", upstream_port).start()
+    tap = await tap_server(analyzer, "127.0.0.1", upstream_port, forwarder=forwarder).start()
     try:
         yield tap, analyzer
     finally:

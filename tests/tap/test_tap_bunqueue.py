@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 from tap_helpers import SinkServer, raw_exchange, tapped, until
@@ -16,6 +17,7 @@ from queuewire.reference_server.bunqueue import BunqueueServer
 from queuewire.tap.proxy import TapServer
 from queuewire.traffic import trace_format as trace
 from queuewire.traffic.analyzer import Analyzer
+from serve_process import start_serve, stop_serve
 
 PROFILE = "bunqueue/v2"
 
@@ -194,10 +196,19 @@ async def test_upstream_refusing_closes_the_client_and_is_reported():
     assert summary["findings"][0]["kind"] == "upstream_refused"
 
 
+def _rss(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
 @pytest.mark.asyncio
-async def test_backpressure_bounds_the_taps_buffers():
-    """A client that writes 8 MiB to an upstream that reads slowly: the tap stops reading
-    the client instead of buffering, and every byte still arrives."""
+@pytest.mark.parametrize("forwarder", ["threads", "epoll", "loop"])
+async def test_backpressure_bounds_the_taps_buffers(forwarder):
+    """A client that writes 32 MiB to an upstream that reads slowly: the tap stops reading
+    the client instead of buffering (most of the payload stays with the client), and every
+    byte still arrives."""
     received = bytearray()
     gate = asyncio.Event()
 
@@ -209,19 +220,24 @@ async def test_backpressure_bounds_the_taps_buffers():
 
     server = await asyncio.start_server(slow, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    payload = os.urandom(8 * 1024 * 1024)
+    payload = os.urandom(32 * 1024 * 1024)
     try:
-        async with tapped("bunqueue", port, profile=PROFILE) as (tap, analyzer):
+        async with tapped("bunqueue", port, profile=PROFILE, forwarder=forwarder) as (tap, _):
             reader, writer = await asyncio.open_connection("127.0.0.1", tap.port)
             writer.write(payload)
             await asyncio.sleep(0.5)
-            link = next(iter(tap.links.values()))
-            buffered = link.upstream.transport.get_write_buffer_size()
-            assert buffered <= 2 * tap.high_water + 1024 * 1024  # not the 8 MiB
+            # what the kernel's socket buffers hold on loopback aside, the client keeps it
+            assert writer.transport.get_write_buffer_size() >= 8 * 1024 * 1024
+            if forwarder == "loop":
+                link = next(iter(tap.links.values()))
+                buffered = link.upstream.transport.get_write_buffer_size()
+                assert buffered <= 2 * tap.high_water + 1024 * 1024  # not the 32 MiB
+            else:
+                assert _rss(tap.process.pid) < 48 * 1024 * 1024  # holds one read, not MiBs
             gate.set()
             await writer.drain()
             writer.write_eof()
-            await until(lambda: len(received) == len(payload), timeout=20)
+            await until(lambda: len(received) == len(payload), timeout=30)
             writer.close()
     finally:
         server.close()
@@ -324,3 +340,83 @@ async def test_pushed_job_events_pass_the_tap_without_a_finding():
     assert {"pushed", "completed"} <= {e.get("eventType") for e in seen}
     assert summary["requirements"] == [], summary["requirements"]
     assert summary["totals"]["events"] >= 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("forwarder", ["threads", "epoll", "loop"])
+async def test_half_close_from_the_upstream_passes_through(forwarder):
+    """The upstream says its piece and half-closes first: the client reads it to EOF, then
+    still writes, and the upstream receives all of it before the connection ends."""
+    got_upstream = bytearray()
+
+    async def greeter(reader, writer):
+        writer.write(b"hello")
+        writer.write_eof()
+        while data := await reader.read(65536):
+            got_upstream.extend(data)
+        writer.close()
+
+    server = await asyncio.start_server(greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with tapped("bunqueue", port, profile=PROFILE, forwarder=forwarder) as (tap, analyzer):
+            reader, writer = await asyncio.open_connection("127.0.0.1", tap.port)
+            assert await asyncio.wait_for(reader.read(), 5) == b"hello"
+            frame = encode_frame({"cmd": "Ping", "reqId": "late"})
+            writer.write(frame)
+            writer.write_eof()
+            await until(lambda: bytes(got_upstream) == frame)
+            await until(lambda: analyzer.open_connections == 0)
+            writer.close()
+        summary = analyzer.summary()
+    finally:
+        server.close()
+    conn = summary["connections"][0]
+    assert conn["close_reason"] == "eof"
+    assert conn["bytes"] == {"c2s": len(frame), "s2c": 5}
+
+
+class _SlowAnalyzer(Analyzer):
+    """An analyzer that holds its process's CPU (and GIL) for 0.3 s per chunk."""
+
+    def feed(self, conn_id, direction, data, t_ns):
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+        return super().feed(conn_id, direction, data, t_ns)
+
+
+@pytest.mark.asyncio
+async def test_forwarding_never_waits_for_the_analysis():
+    """The forwarding process moves a round trip while the analyzing process is busy for
+    0.3 s per chunk (analysis at once, --analysis-lag 0): every request is answered in
+    less than one chunk's analysis, and the analysis still sees every frame."""
+    server, port = start_serve("bunqueue")  # a process: this one's loop is kept busy
+    analyzer = _SlowAnalyzer("bunqueue", PROFILE)
+    tap = await TapServer(analyzer, "127.0.0.1", port, lag_bytes=0).start()
+    try:
+        # the round trips are timed in a thread (it waits for this process's GIL at most a
+        # switch interval, 5 ms, at a time)
+        loop = asyncio.get_running_loop()
+        times = await loop.run_in_executor(None, _round_trips, tap.port, 6)
+        # through the in-loop forwarder each takes 0.3 to 0.6 s (one or two analyses)
+        assert sorted(times)[3] < 0.1 and max(times) < 0.25, times
+        await until(lambda: analyzer.summary()["totals"]["paired"] == 6, 20)
+    finally:
+        await tap.stop()
+        stop_serve(server)
+
+
+def _round_trips(port: int, n: int) -> list[float]:
+    import socket
+
+    times = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        dec = FrameDecoder(PROFILE, check_depth=False)
+        for i in range(n):
+            t0 = time.perf_counter()
+            sock.sendall(encode_frame({"cmd": "Ping", "reqId": str(i)}))
+            while not dec.feed(sock.recv(65536)):
+                pass
+            times.append(time.perf_counter() - t0)
+    return times

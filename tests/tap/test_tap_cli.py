@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from queuewire.cli import main
@@ -19,7 +20,7 @@ def test_help_names_every_option():
     result = CliRunner().invoke(main, ["tap", "--help"])
     assert result.exit_code == 0
     for option in ("--protocol", "--listen", "--upstream", "--profile", "--record",
-                   "--rotate-bytes", "--json", "--html"):
+                   "--rotate-bytes", "--json", "--html", "--forwarder"):
         assert option in result.output
 
 
@@ -36,11 +37,13 @@ def test_bad_upstream_is_a_one_line_usage_error():
     assert result.exit_code == 2 and "not a bunqueue profile" in result.output
 
 
-def test_tap_process_reports_and_records(tmp_path):
+@pytest.mark.parametrize("forwarder", ["threads", "epoll", "loop"])
+def test_tap_process_reports_and_records(tmp_path, forwarder):
     json_path, html_path, record = tmp_path / "tap.json", tmp_path / "tap.html", tmp_path / "rec"
     frames, got, _ = proxy_pings(["tap", "--protocol", "bunqueue", "--listen", "127.0.0.1:0",
                                   "--upstream", "127.0.0.1:{port}", "--json", str(json_path),
-                                  "--html", str(html_path), "--record", str(record)], 5)
+                                  "--html", str(html_path), "--record", str(record),
+                                  "--forwarder", forwarder], 5)
     summary = json.loads(json_path.read_text())
     assert summary["verdict"] == "PASS"
     assert summary["commands"]["Ping"]["paired"] == 5

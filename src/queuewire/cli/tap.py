@@ -78,10 +78,17 @@ duration_opt = click.option("--duration", type=click.FloatRange(min=0), metavar=
                    "analysis so that it runs in the quiet moments and never delays "
                    "forwarding; 0 analyses at once (still in slices between reads). Past "
                    "32 MiB behind, reading pauses.")
+@click.option("--forwarder", type=click.Choice(["threads", "epoll", "loop"]), default="threads",
+              show_default=True,
+              help="Where the bytes are forwarded: a process of its own, so the analysis "
+                   "never delays them, with two threads per connection (threads: the least "
+                   "latency) or one epoll thread for all (epoll: for many connections); or the "
+                   "analyzer's own event loop (loop).")
 @duration_opt
 def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_dir: str | None,
         rotate_bytes: int | None, json_path: str | None, html_path: str | None,
-        max_frame_bytes: int | None, analysis_lag: int, duration: float | None) -> None:
+        max_frame_bytes: int | None, analysis_lag: int, forwarder: str,
+        duration: float | None) -> None:
     """Proxy --listen to --upstream, passing every byte on unchanged, and judge the traffic.
 
     Both directions are decoded with the codecs of --protocol; requests are paired with
@@ -94,7 +101,7 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
                                                                    profile)
     summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, record_dir,
-                   rotate_bytes, max_frame_bytes, analysis_lag, duration)
+                   rotate_bytes, max_frame_bytes, analysis_lag, duration, forwarder)
     from ..tap.report import print_console, write_html, write_json
 
     print_console(summary, console)
@@ -110,11 +117,12 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
 
 def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: str,
          up_port: int, record_dir: str | None, rotate_bytes: int | None,
-         max_frame_bytes: int | None, analysis_lag: int, duration: float | None) -> dict:
+         max_frame_bytes: int | None, analysis_lag: int, duration: float | None,
+         forwarder: str = "threads") -> dict:
     import asyncio
     import signal
 
-    from ..tap.proxy import TapServer
+    from ..tap.proxy import tap_server
     from ..traffic.analyzer import DEFAULT_MAX_FRAME, Analyzer
     from ..traffic.record import Recorder
 
@@ -129,8 +137,8 @@ def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: 
                         max_frame=max_frame_bytes or DEFAULT_MAX_FRAME, keep_events=False)
 
     async def run() -> None:
-        server = TapServer(analyzer, up_host, up_port, host=listen_host, port=listen_port,
-                           lag_bytes=analysis_lag)
+        server = tap_server(analyzer, up_host, up_port, host=listen_host, port=listen_port,
+                            lag_bytes=analysis_lag, forwarder=forwarder)
         try:
             await server.start()
         except OSError as exc:
