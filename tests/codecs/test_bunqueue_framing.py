@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -450,6 +451,33 @@ def test_encoder_writes_integers_as_msgpackr_does(value, tail):
     nested = enc.payload({"v": [{"w": value}]})
     assert nested == b"\x81\xa1v\x91\x81\xa1w" + tail
     assert decode_one(payload) == {"v": value}
+
+
+def test_the_encoders_fast_test_agrees_with_the_exact_walk_and_skips_float_timestamps():
+    """The encoder walks a message in Python only when its bytes hold a 64-bit integer marker
+    and its JSON text an integer token of ten digits or more; float timestamps (whose bytes
+    often hold 0xcf or 0xd3) no longer send a reply down the walk, and the bytes are those
+    of the exact walk for every message."""
+    import random
+
+    enc = FrameEncoder(PROFILE)
+    walks = []
+    exact = enc._floatify
+    enc._floatify = lambda obj: walks.append(1) or exact(obj)
+    rng = random.Random(20261124)
+    for _ in range(3000):
+        values = [rng.choice([rng.random() * 2e12, float(rng.randrange(10**12, 2 * 10**12)),
+                              rng.randrange(-2**40, 2**40), rng.randrange(0, 2**31),
+                              f"s{rng.randrange(10**12)}", [rng.randrange(-2**50, 2**50)]])
+                  for _ in range(6)]
+        msg = {"ok": True, "v": values, "t": rng.random() * 2e12}
+        assert enc.payload(msg) == msgspec.msgpack.encode(exact(msg))
+    walks.clear()
+    stamps = [float(1767225600000 + i) for i in range(4096)]
+    hits = [t for t in stamps if b"\xcf" in struct.pack(">d", t) or b"\xd3" in struct.pack(">d", t)]
+    assert hits  # such timestamps exist ...
+    enc.payload({"ok": True, "jobs": [{"createdAt": t, "runAt": t} for t in hits]})
+    assert walks == []  # ... and cost no walk
 
 
 @pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 2**63, 2**53, 2**64 - 1])

@@ -38,10 +38,12 @@ from .errors import EncodeError, FramingError, PayloadError, ProtocolError
 # translate(None, _NOT_CONTAINER) deletes every other byte, leaving just the candidates.
 _NOT_CONTAINER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
-# Ten digits in a row (every integer beyond int32/uint32 has that many): a message whose
-# JSON text has none holds no integer FrameEncoder must rewrite.
-_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digit -> "0"
-_TEN_DIGITS = b"0" * 10
+# Every integer beyond int32/uint32 has ten digits or more: a message whose JSON text has no
+# such integer token holds no integer FrameEncoder must rewrite.
+#: An integer token of ten digits or more in msgspec's JSON text: a float is always written
+#: with a "." or an exponent (1764000000000.0, 1e16), so digits next to one of those are a
+#: float's, never an integer's; digits inside strings may match (then the exact walk decides).
+_WIDE_INT_TOKEN = re.compile(rb"(?<![.\d])\d{10,}(?![.\deE])")
 # Reads a payload back as plain dicts, lists and ints (extensions kept as Ext).
 _PLAIN_DECODE = msgspec.msgpack.Decoder(
     ext_hook=lambda code, data: msgspec.msgpack.Ext(code, bytes(data))).decode
@@ -362,8 +364,9 @@ class FrameEncoder:
         # 0xcf / 0xd3 are the 64-bit integer markers; their absence proves there is nothing
         # to rewrite. They also occur inside other values (207 is cc cf), so a second,
         # C-speed test follows: an integer outside the 32-bit ranges has at least 10 digits,
-        # and the JSON text of a message without one has no ten digits in a row. Only a
-        # message that passes both is walked (exactly) in Python.
+        # and the JSON text of a message without one has no integer token that long (a
+        # float's digits, such as a millisecond timestamp's, do not count: they come with a
+        # "." or an exponent). Only a message that passes both is walked (exactly) in Python.
         if (b"\xcf" in data or b"\xd3" in data) and self._may_be_wide(obj):
             # walk the payload read back as plain maps and lists, so an integer inside any
             # mapping or sequence type msgspec writes (or a map key) is found
@@ -379,7 +382,7 @@ class FrameEncoder:
             text = self._json(obj)
         except Exception:  # noqa: BLE001 - keys JSON cannot write, ...: walk to be sure
             return True
-        return _TEN_DIGITS in text.translate(_DIGITS)
+        return _WIDE_INT_TOKEN.search(text) is not None
 
     def prefix(self, length: int) -> bytes:
         """The length prefix of a payload of ``length`` bytes (for hand-built frames)."""
