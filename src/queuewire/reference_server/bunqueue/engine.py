@@ -19,7 +19,10 @@ which the shell calls on a timer (:meth:`next_deadline` says when) and tests cal
 clock. Defaults, limits, error strings, state names and the protocol version are read from the
 profile, never restated. A bare push (a PUSH, or every entry of a PUSHB, setting only name and
 data) takes ``_create_plain``, which builds the same jobs, events and records as ``_create``
-would, a batch at a time (benchmarks/README.md, "Server benchmark").
+would, a batch at a time (benchmarks/README.md, "Server benchmark"); PULL and PULLB take the
+head of the waiting list, and ACKB settles its jobs, in one pass each (:mod:`.batch`), doing
+what ``_take``'s loop and ``_complete`` do job by job, which they fall back to for the rare job
+(a time-to-live, dependents, a repeat, removeOnComplete).
 
 Seams for the shell:
 
@@ -67,6 +70,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...spec import Profile, load_profile
+from .batch import BatchPaths
 from .commands.auth import AuthCommands
 from .commands.control import ControlCommands
 from .commands.core import CoreCommands
@@ -136,7 +140,8 @@ def request_refusal(engine: BunqueueEngine, validator: Any, request: dict) -> di
 # =============================================================================================
 class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, CronCommands,
                      LogsCommands, MonitoringCommands, WorkersCommands, WebhooksCommands,
-                     RateCommands, EventsCommands, AuthCommands, Lifecycle, Timers):
+                     RateCommands, EventsCommands, AuthCommands, BatchPaths, Lifecycle,
+                     Timers):
     """One bunqueue server's state and every command of its profile (see the module doc)."""
 
     def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *,
@@ -164,6 +169,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         if unknown:
             raise ValueError(f"{self.profile.name}: job_lifecycle has no row for {unknown}")
         self._initial = frozenset(spec.job_lifecycle.initial)
+        self._init_batch_paths()
         self._messages = {name: e.message for name, e in spec.errors.items()}
         self._webhook_events = self.profile.model.webhook_events
         d = spec.defaults

@@ -242,6 +242,43 @@ class _Waiting(SortedList):
         self._len += len(values)
         del self._index[:]  # positions changed: rebuilt when next needed, as _expand does
 
+    def head(self, k: int) -> list:
+        """The first ``k`` keys (fewer if there are fewer), without removing them."""
+        lists = self._lists
+        if not lists:
+            return []
+        first = lists[0]
+        if k <= len(first):
+            return first[:k]
+        out: list = []
+        for sub in lists:
+            out.extend(sub[:k - len(out)])
+            if len(out) >= k:
+                break
+        return out
+
+    def drop_head(self, k: int) -> None:
+        """Remove the first ``k`` keys (at most all): what ``k`` times ``pop(0)`` does, a
+        sublist slice at a time (the batch pull, ``_take_head``)."""
+        lists, maxes = self._lists, self._maxes
+        k = min(k, self._len)
+        self._len -= k
+        while k:
+            first = lists[0]
+            if len(first) <= k:
+                k -= len(first)
+                del lists[0], maxes[0]
+            else:
+                del first[:k]
+                k = 0
+                if len(first) <= self._load >> 1 and len(lists) > 1:
+                    # as SortedList._delete does: a short sublist joins the next one
+                    first.extend(lists[1])
+                    maxes[0] = first[-1]
+                    del lists[1], maxes[1]
+                    self._expand(0)
+        del self._index[:]  # positions changed: rebuilt when next needed
+
 
 class _Queue:
     __slots__ = ("name", "members", "all", "waiting", "priorities", "unique", "paused",

@@ -321,6 +321,33 @@ class Lifecycle:
                 self._job_event("pushed", job, now)
         return ids
 
+    def _create_one(self, queue: str, entry: Mapping[str, Any], now: float,
+                    plain: tuple) -> str:
+        """``_create_plain(queue, (entry,), now, plain)[0]`` without the batch's lists: a
+        bare PUSH, one job (tests/reference_server/test_bunqueue_batch.py holds the two to
+        the same jobs, events, records and engine state)."""
+        priority, max_attempts, backoff, lifo, roc, rof = plain
+        job_id = uuid7(now)
+        q = self._queues.get(queue) or self._queue(queue)
+        s = next(self._seq)
+        job = _plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                         max_attempts, backoff, lifo, roc, rof,
+                         ({"state": WAITING, "timestamp": now},), _NONE)
+        self._jobs[job_id] = job
+        q.all[job_id] = None
+        q.members[WAITING][job_id] = None
+        q.waiting.add((-priority, -s if lifo else s, job_id))  # _wkey(job)
+        self._events.append(tuple.__new__(Event, (queue, job_id, "waiting")))
+        q.priorities[priority] += 1
+        self.total_pushed += 1
+        self._push_meter.add(now)
+        if self._keeps_jobs:
+            self.store.put_job(job.to_record(), durable=False)
+        if self._webhooks or self._subscribers.get(queue):
+            self._webhook("job.pushed", job, now)
+            self._job_event("pushed", job, now)
+        return job_id
+
     def _name_and_data(self, opts: Mapping[str, Any]) -> tuple[str, Any]:
         """The job's name and data: a top-level name (BQ-NAME-101), else, where the profile
         says so, the legacy envelope's data.name split from the rest (BQ-NAME-102), else
@@ -388,7 +415,9 @@ class Lifecycle:
         if q is None or not q.waiting:
             return []
         budget = min(count, self._budget(q, now))
-        taken: list[Job] = []
+        # the batch path (.batch) takes the head up to the first job with a time-to-live
+        taken = self._take_head(q, budget, now, conn_id, owner, lock_ttl) \
+            if self._batch_paths and budget > 0 else []
         while len(taken) < budget and q.waiting:
             job = self._jobs[q.waiting[0][2]]
             if job.ttl is not None and now >= job.created_at + job.ttl:  # BQ-PUSH-4

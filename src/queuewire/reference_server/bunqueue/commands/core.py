@@ -17,8 +17,7 @@ class CoreCommands:
         if plain is not None and req.keys() <= _BARE_PUSH_KEYS:
             name = req.get("name")
             if type(name) is str and name:
-                return {"ok": True, "id": self._create_plain(req["queue"], (req,), now,
-                                                             plain)[0]}
+                return {"ok": True, "id": self._create_one(req["queue"], req, now, plain)}
         self._check_name(req)
         existing = self._check_push(req["queue"], req, "jobId")
         if existing is not None:
@@ -83,8 +82,11 @@ class CoreCommands:
             job = self._active(job_id)
             self._check_lock(job, tokens[i] if tokens is not None else None, now)
             jobs.append(job)
-        for i, job in enumerate(jobs):
-            self._complete(job, results[i] if results is not None else None, now)
+        if self._batch_paths:  # .batch: the same, in one pass
+            self._complete_run(jobs, results, now)
+        else:
+            for i, job in enumerate(jobs):
+                self._complete(job, results[i] if results is not None else None, now)
         return {"ok": True}
 
     def _cmd_FAIL(self, conn_id: str | None, req: dict, now: float) -> dict:
