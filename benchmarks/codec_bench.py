@@ -13,12 +13,16 @@ bunqueue
     * framing only: ``FrameDecoder().feed(chunk)``
     * framing + validation: the same, plus ``BunqueueValidator.request_is_valid`` on every
       message (the number of valid messages is counted and checked after the run)
+    * fused decode + validation: ``RequestDecoder.feed_checked(chunk)``, the same messages
+      each paired with the same verdict, with typed msgspec decoding for the common frame
+      (the valid ones are counted and checked the same way)
 
 quicx
     A seeded, mixed stream of inbound quicx frames (SUBMIT with a task type and JSON payload,
     READY, DONE, FAILED, HEARTBEAT, STATS), decoded in 64 KiB chunks by ``QuicxDecoder``
     beside a plain-Python ``struct`` header splitter (header unpack and payload slice, no
-    checks) on the same bytes.
+    checks) on the same bytes: ``feed`` (a ``Message`` per frame) and ``feed_rows`` (the
+    same checks, each frame a plain tuple ``(opcode, *field values)``).
 
 Throughput is frames per second over the best of ``--runs`` runs (interleaved, timed on the
 process's CPU time unless ``--clock wall``); ratios are ours over the baseline (higher is
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import operator
 import os
 import platform
 import random
@@ -56,11 +61,13 @@ from rich.console import Console
 from rich.table import Table
 
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
+from queuewire.codecs.bunqueue_typed import RequestDecoder
 from queuewire.codecs.validation import BunqueueValidator
 
 CHUNK = 64 * 1024
 TARGET_FRAMING = 0.8      # framing-only decode >= 0.8x msgpack.Unpacker
 TARGET_VALIDATION = 0.5   # decode + validation >= 0.5x msgpack.Unpacker
+TARGET_FUSED = 0.7        # issue 15: decode with validation >= 0.7x msgpack.Unpacker
 
 console = Console(width=max(Console().width, 120))
 
@@ -243,6 +250,7 @@ def build_bunqueue(n: int, seed: int, validator: BunqueueValidator) -> dict:
     # Both decoders must read the same objects off their streams.
     for msg, frame in samples:
         assert FrameDecoder().feed(frame) == [msg]
+        assert RequestDecoder(validator=validator).feed_checked(frame) == [(msg, True)]
         assert msgpack.unpackb(frame[4:]) == msg
     assert len(framed) == len(baseline) + 4 * n
     return {"framed": framed, "baseline": baseline, "payloads": [f[4:] for f in frames],
@@ -298,6 +306,21 @@ def make_run_validated(validator: BunqueueValidator) -> Callable[[list[bytes]], 
         return n, _since(t0), valid
 
     return run_validated
+
+
+def make_run_fused(validator: BunqueueValidator) -> Callable[[list[bytes]], tuple]:
+    def run_fused(chunks: list[bytes]) -> tuple[int, tuple[float, float], int]:
+        feed = RequestDecoder("bunqueue/v2", validator=validator).feed_checked
+        second = operator.itemgetter(1)  # the verdict of each (message, verdict) pair
+        n = valid = 0
+        t0 = _now()
+        for chunk in chunks:
+            out = feed(chunk)
+            n += len(out)
+            valid += sum(map(second, out))
+        return n, _since(t0), valid
+
+    return run_fused
 
 
 def run_msgspec_presplit(groups: list[list[bytes]]) -> tuple[int, tuple[float, float], int]:
@@ -392,6 +415,9 @@ def build_quicx(quicx: Any, n: int, seed: int) -> dict:
             raise SystemExit(f"quicx.encode(MSG_{kind}) gave {ours!r}, 004 says {frame!r}")
     decoded = quicx.QuicxDecoder(QX_PROFILE).feed(b"".join(frames[:QX_CHECKED]))
     assert len(decoded) == len(head)
+    if hasattr(quicx.QuicxDecoder, "feed_rows"):  # rows: the same frames, as plain tuples
+        rows = quicx.QuicxDecoder(QX_PROFILE).feed_rows(b"".join(frames[:QX_CHECKED]))
+        assert rows == [(m.code, *m.fields.values()) for m in decoded]
     for (kind, f), msg in zip(head, decoded):
         assert msg.name == "MSG_" + kind, (msg, kind)
         assert {k: v for k, v in msg.fields.items() if not k.startswith("len_")} == f, (msg, f)
@@ -437,6 +463,21 @@ def make_run_quicx(quicx: Any) -> Callable[[list[bytes]], tuple]:
     return run_quicx
 
 
+def make_run_quicx_rows(quicx: Any) -> Callable[[list[bytes]], tuple]:
+    """``QuicxDecoder.feed_rows``: the same decoder and checks, each frame a plain tuple
+    ``(opcode, *field values)`` instead of a ``Message`` (name, field dict, raw bytes, offset)."""
+    def run_quicx_rows(chunks: list[bytes]) -> tuple[int, tuple[float, float], int]:
+        feed = quicx.QuicxDecoder(QX_PROFILE, "daemon").feed_rows
+        n = 0
+        t0 = _now()
+        for chunk in chunks:
+            out = feed(chunk)
+            n += len(out)
+        return n, _since(t0), 0
+
+    return run_quicx_rows
+
+
 # =============================================================================================
 # harness
 # =============================================================================================
@@ -462,7 +503,7 @@ def best_of(runs: int, variants: dict[str, tuple[Callable, Any]], expect: int,
             n, (wall, cpu), extra = fn(arg)
             if n != expect:
                 raise SystemExit(f"{label}/{name}: decoded {n} messages, expected {expect}")
-            if name == "validation" and extra != expect:
+            if name in ("validation", "fused") and extra != expect:
                 raise SystemExit(f"{label}/{name}: {expect - extra} messages judged invalid")
             dt = cpu if clock == "cpu" else wall
             console.print(f"  {label} run {r + 1}/{runs}  {name:<13} wall {wall:7.3f} s  "
@@ -544,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         "msgpack": (run_msgpack, base_chunks),
         "framing": (run_frames, framed_chunks),
         "validation": (make_run_validated(validator), framed_chunks),
+        "fused": (make_run_fused(validator), framed_chunks),
         "msgspec-split": (run_msgspec_presplit, groups),
     }, args.frames, "bunqueue", args.clock)
     base = best["msgpack"]["frames_per_s"]
@@ -551,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         b["ratio"] = b["frames_per_s"] / base
     best["framing"]["target"] = TARGET_FRAMING
     best["validation"]["target"] = TARGET_VALIDATION
+    best["fused"]["target"] = TARGET_FUSED
     result["bunqueue"] = {
         "stream": {"frames": args.frames, "framed_bytes": len(bq["framed"]),
                    "baseline_bytes": len(bq["baseline"]),
@@ -559,12 +602,14 @@ def main(argv: list[str] | None = None) -> int:
         "results": best,
     }
     nbytes = {"msgpack": len(bq["baseline"]), "framing": len(bq["framed"]),
-              "validation": len(bq["framed"]), "msgspec-split": len(bq["baseline"])}
+              "validation": len(bq["framed"]), "fused": len(bq["framed"]),
+              "msgspec-split": len(bq["baseline"])}
     labels = {"msgpack": "msgpack.Unpacker (baseline)",
               "framing": "FrameDecoder, framing only",
               "validation": "FrameDecoder + request_is_valid",
+              "fused": "RequestDecoder.feed_checked (fused)",
               "msgspec-split": "msgspec, pre-split payloads (ref.)"}
-    for name in ("msgpack", "framing", "validation", "msgspec-split"):
+    for name in ("msgpack", "framing", "validation", "fused", "msgspec-split"):
         b = best[name]
         b["mb_per_s"] = nbytes[name] / b["seconds"] / 1e6
         rows.append(("bunqueue", labels[name], b, name == "msgpack"))
@@ -586,13 +631,19 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"quicx stream: {args.frames} frames, {len(stream) / 1e6:.1f} MB, "
                       f"{len(chunks)} chunks, built in {time.perf_counter() - t0:.1f} s")
         settle()
-        qbest = best_of(qx_runs, {
+        qvariants = {
             "struct": (run_struct_split, chunks),
             "quicx": (make_run_quicx(quicx), chunks),
-        }, args.frames, "quicx", args.clock)
+        }
+        if hasattr(quicx.QuicxDecoder, "feed_rows"):
+            qvariants["quicx-rows"] = (make_run_quicx_rows(quicx), chunks)
+        qbest = best_of(qx_runs, qvariants, args.frames, "quicx", args.clock)
         qbase = qbest["struct"]["frames_per_s"]
         for name, label in (("struct", "struct header split (baseline)"),
-                            ("quicx", "QuicxDecoder")):
+                            ("quicx", "QuicxDecoder"),
+                            ("quicx-rows", "QuicxDecoder.feed_rows (tuples)")):
+            if name not in qbest:
+                continue
             b = qbest[name]
             b["ratio"] = b["frames_per_s"] / qbase
             b["mb_per_s"] = len(stream) / b["seconds"] / 1e6

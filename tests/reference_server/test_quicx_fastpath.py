@@ -51,6 +51,61 @@ def test_engine_frames_are_the_checked_encoders_bytes(profile, task_type, payloa
                                             payload=payload)
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+def test_tasks_built_from_submits_match_the_encoder_up_to_the_cap(profile):
+    """A TASK is the SUBMIT's payload behind a packed header and id (the layouts allow it in
+    every profile); around the payload cap the engine answers as with the encoder alone:
+    the same OK and TASK bytes, or the same task_too_large refusal."""
+    spec, enc = load_profile(profile).model, QuicxEncoder(profile)
+    fast = QuicxEngine(profile, pool_bytes=1 << 20)
+    assert fast._task_head is not None
+    cap = min(spec.max_payload_bytes or 4096, fast.pool.largest_class)
+    top = cap - 1 - len("type")  # the largest SUBMIT payload: its TASK is 4 bytes over
+    for size in (0, 1, *range(top - 6, top + 1)):
+        general = QuicxEngine(profile, pool_bytes=1 << 20)
+        general._task_head = None
+        engine = QuicxEngine(profile, pool_bytes=1 << 20)
+        frame = enc.submit("type", bytes(range(256)) * (size // 256) + bytes(size % 256))
+        outcomes = []
+        for e in (engine, general):
+            producer, worker = e.open(), e.open()
+            try:
+                msg = message(profile, frame)
+            except Exception as exc:  # noqa: BLE001 - over the decoder's cap: both refuse alike
+                outcomes.append(("decoder", type(exc), str(exc)))
+                continue
+            outcomes.append((e.handle(producer, msg), e.handle(worker, message(profile, enc.ready())),
+                             e.stats().refused))
+        assert outcomes[0] == outcomes[1], size
+
+
+FORWARDING = [p for p in PROFILES if load_profile(p).model.flag("forward_results_to_producer")]
+
+
+@pytest.mark.parametrize("profile", FORWARDING)
+@SETTINGS
+@given(reason=st.text(max_size=80), failed=st.booleans(), current=st.booleans(),
+       other=st.integers(0, 255))
+def test_forwarded_results_are_the_checked_encoders_bytes(profile, reason, failed, current, other):
+    """A result is forwarded as the worker's own frame when it carries the current version,
+    else re-encoded: either way the checked encoder's bytes for the decoded fields."""
+    spec, enc = load_profile(profile).model, QuicxEncoder(profile)
+    engine = QuicxEngine(profile, pool_bytes=1 << 20)
+    producer, worker = engine.open(), engine.open()
+    engine.handle(producer, message(profile, enc.submit("t", b"p")))
+    (task,) = engine.handle(worker, message(profile, enc.ready()))
+    (sent,) = QuicxDecoder(profile, "worker").feed(task.frame)
+    task_id = sent.fields["task_id"]
+    frame = enc.failed(task_id, reason) if failed and len(reason.encode()) <= 64 else enc.done(task_id)
+    at, version = spec.header_offsets["version"], spec.version if current else other
+    frame = frame[:at] + bytes([version]) + frame[at + 1:]
+    dec = QuicxDecoder(profile, DAEMON)
+    dec._versions = frozenset(range(256))  # a lax daemon: any version byte
+    (result,) = dec.feed(frame)
+    forwarded = [a for a in engine.handle(worker, result) if a.conn == producer]
+    assert [a.frame for a in forwarded] == [enc.encode_checked(result.name, **result.fields)]
+
+
 def test_stats_response_is_the_checked_encoders_bytes():
     for profile in PROFILES:
         spec = load_profile(profile).model
@@ -133,8 +188,7 @@ async def test_a_worker_is_not_starved_by_a_flooding_producer(profile):
     assert completed >= flood // 10, completed
 
 
-@pytest.mark.parametrize("profile", [p for p in PROFILES
-                                     if load_profile(p).model.flag("forward_results_to_producer")])
+@pytest.mark.parametrize("profile", FORWARDING)
 @pytest.mark.asyncio
 async def test_a_throttled_producer_gets_each_ok_before_its_forwarded_result(profile):
     """A throttled producer's MSG_OKs are written together after its turns; a result

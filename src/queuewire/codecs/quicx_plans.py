@@ -36,7 +36,8 @@ from typing import Any
 
 from ..spec.quicx import LayoutField, MessageType, struct_format
 
-__all__ = ["DecodePlan", "EncodePlan", "Fault", "decode_plan", "encode_plan", "walk_plan"]
+__all__ = ["DecodePlan", "EncodePlan", "Fault", "decode_plan", "decode_steps", "encode_plan",
+           "fields_dict", "walk_plan"]
 
 #: ``plan(data, start, end, offset)``: the fields of the payload ``data[start:end]``, whose
 #: first byte is at stream ``offset``.
@@ -103,59 +104,99 @@ def _compile_decode_plan(msg: MessageType) -> DecodePlan | None:
 
 def _decode_source(msg: MessageType, prefix: tuple[LayoutField, ...],
                    blobs: tuple[LayoutField, ...]) -> tuple[str, dict[str, Any]]:
-    """The source of ``msg``'s decoding plan and the names it uses (see :func:`decode_plan`).
-    The checks and their order are :func:`walk_plan`'s; tests/codecs/test_quicx_plans.py
-    compares the two on generated payloads, faults included."""
+    """The source of ``msg``'s decoding plan and the names it uses (see :func:`decode_plan`):
+    :func:`_steps` in a function that returns the fields, each fault raised as :class:`Fault`."""
+    lines, fields, env = _steps(msg, prefix, blobs, "", None)
+    body = "".join(f"    {line}\n" for line in lines)
+    return f"def plan(data, start, end, offset):\n{body}    return {fields_dict(fields)}\n", env
+
+
+def decode_steps(msg: MessageType, tag: str,
+                 on_fault: str) -> tuple[list[str], list[tuple[str, str]], dict[str, Any]] | None:
+    """The decoding plan of ``msg`` as straight-line statements, for a caller that writes them
+    into its own code (:mod:`.quicx_scan` inlines one per opcode in its frame loop): the
+    statements (unindented), each field's id and the expression of its value once they
+    have run (in layout order), and the names they use, each prefixed with ``tag``. They
+    read the payload ``data[start:end]`` (names in the caller's scope) and set the locals
+    ``i<k>``, ``b<k>``, ``n`` and ``p``;
+    where the plan would raise a :class:`Fault`, they run the statement ``on_fault`` instead
+    (e.g. ``return pos``: leave the frame to the plan, which names the fault). The checks are
+    the plan's, in its order. ``([], [], {})`` for an empty layout; None for a layout
+    without a fast plan (an integer after a variable field: :func:`walk_plan`)."""
+    if not msg.layout:
+        return [], [], {}
+    split = _split(msg.layout)
+    if split is None:
+        return None
+    return _steps(msg, *split, tag, on_fault)
+
+
+def fields_dict(fields: list[tuple[str, str]]) -> str:
+    """The expression of the fields dict from :func:`decode_steps`' (id, expression) pairs."""
+    return "{" + ", ".join(f"{fid!r}: {expr}" for fid, expr in fields) + "}"
+
+
+def _steps(msg: MessageType, prefix: tuple[LayoutField, ...], blobs: tuple[LayoutField, ...],
+           tag: str, on_fault: str | None) -> tuple[list[str], list[tuple[str, str]], dict[str, Any]]:
+    """The statements of a plan (see :func:`decode_steps`); ``on_fault`` None raises the
+    :class:`Fault` (the plan's ``offset`` argument is the payload's stream offset). The checks
+    and their order are :func:`walk_plan`'s; tests/codecs/test_quicx_plans.py compares the two
+    on generated payloads, faults included."""
     env: dict[str, Any] = {"Fault": Fault, "UnicodeDecodeError": UnicodeDecodeError}
-    lines = ["def plan(data, start, end, offset):"]
+
+    def fault(k: str, which: int, detail: str, at: str, cause: str = "") -> str:
+        if on_fault is not None:
+            return on_fault
+        return f"raise Fault({k}[{which}], f'{{{k}[3]}} {detail}', {at}){cause}"
+
+    lines: list[str] = []
     ints = [f"i{k}" for k in range(len(prefix))]
     width = struct.calcsize(struct_format(prefix)) if prefix else 0
     if len(prefix) == 1 and prefix[0].type == "u1":
-        lines.append("    i0 = data[start]")
+        lines.append("i0 = data[start]")
     elif prefix:
-        env["unpack"] = struct.Struct(struct_format(prefix)).unpack_from
-        lines.append(f"    {', '.join(ints)}, = unpack(data, start)")
-    out = [f"{f.id!r}: {ints[k]}" for k, f in enumerate(prefix)]
+        env[f"{tag}unpack"] = struct.Struct(struct_format(prefix)).unpack_from
+        lines.append(f"{', '.join(ints)}, = {tag}unpack(data, start)")
+    out = [(f.id, ints[k]) for k, f in enumerate(prefix)]
     if blobs:
-        lines.append(f"    p = start + {width}")
+        lines.append(f"p = start + {width}")
     ids = [f.id for f in prefix]
     for j, f in enumerate(blobs):
         label = f"{msg.name}.{f.id}"
-        env[f"k{j}"] = (f.errors.get("size", "payload_size"), f.errors.get("max-size", "field_too_long"),
-                        f.errors.get("encoding", "invalid_text"), label)
+        k = f"{tag}k{j}"
+        env[k] = (f.errors.get("size", "payload_size"), f.errors.get("max-size", "field_too_long"),
+                  f.errors.get("encoding", "invalid_text"), label)
         bound = None  # the largest n can be without a check (a u1 length is at most 255)
         if f.size_eos:
             if f.max_bytes is not None:
-                lines.append("    n = end - p")
+                lines.append("n = end - p")
         else:
             if isinstance(f.size, int):
-                lines.append(f"    n = {f.size}")
+                lines.append(f"n = {f.size}")
                 at = "offset"
             else:
-                lines.append(f"    n = {ints[ids.index(f.size)]}")
+                lines.append(f"n = {ints[ids.index(f.size)]}")
                 at = f"offset + {msg.offsets.get(f.size, 0)}"
                 bound = prefix[ids.index(f.size)].max_value
-            lines += ["    if n > end - p:",
-                      f"        raise Fault(k{j}[0], f'{{k{j}[3]}} claims {{n}} bytes, "
-                      f"{{end - p}} remain in the frame', {at})"]
+            lines += ["if n > end - p:",
+                      "    " + fault(k, 0, "claims {n} bytes, {end - p} remain in the frame", at)]
         if f.max_bytes is not None and (bound is None or bound > f.max_bytes):
-            lines += [f"    if n > {f.max_bytes}:",
-                      f"        raise Fault(k{j}[1], f'{{k{j}[3]}} is {{n}} bytes, more than "
-                      f"{f.max_bytes}', offset + p - start)"]
+            lines += [f"if n > {f.max_bytes}:",
+                      "    " + fault(k, 1, f"is {{n}} bytes, more than {f.max_bytes}",
+                                     "offset + p - start")]
         stop = "end" if f.size_eos else "p + n"
         if f.type == "str":
-            lines += ["    try:",
-                      f"        b{j} = data[p:{stop}].decode({f.encoding!r})",
-                      "    except UnicodeDecodeError as err:",
-                      f"        raise Fault(k{j}[2], f'{{k{j}[3]}} is not valid {f.encoding}: "
-                      "{err.reason}', offset + p - start + err.start) from None"]
+            lines += ["try:",
+                      f"    b{j} = data[p:{stop}].decode({f.encoding!r})",
+                      "except UnicodeDecodeError as err:",
+                      "    " + fault(k, 2, f"is not valid {f.encoding}: {{err.reason}}",
+                                     "offset + p - start + err.start", " from None")]
         else:
-            lines.append(f"    b{j} = data[p:{stop}]")
+            lines.append(f"b{j} = data[p:{stop}]")
         if j < len(blobs) - 1:
-            lines.append("    p += n")
-        out.append(f"{f.id!r}: b{j}")
-    lines.append(f"    return {{{', '.join(out)}}}")
-    return "\n".join(lines) + "\n", env
+            lines.append("p += n")
+        out.append((f.id, f"b{j}"))
+    return lines, out, env
 
 
 def walk_plan(msg: MessageType) -> DecodePlan:

@@ -10,6 +10,8 @@ that sends ten thousand frames in one write is answered in bounded slices and ev
 connection gets its turn in between (the fairness rule of :mod:`.._flow`). The bytes go to the
 decoder in slices of :data:`FEED_BYTES`, so what a connection holds decoded but not yet handled
 is bounded too (at most one slice's frames), not a whole read's worth of message objects.
+A read is kept as the ``bytes`` asyncio gave (with an offset into it): a short read, the usual
+case, goes to the decoder whole, a long one a copied slice at a time.
 
 The connection owns a :class:`~queuewire.codecs.quicx.QuicxDecoder` in the daemon role, whose
 ``max_payload`` is the pool's largest class (a longer frame can hold no task and is refused from
@@ -40,8 +42,6 @@ log = logging.getLogger("queuewire.reference_server.quicx")
 #: objects, while a 64 KiB task still takes only 16 slices to assemble.
 FEED_BYTES = 4096
 
-_NOTHING = memoryview(b"")
-
 
 class QuicxConnection:
     """One client connection of the daemon: bytes in, actions out (for every connection)."""
@@ -53,7 +53,8 @@ class QuicxConnection:
         self.decoder = QuicxDecoder(engine.profile, DAEMON, max_payload=engine.pool.largest_class)
         self.closed = False
         self.close_reason: str | None = None
-        self._unfed: memoryview = _NOTHING       # received, not yet given to the decoder
+        self._unfed = b""                        # received, not yet given to the decoder...
+        self._at = 0                             # ...from this offset on
         self._inbox: deque[Message | ProtocolError] = deque()  # decoded, not yet handled
         self._resume = False                     # a refused frame stopped the decoder mid-buffer
 
@@ -74,26 +75,34 @@ class QuicxConnection:
         """Store bytes from the peer; :meth:`next_actions` handles them."""
         if self.closed or not data:
             return
-        self._unfed = memoryview(bytes(self._unfed) + data if self._unfed else data).cast("B")
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._unfed = self._unfed[self._at:] + data if self._unfed else data
+        self._at = 0
 
     def next_actions(self, max_frames: int | None = None) -> list[Action]:
         """Handle up to ``max_frames`` received frames (None: all of them), in order, and
         return the actions that follow. A refused frame counts as one."""
         out: list[Action] = []
-        engine, inbox, conn = self.engine, self._inbox, self.id
-        handled = 0
-        while not self.closed and (max_frames is None or handled < max_frames):
+        if self.closed:
+            return out
+        handle, inbox, conn = self.engine.handle, self._inbox, self.id
+        left = -1 if max_frames is None else max(max_frames, 0)
+        while left:
             if not inbox and not self._decode():
                 break
             item = inbox.popleft()
-            handled += 1
-            if not isinstance(item, ProtocolError):
-                out.extend(engine.handle(conn, item))
+            left -= 1
+            if type(item) is Message:  # the engine never closes the connection it is handling
+                actions = handle(conn, item)
+                if actions:
+                    out += actions
             elif item.reaction == "reply":
-                out.extend(engine.refuse(conn, item))
+                out += self.engine.refuse(conn, item)
             else:
                 log.debug("connection %d: %s", conn, item)
-                out.extend(self._close(str(item)))
+                out += self._close(str(item))
+                break
         return out
 
     def receive_eof(self) -> list[Action]:
@@ -125,8 +134,16 @@ class QuicxConnection:
             if self._resume:  # decode what the decoder buffered after a refused frame
                 chunk: bytes | memoryview = b""
                 self._resume = False
-            elif self._unfed:
-                chunk, self._unfed = self._unfed[:FEED_BYTES], self._unfed[FEED_BYTES:]
+            elif self._unfed:  # a slice (a copy of at most FEED_BYTES), or all of a short read
+                unfed, at = self._unfed, self._at
+                if at == 0 and len(unfed) <= FEED_BYTES:
+                    chunk, self._unfed = unfed, b""
+                else:
+                    chunk, at = unfed[at:at + FEED_BYTES], at + FEED_BYTES
+                    if at < len(unfed):
+                        self._at = at
+                    else:
+                        self._unfed, self._at = b"", 0
             else:
                 return False
             try:
@@ -137,13 +154,13 @@ class QuicxConnection:
                 if exc.reaction == "reply":
                     self._resume = True
                 else:  # the stream cannot be resynchronised: what follows is never read
-                    self._unfed = _NOTHING
+                    self._unfed, self._at = b"", 0
         return True
 
     def _close(self, reason: str) -> list[Action]:
         if self.closed:
             return []
         self.closed, self.close_reason = True, reason
-        self._unfed, self._resume = _NOTHING, False
+        self._unfed, self._at, self._resume = b"", 0, False
         self._inbox.clear()
         return [Close(self.id, reason), *self.engine.disconnect(self.id)]

@@ -19,10 +19,14 @@ in the order they became idle. A task is accounted in the pool from acceptance u
 or FAILED; a task requeued because its worker disconnected keeps its slot and goes back to the
 head of the queue. A task is stored as the MSG_TASK frame it will be sent as, so its size is
 that frame's payload size. Frames of integer fields only (MSG_OK, MSG_STATS_RESPONSE) are
-packed with ``struct`` from the spec's layout rather than through the encoder, and MSG_TASK
-is built by the encoder's struct plan, so an answer a peer can ask for ten thousand times a
-second stays cheap; tests/reference_server/test_quicx_fastpath.py compares every such frame
-with the checked encoder's, byte for byte. :class:`Send` and :class:`Close` are named tuples,
+packed with ``struct`` from the spec's layout rather than through the encoder, and MSG_TASK,
+whose layout is MSG_SUBMIT's with the task id in front (the engine checks the two layouts
+say so), is one pack of header and id followed by the SUBMIT's own payload bytes (else the
+encoder's struct plan builds it), and a result forwarded to its producer is the worker's
+frame itself when it carries the current version (what the encoder would build from its
+decoded fields), so an answer a peer can ask for ten thousand times a second stays cheap;
+tests/reference_server/test_quicx_fastpath.py compares every such frame with the checked
+encoder's, byte for byte. :class:`Send` and :class:`Close` are named tuples,
 built on the hot path with one ``tuple.__new__``.
 
 Scheduling has one seam here too: :meth:`QuicxEngine.throttled` says that a connection is no
@@ -45,6 +49,7 @@ is over the mark, so what it can be owed is bounded by its tasks in the pool.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import struct
@@ -188,6 +193,16 @@ class QuicxEngine:
         self._packers = {name: self._packer(name) for name, m in spec.messages.items()
                          if m.layout and all(f.is_int for f in m.layout)
                          and spec.allowed(name, sender=DAEMON) and m.transport == spec.transport}
+        # MSG_TASK is MSG_SUBMIT's layout with the task id in front (004): where the spec says
+        # so, a task's frame is the SUBMIT's payload bytes behind one pack of header and id
+        self._task_head = self._task_from_submit()
+        # a result forwarded to its producer is the worker's frame itself when the daemon may
+        # send that message and the frame carries the current version: the encoder would
+        # build the same bytes from the decoded fields (a decoded payload re-encodes to itself)
+        self._version_at, self._version = spec.header_offsets["version"], spec.version
+        self._echoed = frozenset(n for n, m in spec.messages.items()
+                                 if spec.allowed(n, sender=DAEMON) and not m.reserved
+                                 and m.transport == spec.transport)
         # MSG_OK, the answer to every SUBMIT: header and task id in one pack
         ok_header, ok_body, ok_ids = self._packers["MSG_OK"]
         if ok_ids == ("task_id",):
@@ -302,13 +317,17 @@ class QuicxEngine:
             return self._refuse(peer, "unknown_task_type",
                                 f"task type {task_type!r} is not one this daemon accepts")
         task_id = self._next_id()
-        try:
-            frame = self.encoder.task(task_id, task_type, payload)
-        except QuicxEncodeError:  # the TASK body would exceed the profile's payload cap
-            return self._refuse(peer, "task_too_large",
-                                f"a {len(payload)}-byte payload of type {task_type!r} does not fit "
-                                f"a MSG_TASK")
-        size = len(frame) - self._hsize
+        quick, raw, hs = self._task_head, msg.raw, self._hsize
+        if quick is not None and len(raw) - hs + quick[1] <= quick[2]:
+            frame = quick[0](len(raw) - hs + quick[1], task_id) + raw[hs:]
+        else:
+            try:
+                frame = self.encoder.task(task_id, task_type, payload)
+            except QuicxEncodeError:  # the TASK body would exceed the profile's payload cap
+                return self._refuse(peer, "task_too_large",
+                                    f"a {len(payload)}-byte payload of type {task_type!r} does "
+                                    f"not fit a MSG_TASK")
+        size = len(frame) - hs
         if size > self.pool.largest_class:
             return self._refuse(peer, "task_too_large",
                                 f"task of {size} bytes, the largest size class is "
@@ -391,7 +410,12 @@ class QuicxEngine:
         if self._forward:
             producer = self._peers.get(task.producer)
             if producer is not None:
-                out.append(Send(producer.id, msg.name, self.encoder.encode(msg.name, **msg.fields)))
+                raw = msg.raw
+                if msg.name in self._echoed and raw[self._version_at] == self._version:
+                    frame = raw
+                else:
+                    frame = self.encoder.encode(msg.name, **msg.fields)
+                out.append(Send(producer.id, msg.name, frame))
         if not self._free_first:
             self._forget(task)
         if not self._ready_after_result:  # the daemon hands the worker its next task unasked
@@ -414,6 +438,30 @@ class QuicxEngine:
                            pmad_bytes_used=self.pool.bytes_used,
                            pmad_bytes_total=self.pool.bytes_total)
         return [Send(peer.id, "MSG_STATS_RESPONSE", frame)]
+
+    def _task_from_submit(self) -> tuple[Callable[[int, int], bytes], int, int] | None:
+        """How a MSG_TASK is built from the decoded MSG_SUBMIT it carries, when the spec's
+        layouts allow it: TASK's layout is an integer ``task_id`` followed by exactly
+        SUBMIT's fields (same ids, types, sizes, encodings and limits), and the header is
+        (version, msg_type, len_payload). Then the frame is ``pack(length, task_id)`` (header
+        and id, one ``struct`` pack) + the SUBMIT's payload bytes, which the decoder checked
+        against the same field rules. Returns (pack, id width, the largest TASK payload the
+        encoder builds), or None (the encoder builds every TASK)."""
+        spec = self.spec
+        task, submit = spec.message("MSG_TASK"), spec.message("MSG_SUBMIT")
+        if [f.id for f in spec.header] != ["version", "msg_type", "len_payload"] or \
+                not task.layout or not task.layout[0].is_int or task.layout[0].id != "task_id":
+            return None
+
+        def shape(fields):
+            return [(f.id, f.type, f.size, f.size_eos, f.encoding, f.max_bytes) for f in fields]
+        if shape(task.layout[1:]) != shape(submit.layout):
+            return None
+        head = struct.Struct(struct_format(spec.header) + struct_format(task.layout[:1])[1:])
+        version, code = spec.version, task.code
+        top = spec.header[-1].max_value
+        cap = top if spec.max_payload_bytes is None else min(top, spec.max_payload_bytes)
+        return functools.partial(head.pack, version, code), head.size - spec.header_size, cap
 
     def _packer(self, name: str) -> tuple[bytes, struct.Struct, tuple[str, ...]]:
         msg = self.spec.message(name)

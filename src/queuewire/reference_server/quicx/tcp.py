@@ -162,7 +162,12 @@ class _Link(asyncio.Protocol):
         assert conn is not None
         throttled = server.engine.throttled(conn.id)
         limit = server._backlog_batch if throttled else server.frames_per_turn
-        if not self._guarded(lambda: conn.next_actions(limit), hold_answers=True):
+        try:  # _guarded(), inlined: a turn per frame of a throttled producer
+            actions = conn.next_actions(limit)
+            if actions:
+                server._perform(actions, conn.id, self.kept)
+        except Exception:  # noqa: BLE001 - a bug, not the peer's bytes: _failed() logs it
+            self._failed()
             return
         kept, transport = self.kept, self.transport
         if kept and (not throttled or not conn.pending or len(kept) >= KEPT_FRAMES):
@@ -198,17 +203,21 @@ class _Link(asyncio.Protocol):
             if not hold_answers and self.kept:
                 self._write_kept()
             return True
-        except Exception:  # a bug, not the peer's bytes: this connection only
-            conn = self.conn
-            assert conn is not None
-            log.exception("connection %d: unexpected error, closing it", conn.id)
-            self.reason = "internal error"
-            try:
-                self.server._perform(conn.connection_lost(self.reason))
-            except Exception:  # noqa: BLE001
-                log.exception("connection %d: error while closing it", conn.id)
-            self._close(self.transport)
+        except Exception:  # noqa: BLE001 - a bug, not the peer's bytes: _failed() logs it
+            self._failed()
             return False
+
+    def _failed(self) -> None:
+        """Handling this connection's bytes raised (a bug): log it, close this connection."""
+        conn = self.conn
+        assert conn is not None
+        log.exception("connection %d: unexpected error, closing it", conn.id)
+        self.reason = "internal error"
+        try:
+            self.server._perform(conn.connection_lost(self.reason))
+        except Exception:  # noqa: BLE001
+            log.exception("connection %d: error while closing it", conn.id)
+        self._close(self.transport)
 
     def _write_kept(self) -> None:
         kept = self.kept
