@@ -84,10 +84,15 @@ duration_opt = click.option("--duration", type=click.FloatRange(min=0), metavar=
                    "never delays them, with two threads per connection (threads: the least "
                    "latency) or one epoll thread for all (epoll: for many connections); or the "
                    "analyzer's own event loop (loop).")
+@click.option("--analysis-nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="With a forwarding process (threads, epoll): once it runs, this process, "
+                   "which only analyses, lowers its CPU priority by this much (nice), so on a "
+                   "busy machine the forwarding, the server and its clients come first and the "
+                   "verdicts wait; 0 keeps the priority.")
 @duration_opt
 def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_dir: str | None,
         rotate_bytes: int | None, json_path: str | None, html_path: str | None,
-        max_frame_bytes: int | None, analysis_lag: int, forwarder: str,
+        max_frame_bytes: int | None, analysis_lag: int, forwarder: str, analysis_nice: int,
         duration: float | None) -> None:
     """Proxy --listen to --upstream, passing every byte on unchanged, and judge the traffic.
 
@@ -101,7 +106,8 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
                                                                    profile)
     summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, record_dir,
-                   rotate_bytes, max_frame_bytes, analysis_lag, duration, forwarder)
+                   rotate_bytes, max_frame_bytes, analysis_lag, duration, forwarder,
+                   analysis_nice)
     from ..tap.report import print_console, write_html, write_json
 
     print_console(summary, console)
@@ -118,7 +124,7 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
 def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: str,
          up_port: int, record_dir: str | None, rotate_bytes: int | None,
          max_frame_bytes: int | None, analysis_lag: int, duration: float | None,
-         forwarder: str = "threads") -> dict:
+         forwarder: str = "threads", analysis_nice: int = 0) -> dict:
     import asyncio
     import signal
 
@@ -144,6 +150,9 @@ def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: 
         except OSError as exc:
             raise click.UsageError(f"cannot listen on {listen_host}:{listen_port}: "
                                    f"{exc.strerror or exc}") from None
+        if analysis_nice and forwarder != "loop":
+            import os
+            os.nice(analysis_nice)  # the forwarder, started above, keeps its priority
         click.echo(f"queuewire tap ({prof.name}) listening on {server.listen}, upstream "
                    f"{up_host}:{up_port}" + (f", recording into {record_dir}" if record_dir else ""))
         stop = asyncio.Event()
