@@ -649,6 +649,47 @@ class StatefulReport:
         return head + f"FAIL {self.requirement} ({self.level}): {self.message}\n{steps}"
 
 
+def play_machine(machine: Any, name: str, profile_name: str, *, max_examples: int,
+                 step_count: int, seed: int | None,
+                 extra_settings: Mapping[str, Any] | None = None,
+                 classify: Callable[[Exception], tuple[str, str, str] | None] | None = None,
+                 ) -> StatefulReport:
+    """Run a bound state machine under hypothesis (no example database, no deadline, shrunk)
+    and report its first :class:`LifecycleViolation`, or an error ``classify`` turns into
+    (requirement, level, message); any other error propagates."""
+    opts: dict[str, Any] = dict(
+        max_examples=max_examples, stateful_step_count=step_count, deadline=None,
+        database=None, suppress_health_check=list(HealthCheck), print_blob=False,
+        report_multiple_bugs=False)
+    opts.update(extra_settings or {})
+    test = get_state_machine_test(machine, settings=settings(**opts))
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    started = time.monotonic()
+    report = StatefulReport(name, profile_name, max_examples, seed, True, 0.0)
+    verdict: tuple[str, str, str] | None = None
+    try:
+        try:
+            test()
+        except BaseExceptionGroup as group:  # several distinct failures: the first
+            first = group.subgroup(LifecycleViolation)
+            if first is None:
+                raise
+            raise _first(first) from None
+    except LifecycleViolation as exc:
+        verdict = (exc.requirement, exc.level, exc.detail)
+    except Exception as exc:
+        verdict = classify(exc) if classify is not None else None
+        if verdict is None:
+            raise
+    if verdict is not None:
+        report.passed = False
+        report.requirement, report.level, report.message = verdict
+        report.steps = list(machine.steps_log)
+    report.elapsed_s = time.monotonic() - started
+    return report
+
+
 def run_stateful(target: str | EmbeddedTarget = "embedded",
                  profile: Profile | str = DEFAULT_PROFILE, max_examples: int = 100,
                  seed: int | None = None, *, step_count: int = 25,
@@ -675,31 +716,8 @@ def run_stateful(target: str | EmbeddedTarget = "embedded",
         machine = lifecycle_machine(host, port, prof)
         if on_machine is not None:
             on_machine(machine)
-        opts: dict[str, Any] = dict(
-            max_examples=max_examples, stateful_step_count=step_count, deadline=None,
-            database=None, suppress_health_check=list(HealthCheck), print_blob=False,
-            report_multiple_bugs=False)
-        opts.update(extra_settings or {})
-        test = get_state_machine_test(machine, settings=settings(**opts))
-        if seed is not None:
-            test = hypothesis_seed(seed)(test)
-        started = time.monotonic()
-        report = StatefulReport(name, prof.name, max_examples, seed, True, 0.0)
-        try:
-            try:
-                test()
-            except BaseExceptionGroup as group:  # several distinct failures: the first
-                first = group.subgroup(LifecycleViolation)
-                if first is None:
-                    raise
-                raise _first(first) from None
-        except LifecycleViolation as exc:
-            report.passed = False
-            report.requirement, report.level, report.message = \
-                exc.requirement, exc.level, exc.detail
-            report.steps = list(machine.steps_log)
-        report.elapsed_s = time.monotonic() - started
-        return report
+        return play_machine(machine, name, prof.name, max_examples=max_examples,
+                            step_count=step_count, seed=seed, extra_settings=extra_settings)
     finally:
         if owned:
             server.close()

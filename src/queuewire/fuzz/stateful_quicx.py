@@ -56,12 +56,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
-    get_state_machine_test,
     invariant,
     precondition,
     rule,
@@ -70,7 +67,7 @@ from hypothesis.stateful import (
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
 from ..spec import Profile, load_profile
-from .stateful import LifecycleViolation, StatefulReport, parse_target
+from .stateful import LifecycleViolation, StatefulReport, parse_target, play_machine
 
 DEFAULT_PROFILE = "quicx/v1"
 TIMEOUT_S = 2.0          # an expected frame not there by then is lost
@@ -547,39 +544,16 @@ def run_stateful_quicx(target: str | EmbeddedQuicx = "embedded",
         machine = dispatch_machine(host, port, prof, reset)
         if on_machine is not None:
             on_machine(machine)
-        opts: dict[str, Any] = dict(
-            max_examples=max_examples, stateful_step_count=step_count, deadline=None,
-            database=None, suppress_health_check=list(HealthCheck), print_blob=False,
-            report_multiple_bugs=False)
-        opts.update(extra_settings or {})
-        test = get_state_machine_test(machine, settings=settings(**opts))
-        if seed is not None:
-            test = hypothesis_seed(seed)(test)
-        started = time.monotonic()
-        report = StatefulReport(name, prof.name, max_examples, seed, True, 0.0)
-        try:
-            try:
-                test()
-            except BaseExceptionGroup as group:  # several distinct failures: the first
-                first = group.subgroup(LifecycleViolation)
-                if first is None:
-                    raise
-                exc: BaseException = first
-                while isinstance(exc, BaseExceptionGroup):
-                    exc = exc.exceptions[0]
-                raise exc from None
-        except LifecycleViolation as exc:
-            report.passed = False
-            report.requirement, report.level, report.message = \
-                exc.requirement, exc.level, exc.detail
-            report.steps = list(machine.steps_log)
-        except ProtocolError as exc:   # the daemon sent a frame the role cannot decode
-            report.passed = False
-            report.requirement, report.level, report.message = \
-                exc.requirement, DispatchSpec(prof).level(exc.requirement), str(exc)
-            report.steps = list(machine.steps_log)
-        report.elapsed_s = time.monotonic() - started
-        return report
+        spec = DispatchSpec(prof)
+
+        def classify(exc: Exception) -> tuple[str, str, str] | None:
+            if isinstance(exc, ProtocolError):  # the daemon sent a frame the role cannot decode
+                return exc.requirement, spec.level(exc.requirement), str(exc)
+            return None
+
+        return play_machine(machine, name, prof.name, max_examples=max_examples,
+                            step_count=step_count, seed=seed, extra_settings=extra_settings,
+                            classify=classify)
     finally:
         if owned:
             server.close()
