@@ -243,20 +243,15 @@ def quiet_config(profile: Profile) -> Any:
     return EngineConfig(stall_interval_ms=far, lock_ttl_ms=far)
 
 
-class EmbeddedTarget:
-    """A reference :class:`BunqueueServer` on 127.0.0.1 (an ephemeral port), on an event loop
-    thread of its own. ``engine``: a ready engine (a deliberately broken one, in tests; build
-    it with :func:`quiet_config`); otherwise one with :func:`quiet_config`."""
+class ThreadedServer:
+    """A server started on 127.0.0.1 (an ephemeral port) on an event loop thread of its own,
+    so that the synchronous state machines can talk to it over TCP; a context manager."""
 
-    def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *, engine: Any = None):
-        from ..reference_server.bunqueue import BunqueueServer
-        self.profile = load_profile(profile) if isinstance(profile, str) else profile
-        config = None if engine is not None else quiet_config(self.profile)
+    def _serve(self, server: Any, thread_name: str) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="qw-stateful-server")
+                                        name=thread_name)
         self._thread.start()
-        server = BunqueueServer(self.profile, "127.0.0.1", 0, engine=engine, config=config)
         self.server = asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(10)
         self.host, self.port = "127.0.0.1", self.server.port
 
@@ -268,7 +263,7 @@ class EmbeddedTarget:
         self._thread.join(10)
         self._loop.close()
 
-    def __enter__(self) -> EmbeddedTarget:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -276,6 +271,19 @@ class EmbeddedTarget:
 
     def __str__(self) -> str:
         return f"embedded ({self.host}:{self.port})"
+
+
+class EmbeddedTarget(ThreadedServer):
+    """A reference :class:`BunqueueServer` on 127.0.0.1 (an ephemeral port), on an event loop
+    thread of its own. ``engine``: a ready engine (a deliberately broken one, in tests; build
+    it with :func:`quiet_config`); otherwise one with :func:`quiet_config`."""
+
+    def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *, engine: Any = None):
+        from ..reference_server.bunqueue import BunqueueServer
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        config = None if engine is not None else quiet_config(self.profile)
+        self._serve(BunqueueServer(self.profile, "127.0.0.1", 0, engine=engine, config=config),
+                    "qw-stateful-server")
 
 
 def parse_target(target: str) -> tuple[str, int]:

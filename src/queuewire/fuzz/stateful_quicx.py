@@ -49,7 +49,6 @@ import asyncio
 import itertools
 import select
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -67,7 +66,13 @@ from hypothesis.stateful import (
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
 from ..spec import Profile, load_profile
-from .stateful import LifecycleViolation, StatefulReport, parse_target, play_machine
+from .stateful import (
+    LifecycleViolation,
+    StatefulReport,
+    ThreadedServer,
+    parse_target,
+    play_machine,
+)
 
 DEFAULT_PROFILE = "quicx/v1"
 TIMEOUT_S = 2.0          # an expected frame not there by then is lost
@@ -482,7 +487,7 @@ def dispatch_machine(host: str, port: int, profile: Profile | str = DEFAULT_PROF
                  "reset": staticmethod(reset) if reset is not None else None})
 
 
-class EmbeddedQuicx:
+class EmbeddedQuicx(ThreadedServer):
     """A reference :class:`~queuewire.reference_server.quicx.QuicxServer` on 127.0.0.1 (an
     ephemeral port) on an event loop thread of its own; ``engine``: a ready engine (a
     deliberately broken one, in tests). :meth:`reset` replaces the engine by a fresh one of
@@ -492,35 +497,12 @@ class EmbeddedQuicx:
     def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *, engine: Any = None):
         from ..reference_server.quicx import QuicxServer
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="qw-stateful-quicx")
-        self._thread.start()
-        server = QuicxServer(self.profile, "127.0.0.1", 0, engine=engine)
-        self.server = asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(10)
-        self.host, self.port = "127.0.0.1", self.server.port
+        self._serve(QuicxServer(self.profile, "127.0.0.1", 0, engine=engine), "qw-stateful-quicx")
 
     def reset(self) -> None:
         async def swap() -> None:
             self.server.engine = type(self.server.engine)(self.profile)
         asyncio.run_coroutine_threadsafe(swap(), self._loop).result(10)
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    def __enter__(self) -> EmbeddedQuicx:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __str__(self) -> str:
-        return f"embedded ({self.host}:{self.port})"
 
 
 def run_stateful_quicx(target: str | EmbeddedQuicx = "embedded",
