@@ -450,9 +450,12 @@ def run_struct_split(chunks: list[bytes]) -> tuple[int, tuple[float, float], int
     return n, _since(t0), 0
 
 
-def make_run_quicx(quicx: Any) -> Callable[[list[bytes]], tuple]:
+def make_run_quicx(quicx: Any, method: str = "feed") -> Callable[[list[bytes]], tuple]:
+    """``QuicxDecoder.<method>``: ``feed`` (a ``Message`` per frame: name, field dict, raw
+    bytes, offset) or ``feed_rows`` (the same decoder and checks, each frame a plain tuple
+    ``(opcode, *field values)``)."""
     def run_quicx(chunks: list[bytes]) -> tuple[int, tuple[float, float], int]:
-        feed = quicx.QuicxDecoder(QX_PROFILE, "daemon").feed
+        feed = getattr(quicx.QuicxDecoder(QX_PROFILE, "daemon"), method)
         n = 0
         t0 = _now()
         for chunk in chunks:
@@ -461,21 +464,6 @@ def make_run_quicx(quicx: Any) -> Callable[[list[bytes]], tuple]:
         return n, _since(t0), 0
 
     return run_quicx
-
-
-def make_run_quicx_rows(quicx: Any) -> Callable[[list[bytes]], tuple]:
-    """``QuicxDecoder.feed_rows``: the same decoder and checks, each frame a plain tuple
-    ``(opcode, *field values)`` instead of a ``Message`` (name, field dict, raw bytes, offset)."""
-    def run_quicx_rows(chunks: list[bytes]) -> tuple[int, tuple[float, float], int]:
-        feed = quicx.QuicxDecoder(QX_PROFILE, "daemon").feed_rows
-        n = 0
-        t0 = _now()
-        for chunk in chunks:
-            out = feed(chunk)
-            n += len(out)
-        return n, _since(t0), 0
-
-    return run_quicx_rows
 
 
 # =============================================================================================
@@ -636,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             "quicx": (make_run_quicx(quicx), chunks),
         }
         if hasattr(quicx.QuicxDecoder, "feed_rows"):
-            qvariants["quicx-rows"] = (make_run_quicx_rows(quicx), chunks)
+            qvariants["quicx-rows"] = (make_run_quicx(quicx, "feed_rows"), chunks)
         qbest = best_of(qx_runs, qvariants, args.frames, "quicx", args.clock)
         qbase = qbest["struct"]["frames_per_s"]
         for name, label in (("struct", "struct header split (baseline)"),

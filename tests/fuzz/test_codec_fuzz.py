@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from queuewire.codecs.bunqueue import FrameDecoder
-from queuewire.codecs.errors import ProtocolError
 from queuewire.codecs.quicx import QuicxDecoder
 from queuewire.codecs.validation import BunqueueValidator
+from queuewire.fuzz.atheris_harness import decode_all
 from queuewire.fuzz.case import Case
 from queuewire.fuzz.oracles import expect_bunqueue, expect_quicx
 from queuewire.fuzz.strategies import (
@@ -25,34 +25,15 @@ FAST = settings(max_examples=60, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
-def _decode_all(decoder, data: bytes, step: int | None) -> tuple[list, list[str]]:
-    """Messages and error kinds, feeding ``data`` whole or ``step`` bytes at a time."""
-    out, kinds = [], []
-    chunks = [data] if step is None else [data[i:i + step] for i in range(0, len(data), step)]
-    for chunk in chunks:
-        pending = chunk
-        while True:
-            try:
-                out += decoder.feed(pending)
-                break
-            except ProtocolError as err:
-                out += err.frames
-                kinds.append(err.kind)
-                if err.reaction == "close":
-                    return out, kinds
-                pending = b""
-    return out, kinds
-
-
 @FAST
 @given(bunqueue_strategies("bunqueue/v2")._case(0))
 def test_bunqueue_cases_decode_alike_whole_and_byte_by_byte(case: Case):
-    whole = _decode_all(FrameDecoder(BQ), case.stream, None)
+    whole = decode_all(FrameDecoder(BQ), case.stream, None)
     exp = expect_bunqueue(case, BQ)
     assert len(exp.items) == len(whole[0]) + sum(1 for k in whole[1]
                                                   if BQ.model.protocol_errors[k].reaction
                                                   == "reply")
-    split = _decode_all(FrameDecoder(BQ), case.stream, 7)
+    split = decode_all(FrameDecoder(BQ), case.stream, 7)
     # the decoder is segmentation-independent, except that an oversized prefix right after
     # a `reply` error is only judged when more bytes come (see the report of issue 13)
     assert split[0] == whole[0]
@@ -65,8 +46,8 @@ def test_bunqueue_cases_decode_alike_whole_and_byte_by_byte(case: Case):
 @given(quicx_strategies("quicx/v1")._case)
 def test_quicx_cases_decode_alike_whole_and_in_pieces(case: Case):
     profile = load_profile("quicx/v1")
-    whole = _decode_all(QuicxDecoder(profile), case.stream, None)
-    split = _decode_all(QuicxDecoder(profile), case.stream, 1)
+    whole = decode_all(QuicxDecoder(profile), case.stream, None)
+    split = decode_all(QuicxDecoder(profile), case.stream, 1)
     assert [m.raw for m in whole[0]] == [m.raw for m in split[0]]
     assert whole[1] == split[1]
     exp = expect_quicx(case, profile)

@@ -415,19 +415,7 @@ class BunqueueValidator:
             compiled = self._requests[msg["cmd"]]
         except (KeyError, TypeError, IndexError):  # no map, no cmd, unknown or unhashable
             return False
-        # _passes, inlined: this is the call a server makes per request
-        try:
-            if not compiled.is_valid(msg):
-                return False
-        except ValueError:  # a value jsonschema-rs cannot represent: take the full check
-            return not self._violations(compiled, msg)
-        post = compiled.post_check
-        if post is None:
-            return True
-        verdict = post(msg)
-        if verdict is None:
-            return not self._violations(compiled, msg)
-        return verdict
+        return self._passes(compiled, msg)
 
     def _passes(self, compiled: _Compiled, msg: Any) -> bool:
         """The compiled check, its post-check, and the full check where they cannot settle."""

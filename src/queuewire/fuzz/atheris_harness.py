@@ -47,6 +47,31 @@ PROFILES = {"bunqueue": "bunqueue/v2", "quicx": "quicx/v1"}
 STEPS = (None, 1, 2, 3, 5, 7, 11, 64)   # the first byte's low 3 bits: whole, or piece size
 
 
+def decode_all(decoder: Any, data: bytes, step: int | None,
+               check: Any = None) -> tuple[list[Any], list[str]]:
+    """Messages and error kinds of ``data`` fed to ``decoder`` whole or ``step`` bytes at a
+    time; only the codecs' typed errors are caught (each passed to ``check`` first), and
+    decoding stops at an error whose reaction is to close."""
+    out: list[Any] = []
+    kinds: list[str] = []
+    chunks = [data] if step is None else [data[i:i + step] for i in range(0, len(data), step)]
+    for chunk in chunks:
+        pending = chunk
+        while True:
+            try:
+                out += decoder.feed(pending)
+                break
+            except ProtocolError as err:
+                if check is not None:
+                    check(err)
+                out += err.frames
+                kinds.append(err.kind)
+                if err.reaction == "close":
+                    return out, kinds
+                pending = b""
+    return out, kinds
+
+
 class Harness:
     """The codecs of one profile and the checks of :func:`one_input`."""
 
@@ -74,25 +99,7 @@ class Harness:
                ) -> tuple[list[Any], list[str]]:
         """Messages and error kinds of ``data`` fed whole or ``step`` bytes at a time; only
         the codecs' typed errors are caught, each checked against the profile's table."""
-        decoder = self._decoder(selector)
-        out: list[Any] = []
-        kinds: list[str] = []
-        chunks = [data] if step is None else [data[i:i + step]
-                                              for i in range(0, len(data), step)]
-        for chunk in chunks:
-            pending = chunk
-            while True:
-                try:
-                    out += decoder.feed(pending)
-                    break
-                except ProtocolError as err:
-                    self._check_error(err)
-                    out += err.frames
-                    kinds.append(err.kind)
-                    if err.reaction == "close":
-                        return out, kinds
-                    pending = b""
-        return out, kinds
+        return decode_all(self._decoder(selector), data, step, self._check_error)
 
     def _check_error(self, err: ProtocolError) -> None:
         assert err.kind in self.errors, f"error kind {err.kind!r} not in the spec"
