@@ -74,6 +74,8 @@ class BunqueueSpec:
     default_port: int
     default_http_port: int
     webhook_events: tuple[str, ...] = ()  # event types AddWebhook may subscribe to
+    # The server's own bounds (protocol.yaml safeguards, BQ-SAFE-1): value by name.
+    safeguards: Mapping[str, int] = field(default_factory=dict)
 
     def command(self, name: str) -> Command:
         try:
@@ -189,4 +191,6 @@ def build(profile: Profile) -> BunqueueSpec:
         default_port=int(tree.get("default_port", 0)),
         default_http_port=int(tree.get("default_http_port", 0)),
         webhook_events=tuple((tree.get("webhook_events") or {}).get("events") or ()),
+        safeguards=frozen_map({k: v["value"] for k, v in (tree.get("safeguards") or {}).items()
+                               if isinstance(v, dict) and "value" in v}),
     )

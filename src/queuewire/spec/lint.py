@@ -30,7 +30,7 @@ DOC_KEYS = ("doc", "description")
 # Maps whose every entry is a named spec element that needs a doc line.
 DOCUMENTED_MAPS = {"limits", "errors", "protocol_errors", "definitions", "messages",
                    "error_codes", "semantics", "commands", "job_states", "extensions", "rules",
-                   "events"}
+                   "events", "safeguards"}
 # Lists whose every item is a field that needs a doc line.
 DOCUMENTED_LISTS = {"layout", "fields"}
 SEED_SOURCES = {"000", "001", "002", "003", "004", "N1"}
