@@ -552,7 +552,7 @@ def _cron(h: Harness) -> None:
 
 @scenario("CronDelete")
 def _crondelete(h: Harness) -> None:
-    h.ok("Cron", name="c", queue="q", data=1, repeatEvery=10)
+    h.ok("Cron", name="c", queue="q", data=1, repeatEvery=100)
     h.ok("CronDelete", name="c")
     h.err("CronGet", "cron_not_found", name="c")
     h.err("CronDelete", "cron_not_found", name="c")
@@ -563,7 +563,7 @@ def _crondelete(h: Harness) -> None:
 @scenario("CronList")
 def _cronlist(h: Harness) -> None:
     assert h.ok("CronList") == {"ok": True, "crons": []}
-    h.ok("Cron", name="a", queue="q", data=1, repeatEvery=10, maxLimit=2)
+    h.ok("Cron", name="a", queue="q", data=1, repeatEvery=100, maxLimit=2)
     h.ok("Cron", name="b", queue="q", data=1, schedule="*/5 * * * *", timezone="Europe/Rome")
     crons = {c["name"]: c for c in h.ok("CronList")["crons"]}
     assert crons["a"]["maxLimit"] == 2 and crons["a"]["executions"] == 0
@@ -1450,11 +1450,11 @@ def test_cron_missed_runs_collapse_into_one(h):
 def test_cron_upsert_keeps_executions(h):
     h.ok("Cron", name="c", queue="q", data=1, repeatEvery=100)
     h.tick(100)
-    h.ok("Cron", name="c", queue="q2", data=2, repeatEvery=50)  # BQ-CRON-4
+    h.ok("Cron", name="c", queue="q2", data=2, repeatEvery=200)  # BQ-CRON-4
     cron = h.ok("CronGet", name="c")["cron"]
     assert cron["executions"] == 1 and cron["queue"] == "q2"
     assert len(h.ok("CronList")["crons"]) == 1
-    h.tick(50)
+    h.tick(200)
     assert h.ok("Count", queue="q2")["count"] == 1 and h.ok("Count", queue="q")["count"] == 1
 
 

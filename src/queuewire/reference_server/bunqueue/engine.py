@@ -459,12 +459,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             q.paused = bool(record.get("paused"))
             q.rate_limit = record.get("rateLimit")
             q.concurrency = record.get("concurrency")
-        for record in self.store.iter_crons():
-            cron = _Cron.from_record(record)
-            cron.generation = next(self._cron_gen)
-            self._crons[cron.name] = cron
-            if not cron.at_limit():
-                heapq.heappush(self._cron_heap, (cron.next_run, cron.generation, cron.name))
+        self._load_crons(self.store.iter_crons())  # bounded as a Cron is (BQ-SAFE-1)
         for record in self.store.iter_webhooks():
             self._webhooks[record["id"]] = dict(record)
         for job_id, entries in self.store.iter_logs():

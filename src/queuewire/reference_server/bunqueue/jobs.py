@@ -318,6 +318,11 @@ class _Cron:
     next_run: float
     executions: int = 0
     generation: int = 0  # volatile: stale heap entries compare it
+    # volatile, set when the engine admits the schedule (a Cron, or loading a stored one):
+    # the parsed expression (a croniter), built once so a firing never parses again, and
+    # the shortest time between two firings, which the cron_rate safeguard counts
+    iterator: Any = None
+    period_ms: float = 0.0
 
     def to_record(self) -> Record:
         return {"name": self.name, "queue": self.queue, "data": self.data,
@@ -336,6 +341,13 @@ class _Cron:
 
     def at_limit(self) -> bool:
         return self.max_limit is not None and self.executions >= self.max_limit
+
+    def rate(self) -> float:
+        """Firings per second at most, 0 once at its limit (it never fires again): this
+        schedule's share of the cron_rate safeguard."""
+        if self.at_limit() or self.period_ms <= 0:
+            return 0.0
+        return 1000.0 / self.period_ms
 
     def wire(self) -> dict[str, Any]:
         out = {"name": self.name, "queue": self.queue, "schedule": self.schedule,

@@ -50,6 +50,10 @@ TIMEOUT_ERROR = "Job timeout exceeded"  # failure text a processing timeout reco
 DISCARDED_ERROR = "discarded"           # failure text Discard records
 SIX_FIELD_SECONDS_FIRST = 6  # a 6-field cron expression carries leading seconds (bunqueue's)
 CRON_FIELDS = (5, SIX_FIELD_SECONDS_FIRST)
+# The shortest time between two firings of a cron expression: a minute when its finest field
+# is minutes (five fields, and the @hourly-style macros), a second with leading seconds. What
+# the cron_rate safeguard counts an expression as (an interval counts its repeatEvery).
+CRON_PERIOD_MS = {5: 60_000.0, SIX_FIELD_SECONDS_FIRST: 1000.0}
 # cloud metadata services reached by name (by address they are link-local, 169.254.169.254)
 METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "instance-data"})
 MB = 1024 * 1024              # Metrics reports sizes in MB (MiB, as bunqueue computes them)

@@ -1,11 +1,14 @@
 """Time-driven work as a mixin of the engine: delays that elapse, lock and stall deadlines,
-processing timeouts, time-to-live, cron schedules (croniter, IANA zones) and rate windows,
-all run by ``tick``; plus what an operation queues for the shell when it ends: webhook
-deliveries and pushed job events (SubscribeEvents, where the profile defines job_events)."""
+processing timeouts, time-to-live, cron schedules (croniter, IANA zones; an expression is
+parsed once, by :func:`cron_iterator`, and a firing only asks the parsed object for its next
+run) and rate windows, all run by ``tick``; plus what an operation queues for the shell when
+it ends: webhook deliveries and pushed job events (SubscribeEvents, where the profile defines
+job_events)."""
 
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +19,7 @@ from croniter import croniter
 from .jobs import Job, _Cron
 from .model import (
     ACTIVE,
+    CRON_FIELDS,
     DELAYED,
     EV_DELAY_ELAPSED,
     SIX_FIELD_SECONDS_FIRST,
@@ -24,6 +28,8 @@ from .model import (
     _Refused,
 )
 from .webhook_urls import WebhookDelivery
+
+log = logging.getLogger(__name__)
 
 
 class Timers:
@@ -78,7 +84,9 @@ class Timers:
 
     def _fire_crons(self, now: float) -> None:
         """BQ-CRON-1/3/6: push a job for every schedule due; runs missed while the server
-        was not ticking collapse into one, and the schedule continues from now."""
+        was not ticking collapse into one, and the schedule continues from now (its next run
+        is always after ``now``, so a schedule fires at most once a tick however long the
+        downtime was). A schedule whose next run cannot be computed stops, with a warning."""
         heap = self._cron_heap
         while heap and heap[0][0] <= now:
             next_run, generation, name = heapq.heappop(heap)
@@ -88,14 +96,23 @@ class Timers:
             cron.executions += 1
             self._create(cron.queue, {"data": cron.data, "priority": cron.priority,
                                       "name": cron.job_name}, now)
-            cron.next_run = self._cron_next_run(cron, now, previous=next_run)
+            try:
+                cron.next_run = self._cron_next_run(cron, now, previous=next_run)
+            except _Refused as refused:
+                log.warning("bunqueue engine: cron %.100r stops: %s", cron.name,
+                            self.error_message(refused.name, **refused.fields))
+                continue  # never pushed back
             self.store.put_cron(cron.to_record())
             if not cron.at_limit():
                 heapq.heappush(heap, (cron.next_run, cron.generation, cron.name))
 
     def _cron_next_run(self, cron: _Cron, now: float, previous: float | None = None) -> float:
+        """When ``cron`` next fires after ``now``, from its parsed expression (never parsed
+        again here) or its interval."""
         if cron.schedule is not None:
-            return _cron_next(cron.schedule, cron.timezone, now)
+            if cron.iterator is None:  # not admitted: parse it now (a bounded schedule)
+                cron.iterator = cron_iterator(cron.schedule, cron.timezone, now)
+            return cron_next(cron.iterator, cron.timezone, now)
         every = cron.repeat_every or 1
         if previous is None:
             return now + every
@@ -161,15 +178,32 @@ def _zone(name: Any) -> ZoneInfo:
         raise _Refused("cron_invalid_timezone", timezone=name) from None
 
 
-def _cron_next(schedule: str, tz: str | None, after_ms: float) -> float:
-    """The first time after ``after_ms`` a cron expression fires, in ``tz`` (BQ-CRON-1/2)."""
+def cron_iterator(schedule: str, tz: str | None, now_ms: float) -> croniter:
+    """A cron expression parsed once (BQ-CRON-1): 5 fields, or 6 with leading seconds, or
+    one of croniter's @-macros. The caller has bounded its length (cron_schedule_chars):
+    parsing a 256-character schedule costs under a millisecond."""
+    fields_ = schedule.split()
+    if not schedule.startswith("@") and len(fields_) not in CRON_FIELDS:
+        raise _Refused("cron_invalid_expression", detail="Cron expression must have "
+                       "5 fields, or 6 fields with leading seconds")
     try:
-        zone = ZoneInfo(tz) if tz else UTC
-        start = datetime.fromtimestamp(after_ms / 1000, zone)
-        six = len(schedule.split()) == SIX_FIELD_SECONDS_FIRST
-        return croniter(schedule, start, second_at_beginning=six).get_next(float) * 1000
-    except _Refused:
-        raise
+        return croniter(schedule, _start(tz, now_ms),
+                        second_at_beginning=len(fields_) == SIX_FIELD_SECONDS_FIRST)
     except Exception as exc:  # noqa: BLE001 - croniter raises many kinds for bad input
         raise _Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
             from None
+
+
+def cron_next(iterator: croniter, tz: str | None, after_ms: float) -> float:
+    """The first time after ``after_ms`` a parsed expression fires, in ``tz`` (BQ-CRON-1/2).
+    An expression that matches no date in croniter's search window (50 years: ``* * 31 2 *``)
+    is refused; that search is the costliest case, a few milliseconds."""
+    try:
+        return iterator.get_next(float, start_time=_start(tz, after_ms)) * 1000
+    except Exception as exc:  # noqa: BLE001 - croniter raises many kinds for bad input
+        raise _Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
+            from None
+
+
+def _start(tz: str | None, at_ms: float) -> datetime:
+    return datetime.fromtimestamp(at_ms / 1000, ZoneInfo(tz) if tz else UTC)

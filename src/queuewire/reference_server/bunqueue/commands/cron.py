@@ -1,13 +1,42 @@
-"""Commands: Cron, CronDelete, CronList, CronGet (cron.yaml)."""
+"""Commands: Cron, CronDelete, CronList, CronGet (cron.yaml), and the admission of a schedule.
+
+A schedule is admitted, by Cron or when a stored one is loaded at start (``_load_crons``),
+only within the server's bounds (BQ-SAFE-1, ``safeguards`` of spec/bunqueue/protocol.yaml),
+checked cheapest first so that a hostile schedule costs next to nothing:
+
+* its length (``cron_schedule_chars``), before the string is split or parsed: a 1 MB
+  schedule took croniter a second to parse, on the event loop, at every firing;
+* an expression is then parsed once, and the croniter object is kept on the schedule: a
+  firing only asks it for the next run (``timers.cron_next``), it never parses again;
+  an interval's ``repeatEvery`` must be at least ``cron_min_interval``;
+* the number of schedules (``max_crons``; an update of an existing name keeps its place);
+* the firing rate of all schedules together (``cron_rate``): an interval fires
+  1000 / repeatEvery times a second, an expression once a second with six fields and once a
+  minute with five (``CRON_PERIOD_MS``), a schedule at its maxLimit not at all; an update
+  replaces the schedule's own share. The sum is taken over at most ``max_crons`` schedules,
+  when a Cron arrives.
+
+A stored schedule outside these bounds (written by an older version, or by hand) is skipped
+with a warning naming the rule, and left in the file; one too long is never parsed.
+"""
 
 from __future__ import annotations
 
 import heapq
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from ..jobs import _Cron
-from ..model import CRON_FIELDS, DEFAULT_JOB_NAME, _documented, _int, _Refused
-from ..timers import _zone
+from ..model import CRON_PERIOD_MS, DEFAULT_JOB_NAME, _documented, _int, _Refused
+from ..store import Record
+from ..timers import _zone, cron_iterator
+
+log = logging.getLogger(__name__)
+
+# Slack when the firing rates (floats: 1/60 per five-field expression) are added up and
+# compared with cron_rate, so that a budget filled exactly is not refused by rounding.
+RATE_SLACK = 1e-9
 
 
 class CronCommands:
@@ -22,14 +51,12 @@ class CronCommands:
         tz = req.get("timezone")
         if schedule is None and repeat_every is None:
             raise _Refused("cron_no_schedule")  # BQ-CRON-7
+        if schedule is not None:
+            self._check_schedule_length(schedule)  # before anything splits or parses it
         if tz is not None:
             _zone(tz)
         if schedule is not None:
             repeat_every = None  # schedule wins when both are given
-            fields_ = schedule.split()
-            if not schedule.startswith("@") and len(fields_) not in CRON_FIELDS:
-                raise _Refused("cron_invalid_expression", detail="Cron expression must have "
-                               "5 fields, or 6 fields with leading seconds")
         elif _int(repeat_every) <= 0:
             raise _Refused("cron_invalid_repeat")
         existing = self._crons.get(req["name"])
@@ -41,6 +68,7 @@ class CronCommands:
                      else DEFAULT_JOB_NAME, next_run=0.0,
                      executions=existing.executions if existing else 0,  # BQ-CRON-4: upsert
                      generation=next(self._cron_gen))
+        self._admit_cron(cron, now)
         cron.next_run = self._cron_next_run(cron, now)
         self._crons[cron.name] = cron
         self.store.put_cron(cron.to_record())
@@ -67,3 +95,59 @@ class CronCommands:
     def _cmd_CronGet(self, conn_id: str | None, req: dict, now: float) -> dict:
         return {"ok": True, "cron": _documented(self._cron(req["name"]).wire(),
                                                 self._reply_fields["CronGet", ("cron",)])}
+
+    # =========================================================================================
+    # Admission (BQ-SAFE-1)
+    # =========================================================================================
+    def _check_schedule_length(self, schedule: Any) -> None:
+        if not isinstance(schedule, str):
+            raise _Refused("cron_invalid_expression", detail="Cron expression must be a string")
+        bound = self.spec.safeguards["cron_schedule_chars"]
+        if len(schedule) > bound:
+            raise _Refused("cron_schedule_too_long", length=len(schedule), max=bound)
+
+    def _admit_cron(self, cron: _Cron, now: float) -> None:
+        """Check ``cron`` against the bounds (see the module doc), cheapest first, and set its
+        parsed expression and period; raises the refusal. Changes no engine state."""
+        safe = self.spec.safeguards
+        if cron.schedule is not None:
+            self._check_schedule_length(cron.schedule)
+            cron.iterator = cron_iterator(cron.schedule, cron.timezone, now)
+            cron.period_ms = CRON_PERIOD_MS.get(len(cron.iterator.expanded),
+                                                min(CRON_PERIOD_MS.values()))
+        else:
+            every = cron.repeat_every
+            if not isinstance(every, (int, float)) or isinstance(every, bool) \
+                    or not every > 0:  # a stored record is not validated by a schema
+                raise _Refused("cron_invalid_repeat")
+            if every < safe["cron_min_interval"]:
+                raise _Refused("cron_interval_too_short", min=safe["cron_min_interval"])
+            cron.period_ms = float(every)
+        if cron.name not in self._crons and len(self._crons) >= safe["max_crons"]:
+            raise _Refused("cron_limit_reached", max=safe["max_crons"])
+        others = sum(c.rate() for c in self._crons.values() if c.name != cron.name)
+        if others + cron.rate() > safe["cron_rate"] + RATE_SLACK:
+            raise _Refused("cron_rate_exceeded", max=safe["cron_rate"])
+
+    def _load_crons(self, records: Iterable[Record]) -> None:
+        """Recovery: admit each stored schedule as a Cron would be; one outside the bounds
+        is skipped with a warning (and stays in the store). Its stored nextRun is kept; one
+        long past fires once at the first tick (``_fire_crons``)."""
+        now = self._now()
+        for record in records:
+            name = record.get("name")
+            try:
+                cron = _Cron.from_record(record)
+                self._admit_cron(cron, now)
+            except _Refused as refused:
+                log.warning("bunqueue engine: stored cron %.100r skipped: %s", name,
+                            self.error_message(refused.name, **refused.fields))
+                continue
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("bunqueue engine: stored cron %.100r skipped: malformed record "
+                            "(%s: %.200s)", name, type(exc).__name__, exc)
+                continue
+            cron.generation = next(self._cron_gen)
+            self._crons[cron.name] = cron
+            if not cron.at_limit():
+                heapq.heappush(self._cron_heap, (cron.next_run, cron.generation, cron.name))
