@@ -19,6 +19,8 @@ error and keeps nothing. A failing buffered commit never raises: the writes stay
 buffer, are retried no sooner than ``flush_interval_ms`` later (or at the next explicit
 ``flush()``), and the error (``diskFull`` for SQLITE_FULL) is what :meth:`status` reports
 until a commit succeeds again. One connection, used from the shell's single asyncio thread.
+The database and every file SQLite keeps beside it are readable by their owner only (0600,
+whatever the umask): webhook records hold their signing secrets.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 UNDEFINED_EXT = 1
 # A database file and the two WAL-mode files beside it: what size_bytes() adds up
 FILE_SUFFIXES = ("", "-wal", "-shm")
+# Every file SQLite may keep for the database (a -journal in rollback mode, or while the
+# journal mode changes), and their permissions: owner only, since webhook records hold their
+# signing secrets (issue 22). SQLite gives a -wal, -shm or -journal the mode of the database
+# file, so the database is created with it; the others are set too, for files an older
+# version left world-readable.
+PRIVATE_SUFFIXES = (*FILE_SUFFIXES, "-journal")
+PRIVATE_MODE = 0o600
 
 _TABLES = {"jobs": "id", "crons": "name", "webhooks": "id", "queues": "name", "logs": "job_id"}
 _SCHEMA = """
@@ -113,10 +122,12 @@ class SqliteStore:
         self._retry_at = 0.0                 # no automatic flush before this after a failure
         self._status = StorageStatus()
         self.commits = 0                     # successful commits, for tests and metrics
+        _create_private(self.path)
         self._db = sqlite3.connect(self.path, isolation_level=None)  # explicit BEGIN/COMMIT
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        _make_private(self.path, PRIVATE_SUFFIXES)
         row = self._db.execute("SELECT version FROM schema_version").fetchone()
         if row is None:
             self._db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -322,3 +333,40 @@ class SqliteStore:
 
 
 _MISSING: Any = object()
+
+
+def _on_disk(path: str) -> bool:
+    """Whether sqlite3.connect(path) opens a file (not ``:memory:`` nor a temporary "")."""
+    return path not in ("", ":memory:")
+
+
+def _create_private(path: str) -> None:
+    """Create the database file, if it does not exist yet, with PRIVATE_MODE whatever the
+    umask (so SQLite's companion files inherit it), and tighten an existing one."""
+    if not _on_disk(path):
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_MODE)
+    except OSError:
+        return  # sqlite3.connect reports it, with SQLite's own words
+    try:
+        os.fchmod(fd, PRIVATE_MODE)
+    except OSError as exc:  # not its owner: the file stays as it is, and we say so
+        log.warning("bunqueue store: cannot make %s private (mode %o): %s", path,
+                    PRIVATE_MODE, exc)
+    finally:
+        os.close(fd)
+
+
+def _make_private(path: str, suffixes: tuple[str, ...]) -> None:
+    """Set PRIVATE_MODE on each of the database's files that exists."""
+    if not _on_disk(path):
+        return
+    for suffix in suffixes:
+        try:
+            os.chmod(path + suffix, PRIVATE_MODE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("bunqueue store: cannot make %s private (mode %o): %s", path + suffix,
+                        PRIVATE_MODE, exc)
