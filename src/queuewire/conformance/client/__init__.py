@@ -19,11 +19,17 @@ daemon's own heartbeat) and its judgements in :mod:`.quicx_judges`. :mod:`.runne
 scenarios against a testee into the server runner's
 :class:`~queuewire.conformance.model.TargetRun`, which :mod:`queuewire.conformance.report`
 renders (console, JSON, JUnit, HTML with transcripts, a matrix when several clients run) and
-:mod:`.markdown` turns into a docs page with each deviation's wire evidence. :mod:`.fuzzing` is the
+:mod:`.markdown` turns into a docs page with each deviation's wire evidence (every testee and
+peer string escaped). A client under test is a hostile peer too: :mod:`.records` bounds what a
+scenario keeps of it (transcript, checker records, testee log: head and tail with an explicit
+omitted-marker), the bunqueue server answers at most ``max_in_flight`` requests of a connection
+at once and reads no more meanwhile (the quicx server writes out what a read caused before the
+next read), and a testee that breaks the contract (its line limit included) is
+that scenario's ERROR, never the run's end. :mod:`.fuzzing` is the
 fuzz mode's half (``queuewire fuzz --client``): one request played with the server's replies
 replaced by a caller's plan, and whether the testee answered, crashed or hung. Dependencies
-point one way: scenarios -> (quicx_)judges -> (quicx_)server -> checker; runner and fuzzing
-on top.
+point one way: scenarios -> (quicx_)judges -> (quicx_)server -> checker -> records; runner and
+fuzzing on top.
 """
 
 from __future__ import annotations

@@ -17,6 +17,16 @@ replies, pulls and heartbeats with their times) stays available to the judgement
 (:mod:`.judges`). :meth:`checks` gives one passing check per rule that held, with the number
 of frames it looked at, and every violation as a failing check (the first ``MAX_FINDINGS``
 of each rule).
+
+What it keeps is bounded whatever the client sends (a hostile client may pipeline hundreds of
+thousands of frames; every one is still checked and counted): requests, replies and
+acknowledgements are :class:`~.records.HeadTail` records (the first ``RECORD_HEAD`` and the
+last ``RECORD_TAIL``); a connection's in-flight reqIds are forgotten once answered; heartbeat
+times are thinned so that any three consecutive ones span at least ``HEARTBEAT_RESOLUTION``
+(a gap the cadence judgement measures changes by less than that); and job ids the client
+names (heartbeats, ACKs) are recorded for at most ``RECORD_JOBS`` jobs besides those it
+pulled. A field of the wrong type (``ids`` not a list, a token that is not a string) is a
+schema violation the validator reports; the rules here then read it as absent.
 """
 
 from __future__ import annotations
@@ -31,11 +41,23 @@ from ...codecs.errors import ProtocolError
 from ...codecs.validation import BunqueueValidator, jsonable
 from ...spec import Profile
 from ..model import Check
+from .records import HeadTail
 
 __all__ = ["ClientChecker", "MAX_FINDINGS"]
 
 MAX_FINDINGS = 5
 ACK_CMDS = ("ACK", "FAIL")
+#: seconds: heartbeat times closer than this are thinned (far below the cadence judgement's
+#: slack, so its verdict does not move; a heartbeat flood then costs bounded memory)
+HEARTBEAT_RESOLUTION = 0.005
+#: job ids a client may name in heartbeats and ACKs without having pulled them that are
+#: recorded (those are judged against nothing; the bound keeps a flood of invented ids cheap)
+RECORD_JOBS = 10_000
+
+
+def _items(value: Any) -> list[Any]:
+    """A list field as a list; anything else (a schema violation already) as empty."""
+    return list(value) if isinstance(value, (list, tuple)) else []
 
 
 @dataclass
@@ -44,7 +66,6 @@ class _Conn:
     in_flight: dict[Any, int] = field(default_factory=dict)  # reqId -> count unanswered
     unanswered: int = 0
     authenticated: bool = False
-    cmds: list[str] = field(default_factory=list)
     closed: bool = False
 
 
@@ -58,13 +79,13 @@ class ClientChecker:
         self.conns: dict[int, _Conn] = {}
         self.looked: Counter[tuple[str, str]] = Counter()  # (requirement, kind) -> frames seen
         self.findings: dict[tuple[str, str], list[Check]] = defaultdict(list)
-        self.requests: list[tuple[float, int, dict]] = []   # (t, conn, request)
-        self.replies: list[tuple[float, int, dict, dict]] = []  # (t, conn, request, reply)
+        self.requests: HeadTail[tuple[float, int, dict]] = HeadTail()   # (t, conn, request)
+        self.replies: HeadTail[tuple[float, int, dict, dict]] = HeadTail()  # (t, conn, req, reply)
         self.tokens: dict[str, set[str]] = defaultdict(set)  # job id -> lock tokens given
         self.pulled: dict[str, float] = {}                   # job id -> first time pulled
         self.finished: dict[str, float] = {}                 # job id -> ACK/FAIL request time
         self.heartbeats: dict[str, list[float]] = defaultdict(list)
-        self.acks: list[tuple[str, str | None]] = []          # (job id, token) acknowledged
+        self.acks: HeadTail[tuple[str, str | None]] = HeadTail()  # (job id, token) acknowledged
 
     # -- recording
     def _level(self, rid: str, cap: str | None = None) -> str:
@@ -117,7 +138,6 @@ class ClientChecker:
             return
         self._look("BQ-ENV-1", "envelope")
         cmd = msg["cmd"]
-        state.cmds.append(cmd)
         self.requests.append((t, conn, msg))
         # the schema: each violation cites its own requirement (limits, shapes)
         violations = self.validator.request_violations(msg)
@@ -149,13 +169,26 @@ class ClientChecker:
         if cmd in ACK_CMDS or cmd == "ACKB":
             self._acks(cmd, msg, t)
         elif cmd in ("JobHeartbeat", "JobHeartbeatB"):
-            ids = [msg.get("id")] if cmd == "JobHeartbeat" else list(msg.get("ids") or ())
+            ids = [msg.get("id")] if cmd == "JobHeartbeat" else _items(msg.get("ids"))
             for job_id in ids:
-                self.heartbeats[str(job_id)].append(t)
+                self._heartbeat(str(job_id), t)
+
+    def _known(self, job: str, seen: Mapping[str, Any]) -> bool:
+        """Record something about ``job``? Always for a job pulled or already recorded."""
+        return job in self.pulled or job in seen or len(seen) < RECORD_JOBS
+
+    def _heartbeat(self, job: str, t: float) -> None:
+        if not self._known(job, self.heartbeats):
+            return
+        marks = self.heartbeats[job]
+        if len(marks) >= 2 and t - marks[-2] < HEARTBEAT_RESOLUTION:
+            marks[-1] = t     # the middle one of three within the resolution goes
+        else:
+            marks.append(t)
 
     def _acks(self, cmd: str, msg: dict, t: float) -> None:
         if cmd == "ACKB":
-            ids = list(msg.get("ids") or ())
+            ids = _items(msg.get("ids"))
             tokens = msg.get("tokens")
             tokens = list(tokens) if isinstance(tokens, list) else [None] * len(ids)
         else:
@@ -164,12 +197,13 @@ class ClientChecker:
             job = str(job_id)
             token = tokens[i] if i < len(tokens) else None
             self.acks.append((job, token))
-            self.finished.setdefault(job, t)
+            if self._known(job, self.finished):
+                self.finished.setdefault(job, t)
             given = self.tokens.get(job)
             if job not in self.pulled:
                 self._violate("BQ-LOCK-2", "ack-held", f"{cmd} of job {job}, which the client "
                               "never pulled", actual=jsonable(msg), cap="SHOULD")
-            elif given and token not in given:
+            elif given and not (isinstance(token, str) and token in given):
                 self._violate("BQ-LOCK-2", "lock-token",
                               f"{cmd} of job {job} with token {token!r}, not a token the server "
                               "gave for it", actual=jsonable(msg), expected=sorted(given))
@@ -184,14 +218,16 @@ class ClientChecker:
         key = repr(request.get("reqId"))
         if state.in_flight.get(key):
             state.in_flight[key] -= 1
+            if not state.in_flight[key]:
+                del state.in_flight[key]
         state.unanswered = max(0, state.unanswered - 1)
         self.replies.append((t, conn, request, dict(reply)))
         cmd = request.get("cmd")
         if cmd == "Auth" and reply.get("ok") is True:
             state.authenticated = True
         if cmd in ("PULL", "PULLB") and reply.get("ok") is True:
-            jobs = [reply.get("job")] if cmd == "PULL" else list(reply.get("jobs") or ())
-            tokens = [reply.get("token")] if cmd == "PULL" else list(reply.get("tokens") or ())
+            jobs = [reply.get("job")] if cmd == "PULL" else _items(reply.get("jobs"))
+            tokens = [reply.get("token")] if cmd == "PULL" else _items(reply.get("tokens"))
             for i, job in enumerate(jobs):
                 if isinstance(job, Mapping) and job.get("id") is not None:
                     job_id = str(job["id"])

@@ -12,7 +12,8 @@ reply)``, quicx ``(message, n, frame, fields)``, and may return writes to send i
 a close), asks the testee to play the actions within ``limit`` seconds and
 returns a :class:`Played`: the answer or why there was none (a crash: the process exited; a
 hang: no answer within the limit; the testee is restarted for the next request), the real
-replies by ``(cmd, n)`` (quicx: ``(message, n)``) and the wire transcript. ``queuewire fuzz
+replies by ``(cmd, n)`` (quicx: ``(message, n)``) and the wire transcript (bounded as a
+scenario's is, :mod:`.records`). ``queuewire fuzz
 --client`` (the CLI, which may import both packages) joins the halves and owns the campaign
 loop.
 """
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codecs.validation import jsonable
-from ..model import Transcript
 from .quicx_server import QuicxConformanceServer
+from .records import BoundedTranscript
 from .server import ConformanceServer
 from .testee import Testee, TesteeError
 
@@ -52,7 +53,7 @@ async def play(server: ConformanceServer | QuicxConformanceServer, testee: Teste
                behaviour: dict[str, Any] | None = None) -> Played:
     """One request to the testee, served with ``mangle`` in force (see the module docs);
     ``behaviour``: further server behaviours of the session (quicx: ``fresh_engine``)."""
-    transcript = Transcript()
+    transcript = BoundedTranscript()
     checker = server.new_checker({}, request.get("options") or {})
     session = server.begin({**(behaviour or {}), "mangle": mangle}, checker, transcript)
     try:

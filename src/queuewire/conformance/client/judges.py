@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...codecs.validation import jsonable
 from ..model import Check
 from .checker import ClientChecker
 from .server import Session
@@ -152,12 +153,13 @@ async def reordered(ctx: JudgeContext, j: Judgement) -> list[Check]:
 async def no_duplicate_push(ctx: JudgeContext, j: Judgement) -> list[Check]:
     seen: dict[str, int] = {}
     for _, _, msg in ctx.checker.requests:
-        entries = [msg] if msg.get("cmd") == "PUSH" else list(msg.get("jobs") or ()) \
-            if msg.get("cmd") == "PUSHB" else []
+        jobs = msg.get("jobs") if msg.get("cmd") == "PUSHB" else None
+        entries = [msg] if msg.get("cmd") == "PUSH" else \
+            list(jobs) if isinstance(jobs, (list, tuple)) else []
         for entry in entries:
             if isinstance(entry, dict):
-                key = json.dumps([entry.get("name"), entry.get("data")], sort_keys=True,
-                                 default=str)
+                key = json.dumps(jsonable([entry.get("name"), entry.get("data")]),
+                                 sort_keys=True, default=str)
                 seen[key] = seen.get(key, 0) + 1
     twice = {k: n for k, n in seen.items() if n > 1}
     return [_check(j, not twice, f"{len(seen)} distinct job(s) pushed, "
@@ -220,7 +222,8 @@ async def acked_with_tokens(ctx: JudgeContext, j: Judgement) -> list[Check]:
     if not acked:
         return [_check(j, False, "the client never acknowledged or failed a job it pulled",
                        "an ACK, ACKB or FAIL with the job's token", None)]
-    bad = [(job, tok) for job, tok in acked if tok not in ctx.checker.tokens.get(job, {tok})]
+    bad = [(job, tok) for job, tok in acked if job in ctx.checker.tokens
+           and not (isinstance(tok, str) and tok in ctx.checker.tokens[job])]
     return [_check(j, not bad, f"{len(acked)} acknowledgement(s), {len(bad)} without a token "
                    "the server gave", "the lock token of the pull", bad or acked)]
 

@@ -4,7 +4,10 @@ the scenario session now in force, and the connection handlers.
 A subclass (:class:`~.server.ConformanceServer` for bunqueue,
 :class:`~.quicx_server.QuicxConformanceServer`) makes its protocol's session in
 ``_new_session``; every connection that arrives is handed to the session in force, and a
-connection that arrives between scenarios (no session, or an ended one) is closed at once.
+connection that arrives between scenarios (no session, or an ended one) is closed at once, as
+is one beyond ``MAX_CONNECTIONS`` open at once (a note in the scenario's transcript says so):
+each connection costs a handler, buffers and its answers in flight, so a client that opens
+connections without end costs bounded memory.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from typing import Any
 from ...spec import Profile
 from ..model import Transcript
 
-__all__ = ["ScenarioListener"]
+__all__ = ["MAX_CONNECTIONS", "ScenarioListener"]
+
+#: connections served at once: the scenarios need a few (a pool, a worker, reconnects); far
+#: more is a flood, and each costs a handler, its buffers and up to max_in_flight answers
+MAX_CONNECTIONS = 256
 
 
 class ScenarioListener:
@@ -67,6 +74,11 @@ class ScenarioListener:
         try:
             session = self.session
             if session is None or session.ended:
+                writer.close()
+                return
+            if len(self._handlers) > MAX_CONNECTIONS:
+                session.transcript.add(0, "note", note=f"a connection over {MAX_CONNECTIONS} "
+                                       "open at once was closed unserved (MAX_CONNECTIONS)")
                 writer.close()
                 return
             await session.serve(reader, writer)

@@ -28,6 +28,11 @@ counting that message's frames in the session), may return a plan ``{"writes": [
 long), then a close. The real frames are kept in ``QuicxSession.computed[(message, n)]``; a
 plan that is not ``intact`` hands the connection no task (QX-TASK-3 then holds a result for
 it against the client).
+
+A flooding client costs bounded memory: frames are handled in the read loop (no task per
+frame), the writes a read caused are drained before the next read (a client that does not read
+stops its own reads), the checker keeps :class:`~.records.HeadTail` records of the messages
+both ways, and a read's decoded frames are recorded head and tail (:mod:`.records`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ...spec import Profile
 from ...spec.quicx import DAEMON
 from ..model import Check, Transcript
 from .listener import ScenarioListener
+from .records import FRAMES_HEAD, FRAMES_TAIL, HeadTail, head_tail
 
 __all__ = ["QuicxClientChecker", "QuicxConformanceServer"]
 
@@ -62,8 +68,8 @@ class QuicxClientChecker:
         self.decoders: dict[int, QuicxDecoder] = {}
         self.looked: Counter[tuple[str, str]] = Counter()
         self.findings: dict[tuple[str, str], list[Check]] = defaultdict(list)
-        self.received: list[tuple[float, int, str, dict]] = []  # client -> server
-        self.sent: list[tuple[float, int, str, dict]] = []      # server -> client
+        self.received: HeadTail[tuple[float, int, str, dict]] = HeadTail()  # client -> server
+        self.sent: HeadTail[tuple[float, int, str, dict]] = HeadTail()      # server -> client
         self.given: dict[int, set[int]] = defaultdict(set)      # conn -> task ids handed to it
 
     def _level(self, rid: str) -> str:
@@ -259,14 +265,18 @@ class QuicxSession:
                         self._perform(live.qconn.receive_eof())
                     break
                 msgs, error = self.checker.feed(conn, data, self.now())
-                self.transcript.add(conn, "recv", data, decoded=[m.as_dict() for m in msgs]
-                                    + ([{"error": str(error)}] if error else []))
+                shown = head_tail(msgs, FRAMES_HEAD, FRAMES_TAIL, "frames of this read")
+                self.transcript.add(conn, "recv", data, decoded=[
+                    m.as_dict() if isinstance(m, Message) else m for m in shown]
+                    + ([{"error": str(error)}] if error else []))
                 for m in msgs:
                     if not self._intercept(live, m):
                         live.qconn.receive_data(m.raw)
                         self._perform(live.qconn.next_actions())
                 if error is not None:
                     self._close(live, "server", f"protocol error: {error}")
+                elif live.closed_by is None:
+                    await writer.drain()   # what this read caused is out before the next read
         except (ConnectionError, OSError) as exc:
             if live.closed_by is None:
                 live.closed_by = "client"

@@ -11,12 +11,21 @@ UNIMPLEMENTED when it reported an action ``unsupported``, INFO when a judgement 
 to judge and nothing failed. Results are the server runner's ``CaseResult`` (the scenario as a
 ``Case`` citing every requirement its checks cite), so the report package renders them
 unchanged; coverage counts the profile's client and peer requirements.
+
+What a scenario records is bounded (:mod:`.records`): its transcript is a
+:class:`~.records.BoundedTranscript` (head and tail events, a note counting what was
+omitted), the testee's answer is recorded whole only up to ``RECORD_ANSWER_CHARS`` of JSON,
+and when the checker's records of requests or replies dropped some (a flood), a note says how
+many the judgements did not see (every frame was still checked). A testee that breaks the
+contract (exits, hangs, writes a line over its limit) makes that scenario an ERROR and the run
+goes on with the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import json
 import shlex
 import time
 import uuid
@@ -24,10 +33,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...spec import Profile
-from ..model import Case, CaseResult, Check, Coverage, TargetRun, Transcript, Verdict, verdict_of
+from ..model import Case, CaseResult, Check, Coverage, TargetRun, Verdict, verdict_of
 from .judges import JUDGES, JudgeContext
 from .quicx_judges import QUICX_JUDGES
 from .quicx_server import QuicxConformanceServer
+from .records import BoundedTranscript, clip
 from .scenarios import Expectation, Scenario
 from .server import ConformanceServer
 from .testee import Testee, TesteeError
@@ -37,6 +47,11 @@ __all__ = ["CLIENT_SUBJECTS", "client_coverage", "run_client", "scenario_limit"]
 CLIENT_SUBJECTS = ("client", "peer")
 SETTLE = 0.15            # seconds for late frames (a batched ACK) after the testee answered
 BASE_LIMIT = 10.0        # seconds a scenario may take besides its actions' own times
+#: JSON characters of the testee's answer recorded in the transcript (a larger answer is
+#: recorded as its clipped text; the results are judged in full)
+RECORD_ANSWER_CHARS = 64 * 1024
+#: characters of a note quoting the testee's own words (its reasons for unsupported actions)
+NOTE_CHARS = 4000
 JUDGED = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED})
 Progress = Callable[[str, Any], None]
 ALL_JUDGES = {**JUDGES, **QUICX_JUDGES}
@@ -93,6 +108,15 @@ def _expect(e: Expectation, results: list[dict[str, Any]]) -> Check:
                  f"action {e.action}: {what}", want, r, e.action)
 
 
+def _recorded(answer: dict[str, Any]) -> Any:
+    """The testee's answer as the transcript keeps it: whole, or clipped when its JSON is
+    longer than RECORD_ANSWER_CHARS."""
+    text = json.dumps(answer, default=str)
+    if len(text) <= RECORD_ANSWER_CHARS:
+        return answer
+    return {"scenario": answer.get("scenario"), "clipped": clip(text, RECORD_ANSWER_CHARS)}
+
+
 def reproduction(scenario: Scenario, testee: Testee, profile: str) -> str:
     parts = ["queuewire", "conform", "client", "--protocol", scenario.protocol, "--listen",
              "127.0.0.1:0", "--profile", profile, "--testee", testee.command]
@@ -108,7 +132,7 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
     token = f"qw-{uuid.uuid4().hex[:12]}"
     behaviour, options, actions = scenario.bind(queue, token)
     checker = server.new_checker(behaviour, options)
-    transcript = Transcript()
+    transcript = BoundedTranscript()
     session = server.begin(behaviour, checker, transcript)
     request = {"scenario": scenario.id, "protocol": scenario.protocol, "profile": profile.name,
                "target": server.target, "actions": actions, "options": options}
@@ -122,7 +146,7 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
         if not isinstance(raw, list):
             raise TesteeError(f"the testee's answer has no results list: {answer!r}"[:300])
         results = [r if isinstance(r, dict) else {"ok": False, "error": repr(r)} for r in raw]
-        transcript.add(0, "note", decoded=answer, note="the testee answered")
+        transcript.add(0, "note", decoded=_recorded(answer), note="the testee answered")
         await asyncio.sleep(SETTLE)
     except TesteeError as exc:
         error = str(exc)
@@ -135,13 +159,20 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
             checks += await ALL_JUDGES[j.check](ctx, j)
     server.end()
     checks += checker.checks()
+    unseen = {name: getattr(getattr(checker, name, None), "omitted", 0)
+              for name in ("requests", "replies", "received", "sent")}
+    if any(unseen.values()):
+        transcript.add(0, "note", note="records bounded: the judgements did not see "
+                       + ", ".join(f"{n} {name}" for name, n in unseen.items() if n)
+                       + " from the middle of the scenario (every frame was still checked)")
     for note in ctx.notes:
         transcript.add(0, "note", note=f"not exercised: {note}")
     for note in ctx.observations:
         transcript.add(0, "note", note=f"observed: {note}")
     if unsupported:
-        transcript.add(0, "note", note=f"the testee does not support action(s) {unsupported}: "
-                       + "; ".join(str(results[i].get("error", "")) for i in unsupported))
+        transcript.add(0, "note", note=clip(
+            f"the testee does not support action(s) {unsupported}: "
+            + "; ".join(str(results[i].get("error", "")) for i in unsupported), NOTE_CHARS))
     info = bool(ctx.notes or ctx.observations) and all(c.ok for c in checks)
     verdict = verdict_of(checks, error=error, unimplemented=bool(unsupported) and error is None,
                          info=info)

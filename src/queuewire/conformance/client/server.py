@@ -36,6 +36,15 @@ belongs to it: its bytes go to the scenario's :class:`~.checker.ClientChecker` a
 Counting (``nth``) is over the scenario's requests, 1-based. Nothing here judges: the checker
 and :mod:`.judges` read what the session recorded (``events``: opens and closes with who
 closed).
+
+A hostile client costs bounded work and memory, as on the reference server (BQ-PIPE-2): each
+request is answered by a task that holds one of its connection's ``max_in_flight`` slots (the
+spec's limit), and while every slot is taken the connection is not read, so the rest of a
+pipelined flood waits in the client's socket (TCP backpressure), never as tasks; a reply is
+written and drained under the connection's lock, so a client that does not read holds its own
+slots and stops its own reads. Every frame is still checked. What a connection's reads add to
+the transcript is bounded by :mod:`.records` (the frames decoded from one read, head and tail;
+the runner's transcript keeps a scenario's first and last events).
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from ...spec import Profile
 from ..model import Transcript
 from .checker import ClientChecker
 from .listener import ScenarioListener
+from .records import FRAMES_HEAD, FRAMES_TAIL, head_tail
 
 __all__ = ["ConformanceServer", "Session"]
 
@@ -73,6 +83,13 @@ class _Live:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed_by: str | None = None
     tasks: set[asyncio.Task] = field(default_factory=set)
+    slots: asyncio.Semaphore | None = None   # max_in_flight answers at once (BQ-PIPE-2)
+
+    def answered(self, task: asyncio.Task) -> None:
+        """An answer task ended (or was cancelled): its slot is free."""
+        self.tasks.discard(task)
+        if self.slots is not None:
+            self.slots.release()
 
 
 class Session:
@@ -94,6 +111,7 @@ class Session:
         self.computed: dict[tuple[str, int], dict] = {}   # fuzz mode: the real replies
         messages = {name: e.message for name, e in owner.profile.model.errors.items()}
         self.messages = messages
+        self.max_in_flight = int(owner.profile.limit("max_in_flight").value)
 
     def now(self) -> float:
         return time.monotonic() - self.transcript.started
@@ -121,7 +139,8 @@ class Session:
                                            for lv in self.live.values())
         if self.dead_phase and not dead:
             self.dead_phase = False  # a new connection beside the dead one: a reconnect
-        live = _Live(conn, writer, self.owner.embedded.open(), dead=dead)
+        live = _Live(conn, writer, self.owner.embedded.open(), dead=dead,
+                     slots=asyncio.Semaphore(self.max_in_flight))
         self.live[conn] = live
         self.checker.opened(conn)
         peer = writer.get_extra_info("peername")
@@ -141,12 +160,12 @@ class Session:
                             self.dead_phase = False
                     break
                 frames, error = self.checker.feed(conn, data, self.now())
-                self.transcript.add(conn, "recv", data, decoded=[jsonable(f) for f in frames]
+                shown = head_tail(frames, FRAMES_HEAD, FRAMES_TAIL, "frames of this read")
+                self.transcript.add(conn, "recv", data, decoded=[jsonable(f) for f in shown]
                                     + ([{"error": str(error)}] if error else []))
                 for request in frames:
-                    task = asyncio.get_running_loop().create_task(self._answer(live, request))
-                    live.tasks.add(task)
-                    task.add_done_callback(live.tasks.discard)
+                    if not await self._dispatch(live, request):
+                        break
                 if error is not None and error.reaction == "close":
                     self._close(live, "server", f"framing error: {error}")
                     break
@@ -160,6 +179,19 @@ class Session:
         finally:
             self.owner.embedded.close(live.eid)
             self.checker.closed(conn)
+
+    async def _dispatch(self, live: _Live, request: Any) -> bool:
+        """Answer ``request`` in a task once one of the connection's slots is free (until
+        then nothing more is read from it); False when the connection is over meanwhile."""
+        assert live.slots is not None
+        await live.slots.acquire()
+        if live.closed_by is not None or self.ended:
+            live.slots.release()
+            return False
+        task = asyncio.get_running_loop().create_task(self._answer(live, request))
+        live.tasks.add(task)
+        task.add_done_callback(live.answered)
+        return True
 
     def _close(self, live: _Live, by: str, why: str) -> None:
         if live.closed_by is not None:
@@ -307,7 +339,8 @@ class Session:
         for _, request, reply in items:
             self.checker.replied(live.conn, request, reply, self.now())
         order = "in reverse order" if self.behaviour.get("reorder") else "in order"
-        self.transcript.add(live.conn, "send", data, decoded=[jsonable(r) for _, _, r in items],
+        shown = head_tail([r for _, _, r in items], FRAMES_HEAD, FRAMES_TAIL, "replies")
+        self.transcript.add(live.conn, "send", data, decoded=[jsonable(r) for r in shown],
                             note=f"{len(items)} replies in one write, {order}")
 
 
