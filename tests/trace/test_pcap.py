@@ -16,6 +16,7 @@ import pytest
 from queuewire.codecs.bunqueue import encode_frame
 from queuewire.codecs.quicx import QuicxEncoder
 from queuewire.trace.pcap import (
+    SEGMENT_OVERHEAD,
     PcapError,
     Segment,
     conversation,
@@ -199,11 +200,12 @@ def test_a_hole_is_given_up_on_when_the_buffer_is_full(tmp_path):
     chunks = [("c2s", requests[i:i + 10], T0 + i) for i in range(0, len(requests), 10)]
     segments = conversation(chunks, port=PORT, acks=False, close=None)
     segments.pop(_data_segments(segments, PORT)[0])
-    stats, out = _import(tmp_path, segments, max_buffer=64)
+    # a buffered segment costs its bytes and SEGMENT_OVERHEAD: room for six 10-byte ones
+    stats, out = _import(tmp_path, segments, max_buffer=6 * (10 + SEGMENT_OVERHEAD) + 4)
     assert stats.holes == 1 and stats.missing_bytes["c2s"] == 10
     assert _held(out) == {(1, "c2s"): requests[10:]}
     missing = next(r for r in read_dir(out) if r.detail == "missing")
-    assert missing.t_ns == T0 + 70  # when 64 bytes waited behind it, not at the end
+    assert missing.t_ns == T0 + 70  # when the seventh segment waited behind it, not at the end
     assert stats.close_reasons == {"capture_ended": 1}
 
 

@@ -5,10 +5,10 @@ directory: the recording ``queuewire tap --record`` would have written of the sa
 the server ``port`` (and ``host``, if given), reassembles each connection's two byte streams
 by sequence number, and feeds them to the tap's own :class:`~queuewire.traffic.analyzer.Analyzer`
 with a :class:`~queuewire.traffic.record.Recorder` as its sink, so framing, gaps and the
-trace files are exactly the tap's (``spec/trace.yaml``). The file formats and the link, IP
-and TCP headers are read here with ``struct``, not dpkt: dpkt's readers turn timestamps into
-floats (a nanosecond lost), its pcapng reader knows one interface only, and a dpkt object per
-packet costs several times more. dpkt writes the synthetic captures below.
+trace files are exactly the tap's (``spec/trace.yaml``). The packets and the TCP segments
+they carry come from :mod:`.capture`, which reads the file formats and the link, IP and TCP
+headers (with ``struct``, every declared length checked before it is used); dpkt writes the
+synthetic captures below.
 
 The rules:
 
@@ -30,17 +30,23 @@ The rules:
 * **Holes.** Bytes that crossed but are not in the capture (the capture dropped them, or
   the snap length cut a segment) are known lost when the peer ACKs beyond them (it received
   them, so they will not be retransmitted), when the out-of-order buffer of the direction
-  passes ``max_buffer`` bytes, and at a RST or the end of the capture. Each is passed to
+  passes ``max_buffer`` bytes or the buffers of all directions together pass
+  ``max_total_buffer`` (a buffered segment costs its bytes plus :data:`SEGMENT_OVERHEAD`, so
+  one-byte segments cannot hold a hundred times the bound), and at a RST or the end of the
+  capture. Each is passed to
   :meth:`Analyzer.hole`, which records a ``missing`` gap (payload ``{"missing_bytes": n}``,
   not bytes of the stream) and an INFO ``capture_gap`` finding; every later byte of that
   direction is a ``framing_lost`` gap, since no frame boundary can be trusted after a hole.
+  A hole is a count: sequence numbers that jump by 2^31 declare holes of GiBs, and cost a
+  record of a few bytes each; nothing is allocated or walked in proportion to a hole.
 * **Timestamps.** ``t_ns`` is the packet's capture time, exact (microsecond or nanosecond
   pcap, any pcapng ``if_tsresol`` and ``if_tsoffset``), never through a float.
-* **Errors.** A file that is neither pcap nor pcapng, a pcap of an unsupported link type, or
-  a capture with no TCP packet on the port raises :class:`PcapError` with a one-line message.
-  A capture cut short inside a packet (a killed tcpdump) ends at the last whole packet
-  (``ImportStats.truncated``). IP fragments are skipped (``ip_fragment``); checksums are
-  not verified (offloading makes them wrong in most captures).
+* **Errors.** A file that is neither pcap nor pcapng, a pcap of an unsupported link type, a
+  length that lies (:mod:`.capture`'s bounds), or a capture with no TCP packet on the port
+  raises :class:`PcapError` with a one-line message. A capture cut short inside a packet (a
+  killed tcpdump) ends at the last whole packet (``ImportStats.truncated``). IP fragments are
+  skipped (``ip_fragment``); checksums are not verified (offloading makes them wrong in most
+  captures).
 
 Link types: Ethernet (with 802.1Q/802.1ad tags), Linux cooked (SLL and SLL2), raw IP
 (LINKTYPE_RAW, IPV4, IPV6), BSD loopback (NULL and LOOP), each with IPv4 and IPv6.
@@ -57,248 +63,50 @@ import heapq
 import ipaddress
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import dpkt
 
 from ..spec import SpecError
 from ..traffic.analyzer import Analyzer
 from ..traffic.record import Recorder
+from .capture import (
+    ETH_IP,
+    ETH_IP6,
+    LINK_ETHERNET,
+    LINK_LOOP,
+    LINK_NULL,
+    LINK_RAW,
+    LINK_SLL,
+    LINK_SLL2,
+    ImportStats,
+    PcapError,
+    ip_of,
+    packets,
+    tcp_of,
+)
 
 __all__ = ["ImportStats", "PcapError", "Segment", "conversation", "import_pcap",
            "write_pcap", "write_segments"]
 
 #: Out-of-order bytes one direction buffers before the first missing byte is given up on.
 DEFAULT_MAX_BUFFER = 16 * 1024 * 1024
+#: Out-of-order bytes all directions of an import buffer together (a capture of many
+#: connections each holding DEFAULT_MAX_BUFFER would otherwise hold them all at once).
+DEFAULT_MAX_TOTAL_BUFFER = 256 * 1024 * 1024
+#: What a buffered segment costs besides its bytes: its heap entry (a 3-tuple, two ints,
+#: the bytes object's header), about 150 bytes on CPython 3.11 (sys.getsizeof).
+SEGMENT_OVERHEAD = 160
 _MOD = 1 << 32
 _HALF = 1 << 31
 _ACK_PLAUSIBLE = 1 << 30  # an ACK further ahead than this is not taken as a loss
 _ENDED_KEPT = 100_000     # closed 4-tuples remembered (packets after a close are skipped)
 
-# Link types (LINKTYPE_* values, as stored in pcap and pcapng files).
-LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_LOOP = 0, 1, 101, 108
-LINK_SLL, LINK_SLL2, LINK_IPV4, LINK_IPV6 = 113, 276, 228, 229
-_LINK_NAMES = {LINK_NULL: "null", LINK_ETHERNET: "ethernet", LINK_RAW: "raw", 12: "raw",
-               14: "raw", LINK_LOOP: "loop", LINK_SLL: "sll", LINK_SLL2: "sll2",
-               LINK_IPV4: "ipv4", LINK_IPV6: "ipv6"}
-_ETH_IP, _ETH_IP6 = 0x0800, 0x86DD
-_VLAN = (0x8100, 0x88A8, 0x9100)
-_IP6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options (fragment: 44, skipped)
 _FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
-
-_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
-_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-
-
-class PcapError(Exception):
-    """A capture that cannot be imported (not pcap/pcapng, unsupported link type, nothing
-    on the port); the message is one line."""
-
-
-@dataclass
-class ImportStats:
-    """What :func:`import_pcap` read and wrote."""
-
-    path: str
-    format: str = ""                                  # pcap or pcapng
-    link_types: list[str] = field(default_factory=list)
-    packets: int = 0                                  # packet records in the file
-    tcp_packets: int = 0                              # TCP segments on the port
-    connections: int = 0
-    bytes: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
-    frames: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
-    gaps: int = 0                                     # gap records (missing ones included)
-    holes: int = 0                                    # missing gap records
-    missing_bytes: dict[str, int] = field(default_factory=lambda: {"c2s": 0, "s2c": 0})
-    duplicate_bytes: int = 0                          # retransmitted / overlapping, dropped
-    skipped: dict[str, int] = field(default_factory=dict)  # packets not used, by reason
-    close_reasons: dict[str, int] = field(default_factory=dict)
-    findings: dict[str, int] = field(default_factory=dict)  # by level
-    first_ns: int | None = None
-    last_ns: int | None = None
-    truncated: bool = False                           # the file ends inside a packet
-    out_dir: str = ""
-    files: int = 0
-    records: int = 0
-    summary: dict[str, Any] = field(default_factory=dict, repr=False)  # Analyzer.summary()
-
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
-
-    def as_dict(self) -> dict[str, Any]:
-        """The counts as plain data (``summary``, the analyzer's report, left out)."""
-        return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()
-                if k != "summary"}
-
-
-# -- reading the file ----------------------------------------------------------------------
-def _pcap_packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int, int, bytes]]:
-    """(link type, t_ns, bytes) of a classic pcap (micro- or nanosecond, either byte order)."""
-    head = fh.read(24)
-    if len(head) < 24:
-        raise PcapError(f"{stats.path}: pcap file shorter than its header")
-    endian = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    nano = head[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
-    link = struct.unpack_from(endian + "I", head, 20)[0] & 0xFFFF  # high bits: FCS length
-    if link not in _LINK_NAMES:
-        raise PcapError(f"{stats.path}: unsupported link type {link} (supported: "
-                        "Ethernet, Linux cooked SLL/SLL2, raw IP, BSD loopback)")
-    stats.link_types.append(_LINK_NAMES[link])
-    record = struct.Struct(endian + "IIII")
-    unit = 1 if nano else 1000
-    while True:
-        raw = fh.read(16)
-        if len(raw) < 16:
-            stats.truncated = bool(raw)
-            return
-        sec, frac, caplen, _ = record.unpack(raw)
-        buf = fh.read(caplen)
-        if len(buf) < caplen:  # the file ends inside the packet
-            stats.truncated = True
-            return
-        yield link, sec * 1_000_000_000 + frac * unit, buf
-
-
-def _pcapng_packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int | None, int, bytes]]:
-    """(link type, t_ns, bytes) of a pcapng: every section, every interface, exact times."""
-    ifaces: list[tuple[int, int, int, int]] = []  # (link, numerator, denominator, offset_ns)
-    endian = "<"
-    while True:
-        head = fh.read(12)
-        if len(head) < 12:
-            if head:
-                stats.truncated = True
-            return
-        if head[:4] == _PCAPNG_MAGIC:  # a section header: its byte order mark first
-            bom = head[8:12]
-            endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
-            if not endian:
-                raise PcapError(f"{stats.path}: pcapng section with a bad byte-order mark")
-            ifaces = []
-        btype, blen = struct.unpack(endian + "II", head[:8])
-        if blen < 12 or blen % 4:
-            raise PcapError(f"{stats.path}: corrupt pcapng block (length {blen})")
-        body = head[8:] + fh.read(blen - 12)
-        if len(body) < blen - 8:
-            stats.truncated = True
-            return
-        body = body[:-4]
-        if btype in (1, 2, 6) and len(body) < (8 if btype == 1 else 20):
-            raise PcapError(f"{stats.path}: corrupt pcapng block (type {btype}, {blen} bytes)")
-        if btype == 1:  # interface description
-            link, _, _snap = struct.unpack_from(endian + "HHI", body)
-            num, den, off = 1_000_000_000, 1_000_000, 0  # default resolution: microseconds
-            pos = 8
-            while pos + 4 <= len(body):
-                code, olen = struct.unpack_from(endian + "HH", body, pos)
-                val = body[pos + 4:pos + 4 + olen]
-                if code == 0:
-                    break
-                if code == 9 and len(val) >= 1:       # if_tsresol
-                    r = val[0]
-                    den = (2 ** (r & 0x7F)) if r & 0x80 else 10 ** (r & 0x7F)
-                elif code == 14 and len(val) >= 8:    # if_tsoffset, seconds
-                    off = struct.unpack(endian + "q", val[:8])[0] * 1_000_000_000
-                pos += 4 + olen + (-olen % 4)
-            ifaces.append((link, num, den, off))
-            name = _LINK_NAMES.get(link, f"unsupported:{link}")
-            if name not in stats.link_types:
-                stats.link_types.append(name)
-        elif btype in (6, 2):  # enhanced packet, obsolete packet block
-            if btype == 6:
-                iface, hi, lo, caplen, _ = struct.unpack_from(endian + "IIIII", body)
-            else:
-                iface, _, hi, lo, caplen, _ = struct.unpack_from(endian + "HHIIII", body)
-            if iface >= len(ifaces):
-                stats.skip("no_interface")
-                continue
-            link, num, den, off = ifaces[iface]
-            ticks = (hi << 32) | lo
-            yield link, ticks * num // den + off, body[20:20 + caplen]
-        elif btype == 3:  # simple packet block: no timestamp, no use for a trace
-            stats.packets += 1
-            stats.skip("no_timestamp")
-
-
-def _packets(fh: BinaryIO, stats: ImportStats) -> Iterator[tuple[int | None, int, bytes]]:
-    magic = fh.read(4)
-    fh.seek(0)
-    if magic in _PCAP_MAGICS:
-        stats.format = "pcap"
-        return _pcap_packets(fh, stats)
-    if magic == _PCAPNG_MAGIC:
-        stats.format = "pcapng"
-        return _pcapng_packets(fh, stats)
-    raise PcapError(f"{stats.path}: not a pcap or pcapng file (magic {magic.hex() or 'empty'})")
-
-
-# -- link, IP, TCP -------------------------------------------------------------------------
-def _ip_of(link: int | None, buf: bytes) -> bytes | str:
-    """The IP packet a link-layer frame carries, or the reason it carries none."""
-    if link == LINK_ETHERNET:
-        if len(buf) < 14:
-            return "truncated_header"
-        etype, pos = struct.unpack_from(">H", buf, 12)[0], 14
-        while etype in _VLAN and len(buf) >= pos + 4:
-            etype = struct.unpack_from(">H", buf, pos + 2)[0]
-            pos += 4
-        return buf[pos:] if etype in (_ETH_IP, _ETH_IP6) else "not_ip"
-    if link == LINK_SLL:
-        if len(buf) < 16:
-            return "truncated_header"
-        return buf[16:] if struct.unpack_from(">H", buf, 14)[0] in (_ETH_IP, _ETH_IP6) else "not_ip"
-    if link == LINK_SLL2:
-        if len(buf) < 20:
-            return "truncated_header"
-        return buf[20:] if struct.unpack_from(">H", buf, 0)[0] in (_ETH_IP, _ETH_IP6) else "not_ip"
-    if link in (LINK_NULL, LINK_LOOP):  # a 4-byte address family (its value differs by OS)
-        return buf[4:] if len(buf) > 4 else "truncated_header"
-    if link in (LINK_RAW, 12, 14, LINK_IPV4, LINK_IPV6):
-        return buf
-    return f"link_type_{link}"
-
-
-def _tcp_of(ip: bytes) -> tuple | str:
-    """(src, dst, sport, dport, seq, ack, flags, payload) of a TCP segment, or why not."""
-    if not ip:
-        return "truncated_header"
-    version = ip[0] >> 4
-    if version == 4:
-        if len(ip) < 20:
-            return "truncated_header"
-        ihl = (ip[0] & 0x0F) * 4
-        if ihl < 20:
-            return "truncated_header"
-        total, frag, proto = struct.unpack_from(">H2xHxB", ip, 2)
-        if proto != 6:
-            return "not_tcp"
-        if frag & 0x3FFF:  # MF set or an offset
-            return "ip_fragment"
-        src, dst = ip[12:16], ip[16:20]
-        seg = ip[ihl:total] if total else ip[ihl:]  # total 0: TCP segmentation offload
-    elif version == 6:
-        if len(ip) < 40:
-            return "truncated_header"
-        plen, nxt = struct.unpack_from(">HB", ip, 4)
-        src, dst = ip[8:24], ip[24:40]
-        seg = ip[40:40 + plen] if plen else ip[40:]
-        while nxt in _IP6_EXT and len(seg) >= 8:
-            nxt, hlen = seg[0], (seg[1] + 1) * 8
-            seg = seg[hlen:]
-        if nxt == 44:
-            return "ip_fragment"
-        if nxt != 6:
-            return "not_tcp"
-    else:
-        return "not_ip"
-    if len(seg) < 20:
-        return "truncated_header"
-    sport, dport, seq, ack, off, flags = struct.unpack_from(">HHIIBB", seg)
-    return src, dst, sport, dport, seq, ack, flags, seg[(off >> 4) * 4:]
 
 
 def _addr(raw: bytes, port: int) -> str:
@@ -351,8 +159,13 @@ class _Half:
             else:
                 self.order += 1
                 heapq.heappush(self.heap, (off, self.order, payload))
-                self.buffered += len(payload)
-                while self.buffered > imp.max_buffer:  # give up on the first missing bytes
+                cost = len(payload) + SEGMENT_OVERHEAD
+                self.buffered += cost
+                imp.buffered += cost
+                # over a bound: give up on the first missing bytes (this direction's own,
+                # even when others fill the import's whole budget: it is the one growing)
+                while self.heap and (self.buffered > imp.max_buffer
+                                     or imp.buffered > imp.max_total_buffer):
                     self.give_up(self.heap[0][0], t_ns)
         if fin and self.fin is None:
             self.fin = off + len(payload)
@@ -393,7 +206,9 @@ class _Half:
         heap = self.heap
         while heap and heap[0][0] <= self.delivered:
             off, _, payload = heapq.heappop(heap)
-            self.buffered -= len(payload)
+            cost = len(payload) + SEGMENT_OVERHEAD
+            self.buffered -= cost
+            self.conn.imp.buffered -= cost
             end = off + len(payload)
             if end <= self.delivered:
                 self.conn.imp.stats.duplicate_bytes += len(payload)
@@ -424,6 +239,7 @@ class _Half:
         if self.fin is not None and not self.ended and self.delivered >= self.fin:
             self.ended = True
             self.heap.clear()
+            self.conn.imp.buffered -= self.buffered
             self.buffered = 0
             self.conn.imp.analyzer.eof(self.conn.conn_id, self.direction, t_ns)
 
@@ -443,11 +259,13 @@ class _Importer:
     """The state of one import: connections by 4-tuple, the analyzer and its recorder."""
 
     def __init__(self, analyzer: Analyzer, stats: ImportStats, port: int, host: bytes | None,
-                 max_buffer: int):
+                 max_buffer: int, max_total_buffer: int):
         self.analyzer = analyzer
         self.stats = stats
         self.port, self.host = port, host
         self.max_buffer = max_buffer
+        self.max_total_buffer = max_total_buffer
+        self.buffered = 0  # what every direction's out-of-order buffer costs, together
         self.live: dict[tuple, _Conn] = {}
         self.ended: dict[tuple, int] = {}  # 4-tuple -> when its connection closed
         self.next_id = 0
@@ -500,6 +318,10 @@ class _Importer:
 
     def close(self, conn: _Conn, key: tuple, t_ns: int, reason: str) -> None:
         conn.closed = True
+        for h in (conn.c2s, conn.s2c):  # what it still buffers leaves the import's budget
+            self.buffered -= h.buffered
+            h.heap.clear()
+            h.buffered = 0
         self.analyzer.close(conn.conn_id, t_ns, reason)
         del self.live[key]
         self.ended.pop(key, None)
@@ -520,6 +342,7 @@ class _Importer:
 def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: str,
                 profile: str | None = None, host: str | None = None,
                 rotate_bytes: int | None = None, max_buffer: int = DEFAULT_MAX_BUFFER,
+                max_total_buffer: int = DEFAULT_MAX_TOTAL_BUFFER,
                 run: str | None = None) -> ImportStats:
     """Import the TCP traffic of server ``port`` (and ``host``) in the capture ``path``
     into a trace directory ``out_dir`` (see the module docstring). ``run`` names the files
@@ -548,16 +371,16 @@ def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: s
         analyzer = Analyzer(protocol, profile, sink=sink, keep_events=False)
     except (ValueError, SpecError) as exc:
         raise PcapError(str(exc).splitlines()[0]) from None
-    imp = _Importer(analyzer, stats, port, host_raw, max_buffer)
+    imp = _Importer(analyzer, stats, port, host_raw, max_buffer, max_total_buffer)
     try:
         with open(path, "rb") as fh:
-            for link, t_ns, buf in _packets(fh, stats):
+            for link, t_ns, buf in packets(fh, stats):
                 stats.packets += 1
                 if stats.first_ns is None:
                     stats.first_ns = t_ns
                 stats.last_ns = t_ns if stats.last_ns is None else max(stats.last_ns, t_ns)
-                ip = _ip_of(link, buf)
-                tcp = _tcp_of(ip) if isinstance(ip, bytes) else ip
+                ip = ip_of(link, buf)
+                tcp = tcp_of(ip) if isinstance(ip, bytes) else ip
                 if isinstance(tcp, str):
                     stats.skip(tcp)
                     continue
@@ -658,10 +481,10 @@ def _packet(s: Segment, link: int) -> bytes:
         ip: Any = dpkt.ip6.IP6(src=src.packed, dst=dst.packed, nxt=6, hlim=64,
                                plen=len(bytes(tcp)), data=tcp)
         ip.extension_hdrs = {}
-        etype, family = _ETH_IP6, 30
+        etype, family = ETH_IP6, 30
     else:
         ip = dpkt.ip.IP(src=src.packed, dst=dst.packed, p=6, ttl=64, data=tcp)
-        etype, family = _ETH_IP, 2
+        etype, family = ETH_IP, 2
     raw = bytes(ip)
     if link == LINK_ETHERNET:
         return bytes(dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01",
