@@ -3,8 +3,11 @@
 :func:`analyze` finds the trace files of the inputs (files, or directories searched for the
 format's file glob), reads every file's meta to settle the protocol and profile (the given
 ``--profile``, else the one the recording was made under; a set of files that mixes
-protocols or, without ``--profile``, profiles is refused), runs an engine (``spark``, the
-default, or ``local``; both decode with :class:`~.decode.FileDecoder`) and writes, under
+protocols or, without ``--profile``, profiles is refused, and so is a meta that breaks the
+format's rules, names a protocol or profile this queuewire does not know, or numbers its
+file past what the tables hold: each a :class:`TraceError` before any engine starts),
+runs an engine (``spark``, the default, or ``local``; both decode with
+:class:`~.decode.FileDecoder`, which refuses a record that breaks the rules) and writes, under
 ``out``: ``frames/``, ``pairs/``, ``violations/`` and ``conns/`` (Parquet), ``summary.json``
 (:mod:`.summary`) and ``summary.html`` (:mod:`.html`). The output directory must be empty or
 absent, so an analysis never mixes with an older one.
@@ -19,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import Profile, load_profile
+from ..traffic.analyzer import PROTOCOLS
 from ..traffic.trace_format import TraceError, read_header, trace_format
+from .decode import file_identity, profile_named
 from .summary import build_summary
 
 ENGINES = ("spark", "local")
@@ -61,11 +66,21 @@ def settle_profile(files: list[Path], protocol: str | None, profile: str | None)
                 meta = read_header(fh, fmt)
             except TraceError as exc:
                 raise TraceError(f"{f}: {exc}") from None
-        protocols.add(str(meta.get("protocol")))
+        file_identity(meta, str(f))
+        name = meta.get("protocol")
+        if name is None and not profile:
+            raise TraceError(f"{f}: the meta names no protocol; judge the file under a "
+                             "profile given with --profile")
+        if name is not None and name not in PROTOCOLS:
+            raise TraceError(f"{f}: unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})")
+        if name is not None:
+            protocols.add(name)
         if meta.get("profile"):
-            profiles.add(str(meta["profile"]))
+            profiles.add(meta["profile"])
+            if not profile:   # judged under its own profile: one this queuewire knows
+                profile_named(meta["profile"], str(f))
     if profile:
-        prof = load_profile(profile)
+        prof = profile_named(profile, "--profile")
     else:
         if len(protocols) > 1:
             raise TraceError(f"the inputs mix protocols ({', '.join(sorted(protocols))}): "
@@ -74,7 +89,7 @@ def settle_profile(files: list[Path], protocol: str | None, profile: str | None)
             raise TraceError(f"the inputs were recorded under several profiles "
                              f"({', '.join(sorted(profiles))}): choose one with --profile")
         if profiles:
-            prof = load_profile(profiles.pop())
+            prof = load_profile(profiles.pop())   # known: checked file by file above
         else:
             from ..spec import default_profile
             prof = load_profile(default_profile(protocol or protocols.pop()))

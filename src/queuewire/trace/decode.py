@@ -25,8 +25,15 @@ the tap gave it live. Rows:
 
 Rules: nothing here knows a field, limit or error of a protocol (those come from the
 profile through the codecs); a file cut inside a record ends at its last whole record (the
-recorder was killed), reported as an INFO finding; a file that is not a trace raises
-:class:`~queuewire.traffic.trace_format.TraceError`.
+recorder was killed), reported as an INFO finding; a file that is not a trace, or breaks a
+rule of ``spec/trace.yaml``, raises :class:`~queuewire.traffic.trace_format.TraceError`
+with a one-line message naming the file, the record and the rule: JSON that is too long,
+too deep, not UTF-8 or of the wrong types (``trace_format.load_json``), a record type,
+direction or gap reason whose code is in none of the spec's tables, an unknown protocol or
+profile (:func:`profile_named`), and a number past what the tables hold (t_ns and conn_id
+are Arrow int64, the sequence int32: :func:`file_identity`). The Spark engine cannot raise
+across executors, so its workers turn a TraceError into one :data:`ERROR_TABLE` row
+(:func:`error_batch`) that the driver raises again.
 """
 
 from __future__ import annotations
@@ -38,14 +45,21 @@ from typing import Any
 import pyarrow as pa
 
 from ..codecs.errors import ProtocolError
-from ..spec import Profile, load_profile
+from ..spec import Profile, SpecError, load_profile, profile_names
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
 from ..traffic.model import INFO, verdict_of
-from ..traffic.trace_format import TraceError, parse_header, scan, trace_format
+from ..traffic.trace_format import TraceError, load_json, parse_header, scan, trace_format
 
 #: Rows per yielded batch: large enough that Arrow's per-batch cost vanishes, small enough
 #: that a 64 MiB file never holds all its rows at once.
 BATCH_ROWS = 65_536
+#: The largest t_ns and conn_id the tables hold (Arrow int64; nanoseconds reach the year
+#: 2262); the format's u8be fields can say more.
+INT64_MAX = 2**63 - 1
+#: The largest file sequence the tables hold (their seq column is Arrow int32).
+INT32_MAX = 2**31 - 1
+#: The ``table`` of a row that carries a decoder's TraceError out of a Spark executor.
+ERROR_TABLE = "error"
 
 SCHEMA = pa.schema([
     ("table", pa.string()),          # frames | violations | conns | opens | orphans
@@ -96,6 +110,36 @@ CONN_COLUMNS = ("run", "conn_id", "seq", *CONN_FIELDS)
 PAIR_FIELDS = tuple((f.name, f.type) for f in SCHEMA if f.name in PAIR_COLUMNS) + (
     ("answered_ns", pa.int64()), ("split", pa.bool_()))
 CONN_TYPES = {"opened_ns": pa.int64(), "closed_ns": pa.int64()}
+
+
+def profile_named(name: str, where: str) -> Profile:
+    """The profile ``name``; a :class:`TraceError` naming it and the known ones if there is
+    none (a trace's meta is data: its profile may be anything)."""
+    try:
+        return load_profile(name)
+    except SpecError:
+        raise TraceError(f"{where}: unknown profile {name!r} (known: "
+                         f"{', '.join(profile_names())})") from None
+
+
+def file_identity(meta: dict[str, Any], where: str) -> tuple[str, int, int]:
+    """(run, conn_id, sequence) of a file's meta (its types already checked by
+    ``parse_header``), each within what the tables hold."""
+    conn_id, seq = meta.get("conn_id", 0), meta.get("sequence", 0)
+    if conn_id > INT64_MAX:
+        raise TraceError(f"{where}: the meta's conn_id {conn_id} is past {INT64_MAX}, the "
+                         "largest the tables hold (int64)")
+    if seq > INT32_MAX:
+        raise TraceError(f"{where}: the meta's sequence {seq} is past {INT32_MAX}, the "
+                         "largest the tables hold (int32)")
+    return str(meta.get("run", "")), conn_id, seq
+
+
+def error_batch(message: str) -> pa.RecordBatch:
+    """One :data:`ERROR_TABLE` row of :data:`SCHEMA` carrying ``message``."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array([ERROR_TABLE] if f.name == "table" else [message] if f.name == "message"
+                  else [None], f.type) for f in SCHEMA], schema=SCHEMA)
 
 
 class _Rows:
@@ -180,8 +224,8 @@ class FileDecoder:
         self.fmt = trace_format()
         self._protos: dict[tuple[str, str], _Proto] = {}
 
-    def _proto(self, protocol: str, profile: str | None) -> _Proto:
-        prof = load_profile(profile) if profile else None
+    def _proto(self, protocol: str, profile: str | None, where: str) -> _Proto:
+        prof = profile_named(profile, where) if profile else None
         key = (protocol, prof.name if prof else "")
         p = self._protos.get(key)
         if p is None:
@@ -196,24 +240,27 @@ class FileDecoder:
     def decode(self, data: bytes | memoryview, name: str = "") -> Iterator[pa.RecordBatch]:
         """The rows of one trace file, in batches of at most ``batch_rows``."""
         data = memoryview(data)
-        meta, pos = parse_header(data, self.fmt)
+        where = name or "trace file"
+        try:
+            meta, pos = parse_header(data, self.fmt)
+        except TraceError as exc:
+            raise TraceError(f"{where}: {exc}") from None
         protocol = self.protocol or meta.get("protocol")
         if protocol not in PROTOCOLS:
-            raise TraceError(f"{name or 'trace file'}: unknown protocol {protocol!r}")
-        p = self._proto(protocol, self.profile or meta.get("profile"))
-        run = str(meta.get("run", ""))
-        conn_id = int(meta.get("conn_id", 0))
-        seq = int(meta.get("sequence", 0))
+            raise TraceError(f"{where}: unknown protocol {protocol!r} (known: "
+                             f"{', '.join(PROTOCOLS)})")
+        p = self._proto(protocol, self.profile or meta.get("profile"), where)
+        run, conn_id, seq = file_identity(meta, where)
         rows = _Rows()
-        yield from _FileRun(self, p, rows, run, conn_id, seq, protocol).run(data, pos)
+        yield from _FileRun(self, p, rows, run, conn_id, seq, protocol, where).run(data, pos)
 
 
 class _FileRun:
     """The state of decoding one file (one connection's records, in order)."""
 
     def __init__(self, dec: FileDecoder, p: _Proto, rows: _Rows, run: str, conn_id: int,
-                 seq: int, protocol: str):
-        self.dec, self.p, self.rows = dec, p, rows
+                 seq: int, protocol: str, where: str):
+        self.dec, self.p, self.rows, self.where = dec, p, rows, where
         self.run_id, self.conn_id, self.seq, self.protocol = run, conn_id, seq, protocol
         self.profile = p.profile
         self.streams = {d: p.proto.stream(d) for d in DIRECTIONS}
@@ -249,6 +296,7 @@ class _FileRun:
         missing = fmt.gap_reasons.get("missing", -1)
         types = {c: n for n, c in fmt.record_types.items()}
         dirs = {c: n for n, c in fmt.directions.items()}
+        reasons = {c: n for n, c in fmt.gap_reasons.items()}
         end = len(data)
         rows, limit = self.rows, self.dec.batch_rows
         conn: dict[str, Any] = {"protocol": self.protocol, "profile": self.profile.name}
@@ -259,9 +307,12 @@ class _FileRun:
         for values, payload in scan(data, pos, fmt):
             pos += hsize + len(payload)
             kind = types.get(values[i_type])
-            direction = dirs.get(values[i_dir], "none")
+            direction = dirs.get(values[i_dir])
             self.t = t = values[i_t]
             detail, rec_conn = values[i_detail], values[i_conn]
+            if kind is None or direction is None or t > INT64_MAX or (
+                    kind == "gap" and detail not in reasons):
+                self._refuse(n, values, types, dirs, reasons)
             if rec_conn != self.conn_id:
                 self._report(INFO, None, "none", None, "trace_conn_mismatch",
                              f"record {n} has conn_id {rec_conn}, the file's meta "
@@ -274,13 +325,14 @@ class _FileRun:
             elif kind == "eof":
                 self._eof(direction, t, n)
             elif kind == "open":
-                info = _json(payload)
+                info = self._json(payload, n, kind)
                 conn.update(client=info.get("client"), upstream=info.get("upstream"),
                             opened_ns=t)
             elif kind == "close":
                 for d in list(self.streams):
                     self._eof(d, t, n)
-                conn.update(closed_ns=t, close_reason=_json(payload).get("reason"))
+                conn.update(closed_ns=t,
+                            close_reason=self._json(payload, n, kind).get("reason"))
             n += 1
             if rows.n + len(rows.frames) >= limit:
                 yield from rows.batches()
@@ -293,6 +345,28 @@ class _FileRun:
         rows.add("conns", run=self.run_id, conn_id=self.conn_id, seq=self.seq,
                  info=json.dumps(conn, separators=(",", ":")))
         yield from rows.batches()
+
+    def _refuse(self, n: int, values: tuple, types: dict, dirs: dict, reasons: dict) -> None:
+        """The TraceError for record ``n``, whose header breaks a rule of the format."""
+        at = self.dec.fmt.at
+        code, direction = values[at["record_type"]], values[at["direction"]]
+        t, detail = values[at["t_ns"]], values[at["detail"]]
+        where = f"{self.where}: record {n}"
+        if code not in types:
+            raise TraceError(f"{where}: record_type {code} is none of spec/trace.yaml's "
+                             f"record_types ({_codes(types)})")
+        if direction not in dirs:
+            raise TraceError(f"{where}: direction {direction} is none of spec/trace.yaml's "
+                             f"directions ({_codes(dirs)})")
+        if t > INT64_MAX:
+            raise TraceError(f"{where}: t_ns {t} is past {INT64_MAX}, the largest time the "
+                             "tables hold (int64 nanoseconds: the year 2262)")
+        raise TraceError(f"{where}: a gap whose detail {detail} is none of spec/trace.yaml's "
+                         f"gap_reasons ({_codes(reasons)})")
+
+    def _json(self, payload: memoryview, n: int, kind: str, reason: str | None = None) -> dict:
+        return load_json(payload, f"{self.where}: record {n} ({reason or kind})",
+                         self.dec.fmt.json_rules(kind, reason))
 
     def _chunk(self, direction: str, payload: bytes, t: int, n: int) -> None:
         self.direction = direction
@@ -307,7 +381,7 @@ class _FileRun:
             self.direction = direction
             self._items(direction, stream.eof()[0], t, n)
             stream.lost = True
-        lost = _json(payload).get("missing_bytes")
+        lost = self._json(payload, n, "gap", "missing").get("missing_bytes")
         self.rows.frames.append((self.run_id, self.conn_id, self.seq, n, direction, t,
                                  0, "gap", None, None, None,
                                  None, "missing", None, None, None, None))
@@ -362,12 +436,8 @@ class _FileRun:
                            answer if sent is not None else None))
 
 
-def _json(payload: memoryview) -> dict:
-    try:
-        out = json.loads(bytes(payload).decode("utf-8")) if len(payload) else {}
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return out if isinstance(out, dict) else {}
+def _codes(table: dict[int, str]) -> str:
+    return ", ".join(f"{name} {code}" for code, name in sorted(table.items()))
 
 
 def _frame_key(message: Any) -> str | None:

@@ -7,7 +7,12 @@ the one union schema :data:`~.decode.SCHEMA`; the result is persisted once and s
 ``table`` column into the Parquet tables. The loose ends of rotated connections (``opens``
 and ``orphans``, a few rows per file) are matched with a join on (run, conn_id, key) and two
 window ranks (the small shuffle; the rule of :func:`.loose.match`), and the few matches are
-settled on the driver with :func:`.loose.settle`, whose rows join the tables. The
+settled on the driver with :func:`.loose.settle`, whose rows join the tables. A file that
+breaks the format's rules is a TraceError in the executor that decodes it; an exception
+there would reach the driver as a JVM error with a Python traceback inside, so the worker
+yields it as one :data:`~.decode.ERROR_TABLE` row instead and the driver, before writing
+anything, raises the first such row's message as the same TraceError the local engine
+raises. The
 aggregates are the groupings of :func:`.summary.pandas_aggregates` in the DataFrame API,
 collected small. Every figure is a count of rows (exact when a task is retried), never an
 accumulator.
@@ -32,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import Profile
+from ..traffic.trace_format import TraceError
 from . import loose
-from .decode import CONN_FIELDS, CONN_TYPES, SCHEMA, TABLE_COLUMNS
+from .decode import CONN_FIELDS, CONN_TYPES, ERROR_TABLE, SCHEMA, TABLE_COLUMNS
 from .summary import AGGREGATES, PERCENTILES, SAMPLE, bucket_ns
 
 OUTPUT_TABLES = ("frames", "pairs", "violations", "conns")
@@ -102,18 +108,22 @@ def _decode_partition(protocol: str | None, profile: str | None) -> Callable:
     def decode(batches: Iterator) -> Iterator:
         from urllib.parse import unquote, urlparse
 
-        from queuewire.trace.decode import FileDecoder
+        from queuewire.trace.decode import FileDecoder, error_batch
+        from queuewire.traffic.trace_format import TraceError
         decoder = FileDecoder(protocol, profile)
         for batch in batches:
             paths = batch.column(0).to_pylist()
             contents = batch.column(1) if batch.num_columns > 1 else None
             for i, path in enumerate(paths):
-                if contents is not None:
-                    yield from decoder.decode(contents[i].as_buffer(), path)
-                    continue
-                with open(unquote(urlparse(path).path), "rb") as fh:
-                    data = fh.read()
-                yield from decoder.decode(data, path)
+                try:
+                    if contents is not None:
+                        yield from decoder.decode(contents[i].as_buffer(), path)
+                        continue
+                    with open(unquote(urlparse(path).path), "rb") as fh:
+                        data = fh.read()
+                    yield from decoder.decode(data, path)
+                except TraceError as exc:   # the driver raises it again (see the docstring)
+                    yield error_batch(str(exc))
     return decode
 
 
@@ -146,6 +156,9 @@ def run(files: list[Path], out: Path, *, protocol: str, profile: Profile,
     decoded = decode_frame(spark, files, protocol if force_profile else None, force_profile)
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        refused = decoded.where(F.col("table") == ERROR_TABLE).select("message").limit(1)
+        for row in refused.collect():
+            raise TraceError(row["message"])
         tables = {t: decoded.where(F.col("table") == t).select(*cols)
                   for t, cols in TABLE_COLUMNS.items()}
         tables["pairs"] = tables["frames"].where(F.col("sent_ns").isNotNull()).select(

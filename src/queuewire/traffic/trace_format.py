@@ -4,18 +4,30 @@ Nothing here restates the layout: :func:`trace_format` reads ``spec/trace.yaml``
 the ``struct`` formats of the file header and the record header from their field types, the
 way the quicx codec builds its header (``spec.quicx.struct_format``: ``u1 u2be u8be`` ->
 ``>BHQ``; a ``bytes`` field of fixed ``size`` n is ``ns``). The record types, directions
-and gap reasons are maps from name to code. :func:`parse_header` and :func:`scan` read a
-file's bytes (the header's meta; the whole records as codes), for every reader:
+and gap reasons are maps from name to code, and the JSON the format holds (the meta, the
+payloads of open, close and missing-gap records) has its keys' types from the spec
+(:meth:`TraceFormat.json_rules`). :func:`parse_header` and :func:`scan` read a file's bytes
+(the header's meta; the whole records as codes), for every reader:
 :func:`read_file` turns them into :class:`Record` objects, :func:`read_dir` iterates the
 records of every file of a directory, one connection after another, in file order, and the
 trace pipeline's decoder (``queuewire.trace.decode``) scans the same way.
 :class:`TraceFormat` is also what :mod:`.record` writes with.
+
+A trace file is DATA from anywhere: a reader never trusts a length, a depth or a type in it.
+:func:`load_json` is the one way its JSON is read: at most :data:`MAX_JSON_BYTES`, UTF-8,
+nested at most :data:`MAX_JSON_DEPTH` deep (counted by a linear scan before the parser,
+which recurses, ever sees it), a JSON object, and each key the spec defines of the spec's
+type; anything else is a :class:`TraceError` naming the rule, never a traceback. A meta
+length is checked before it is read, and :func:`scan` slices records out of the bytes it is
+given without copying, so a record length that lies ends the scan (the file is cut short)
+instead of allocating what it declares.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +39,16 @@ from ..spec._load import SpecError, read_yaml
 from ..spec.quicx import LayoutField, layout_field, struct_format
 
 TRACE_FILE = "trace.yaml"
+#: The JSON a trace file holds (meta; open, close and missing payloads) is a few hundred bytes
+#: as written; a reader takes this much (room for long host names and keys a later writer
+#: adds), so checking and parsing it take bounded time and memory.
+MAX_JSON_BYTES = 64 * 1024
+#: How deep that JSON may nest. The format's objects are flat (every key it defines holds a
+#: string or an integer); a key a reader does not know may hold a structure up to this deep,
+#: far below the recursion limit of Python's JSON parser.
+MAX_JSON_DEPTH = 16
+#: The JSON types ``spec/trace.yaml`` gives keys, as Python types.
+JSON_TYPES: Mapping[str, type] = {"string": str, "integer": int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +63,10 @@ class Record:
     payload: bytes
 
     def json(self) -> dict[str, Any]:
-        """The payload of an open or close record as the JSON object it is."""
-        return json.loads(self.payload.decode("utf-8")) if self.payload else {}
+        """The payload of an open, close or missing-gap record as the JSON object it is,
+        checked as :func:`load_json` checks (a :class:`TraceError` if it is not one)."""
+        return load_json(self.payload, f"the {self.detail or self.type} record",
+                         trace_format().json_rules(self.type, self.detail))
 
 
 @dataclass(frozen=True)
@@ -61,11 +85,19 @@ class TraceFormat:
     record_types: Mapping[str, int]
     directions: Mapping[str, int]
     gap_reasons: Mapping[str, int]
+    meta_json: Mapping[str, Mapping[str, Any]]          # meta key -> {type, minimum}
+    payload_json: Mapping[str, Mapping[str, Mapping[str, Any]]]  # open, close, missing -> ...
 
     @functools.cached_property
     def at(self) -> Mapping[str, int]:
         """The place of each record_header field in a record header's values."""
         return {name: i for i, name in enumerate(self.record_fields)}
+
+    def json_rules(self, record_type: str, gap_reason: str | None = None
+                   ) -> Mapping[str, Mapping[str, Any]]:
+        """The typed keys of a record's JSON payload (a gap's by its reason); {} for none."""
+        return self.payload_json.get(gap_reason if record_type == "gap" and gap_reason
+                                     else record_type, {})
 
     def name_of(self, table: Mapping[str, int], code: int) -> str:
         for name, c in table.items():
@@ -103,6 +135,19 @@ def trace_format() -> TraceFormat:
     def codes(section: str) -> dict[str, int]:
         return {name: int(entry["code"]) for name, entry in tree[section].items()}
 
+    def typed(where: str, keys: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        out = {}
+        for key, entry in keys.items():
+            if entry.get("type") not in JSON_TYPES:
+                raise SpecError(f"{where}.{key}: type {entry.get('type')!r} is not one of "
+                                f"{', '.join(JSON_TYPES)}", file=TRACE_FILE)
+            out[key] = {k: entry[k] for k in ("type", "minimum") if k in entry}
+        return out
+
+    payload_json = {name: typed(f"{section}.{name}.json", entry["json"])
+                    for section in ("record_types", "gap_reasons")
+                    for name, entry in tree[section].items() if entry.get("json")}
+
     return TraceFormat(
         version=int(tree["format_version"]),
         magic=bytes.fromhex(magic_raw["contents_hex"]),
@@ -116,11 +161,88 @@ def trace_format() -> TraceFormat:
         record_types=codes("record_types"),
         directions=codes("directions"),
         gap_reasons=codes("gap_reasons"),
+        meta_json=typed("meta_keys", tree["meta_keys"]),
+        payload_json=payload_json,
     )
 
 
 class TraceError(Exception):
-    """A file that is not a trace of a version this reader knows, or is cut short."""
+    """A file that is not a trace of a version this reader knows, or breaks the format's
+    rules (a length, a depth, a type, a code); the message is one line naming the rule."""
+
+
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests deeper than ``limit``: one pass over its brackets,
+    quotes and backslashes (brackets inside strings do not count), stopping at the first
+    level past the limit; linear, no recursion, whatever the text is."""
+    depth, in_string, skip = 0, False, -1
+    for m in _JSON_SPECIAL.finditer(text):
+        i = m.start()
+        if i < skip:
+            continue
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                skip = i + 2          # the escaped character is no quote
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (for messages)."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"),
+                       (str, "string"), (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def load_json(raw: bytes | memoryview, what: str,
+              rules: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON object ``raw`` holds (``{}`` for no bytes), its keys in ``rules`` checked
+    against their spec type and minimum; ``what`` names it in a :class:`TraceError` (see
+    the module docstring for the rules)."""
+    if not len(raw):
+        return {}
+    if len(raw) > MAX_JSON_BYTES:
+        raise TraceError(f"{what}: {len(raw)} bytes of JSON, more than the {MAX_JSON_BYTES} "
+                         "bytes a reader takes")
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{what} is not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    if json_too_deep(text):
+        raise TraceError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise TraceError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise TraceError(f"{what} is not a JSON object (it is {json_type(value)})")
+    for key, rule in rules.items():
+        if key not in value:
+            continue
+        v, want = value[key], rule["type"]
+        if not isinstance(v, JSON_TYPES[want]) or isinstance(v, bool):
+            raise TraceError(f"{what}: {key} is {json_type(v)} {json.dumps(v)[:40]}, "
+                             f"spec/trace.yaml says {want}")
+        if "minimum" in rule and v < rule["minimum"]:
+            raise TraceError(f"{what}: {key} is {v}, below the minimum {rule['minimum']}")
+    return value
 
 
 def parse_header(data: bytes | memoryview, fmt: TraceFormat | None = None
@@ -136,14 +258,14 @@ def parse_header(data: bytes | memoryview, fmt: TraceFormat | None = None
         raise TraceError(f"not a trace file (magic {bytes(magic).hex()})")
     if version != fmt.version:
         raise TraceError(f"trace format_version {version}, this reader knows {fmt.version}")
+    if len_meta > MAX_JSON_BYTES:
+        raise TraceError(f"the file's meta: len_meta {len_meta} bytes, more than the "
+                         f"{MAX_JSON_BYTES} bytes a reader takes")
     if len(data) < hs + len_meta:
         raise TraceError("file ends inside its meta")
-    try:
-        meta = json.loads(bytes(data[hs:hs + len_meta]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TraceError(f"the file's meta is not JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise TraceError("the file's meta is not a JSON object")
+    if not len_meta:
+        raise TraceError("the file's meta is empty, not a JSON object")
+    meta = load_json(data[hs:hs + len_meta], "the file's meta", fmt.meta_json)
     return meta, hs + len_meta
 
 
@@ -152,7 +274,9 @@ def read_header(fh: Any, fmt: TraceFormat | None = None) -> dict[str, Any]:
     fmt = fmt or trace_format()
     head = fh.read(fmt.file_head.size)
     if len(head) == fmt.file_head.size:
-        head += fh.read(fmt.file_head.unpack(head)[-1])   # len_meta is the last fixed field
+        # len_meta is the last fixed field; read no more than a reader takes (parse_header
+        # refuses a longer meta), whatever it declares
+        head += fh.read(min(fmt.file_head.unpack(head)[-1], MAX_JSON_BYTES))
     return parse_header(head, fmt)[0]
 
 
