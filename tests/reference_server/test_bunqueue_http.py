@@ -192,7 +192,8 @@ async def test_validation_errors_are_400_with_the_spec_s_message():
                     assert r.status == 400
                     body = await r.json()
                 assert body["error"].startswith(prefix) and "/priority" in body["error"]
-                async with http.post(f"{url}/queues/q/jobs", data=b"{not json") as r:
+                async with http.post(f"{url}/queues/q/jobs", data=b"{not json",
+                                     headers={"Content-Type": "application/json"}) as r:
                     assert r.status == 400
                     assert (await r.json())["error"] == message("invalid_command_format")
                 async with http.post(f"{url}/queues/q/jobs", json=[1, 2]) as r:
@@ -327,7 +328,7 @@ async def test_webhook_is_delivered_with_a_valid_hmac_signature():
 
 
 async def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog):
-    caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue.http")
+    caplog.set_level(logging.WARNING, "queuewire.reference_server.bunqueue.webhook_delivery")
 
     async def go():
         rx, hook_url, got = await receiver()
@@ -339,7 +340,7 @@ async def test_private_targets_are_refused_at_delivery_without_the_opt_in(caplog
                         f"http://[::1]:{port}/hook"):
                 delivery = WebhookDelivery("wh-x", url, "job.pushed", {"event": "job.pushed"},
                                            "k")
-                assert await front._deliver(delivery) is False, url
+                assert await front.webhooks.deliver(delivery) is False, url
             # AddWebhook refuses the loopback target up front as well (BQ-WEBHOOK-1)
             refused = engine.handle(None, {"cmd": "AddWebhook", "url": hook_url,
                                            "events": ["job.pushed"]})

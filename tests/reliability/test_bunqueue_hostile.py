@@ -165,7 +165,9 @@ async def test_job_data_with_a_64_bit_integer_is_delivered_unchanged(server):
 ])
 async def test_http_refuses_json_the_tcp_side_could_not_carry(server, body, rule):
     url = f"{server.http.url}/queues/http-big/jobs"
-    async with aiohttp.ClientSession() as http, http.post(url, data=body) as resp:
+    json_body = {"Content-Type": "application/json"}  # else 415 (BQ-SAFE-2)
+    async with aiohttp.ClientSession() as http, http.post(url, data=body,
+                                                          headers=json_body) as resp:
         assert resp.status == 400
         error = (await resp.json())["error"]
     assert error.startswith(message("invalid_request", detail="")) and f"[{rule}]" in error

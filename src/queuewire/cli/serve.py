@@ -169,6 +169,14 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
 @click.option("--http-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve the HTTP API (health, metrics, jobs, webhook delivery) on this "
                    "port of --host (bunqueue uses 6790); 0 picks a free port. Off by default.")
+@click.option("--http-allowed-origin", "http_allowed_origins", multiple=True,
+              metavar="SCHEME://HOST[:PORT]",
+              help="An Origin whose POSTs and WebSocket upgrades the HTTP API serves besides "
+                   "its own (repeatable; '*' allows any). Requests without Origin are always "
+                   "served.")
+@click.option("--http-allowed-host", "http_allowed_hosts", multiple=True, metavar="NAME",
+              help="A Host name the HTTP API serves besides loopback names and addresses "
+                   "(repeatable; '*' allows any), e.g. the name it is reached by.")
 @click.option("--stall-interval", type=click.IntRange(1, None), default=None, metavar="MS",
               help="Milliseconds without a heartbeat before an active job is stalled "
                    "(default: the profile's worker_defaults stallInterval).")
@@ -179,7 +187,9 @@ _BQ_PORT = load_profile(_BQ_PROFILE).model.default_port
 def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
                    data_path: str | None, log_level: str, http_port: int | None,
                    stall_interval: int | None, max_stalls: int | None,
-                   partial_frame_timeout: float, backlog: int) -> None:
+                   partial_frame_timeout: float, backlog: int,
+                   http_allowed_origins: tuple[str, ...] = (),
+                   http_allowed_hosts: tuple[str, ...] = ()) -> None:
     """Run the bunqueue reference server: all commands of --profile over TCP, pipelined,
     with long polls and the authentication gate; in memory, or in a SQLite file with
     --data-path (durable pushes are on disk before they are answered).
@@ -203,6 +213,8 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
                                 partial_frame_timeout=partial_frame_timeout or None)
     except Exception as exc:  # noqa: BLE001 - an unusable data file is the user's to fix
         raise click.ClickException(f"cannot open --data-path {data_path}: {exc}") from None
+    server.http_allowed_origins = http_allowed_origins  # read by the HttpFrontend it starts
+    server.http_allowed_hosts = http_allowed_hosts
 
     tune_gc()
 

@@ -12,10 +12,11 @@ vocabulary (states, events, :class:`~.model.Event`, :class:`~.model.Wait`,
 :class:`~.store.Store` (:mod:`.store`: memory and null stores; :mod:`.sqlite`: SQLite WAL). The
 shells move bytes and never hold queue semantics: :mod:`.tcp` (:class:`BunqueueServer`, the
 framed MessagePack protocol, with flow control from :mod:`.._flow`), :mod:`.http` (the HTTP
-API, Server-Sent Events and WebSocket of document 000) and :mod:`.embedded` (the TCP shell's
-request path without a socket, for the client's embedded mode). Dependencies point one way: shells ->
-engine -> commands/lifecycle/timers -> model/jobs -> store; nothing in the engine imports a
-shell, and the HTTP shell does not import the TCP one.
+API, Server-Sent Events and WebSocket of document 000, with its cross-site rules in
+:mod:`.cross_site` and its webhook delivery in :mod:`.webhook_delivery`) and :mod:`.embedded`
+(the TCP shell's request path without a socket, for the client's embedded mode). Dependencies
+point one way: shells -> engine -> commands/lifecycle/timers -> model/jobs -> store; nothing in
+the engine imports a shell, and the HTTP shell does not import the TCP one.
 """
 
 from .commands.auth import check_token

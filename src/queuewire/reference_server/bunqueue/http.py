@@ -53,89 +53,72 @@ other (the upgrade itself is refused with 401), and stopping the frontend ends e
 and closes every WebSocket before the runner shuts down; a client that goes away is dropped
 at once (``handler_cancellation``).
 
-Webhooks: a background task drains ``engine.webhook_deliveries()`` and POSTs each payload as
-JSON (``X-Webhook-Signature``: the hex HMAC-SHA256 of the exact body, when the hook has a
-secret). Unless the engine's config sets ``allow_private_webhooks``, the target is checked at
-delivery time (BQ-WEBHOOK-1, against DNS rebinding): a literal address directly, a name by a
-resolver that refuses the whole name when any address it resolves to is refused
-(``engine.webhook_address_error``), so the connection only ever goes to checked addresses.
-Redirects are not followed. The outcome goes to ``engine.webhook_result(id, ok)``.
+Cross-site requests (BQ-SAFE-2, issue 22 item 5): before the Bearer check, a
+:class:`~.cross_site.CrossSiteGuard` refuses a ``Host`` that is neither loopback, an address,
+the listen host nor configured (421 ``http_host_refused``) and a POST or WebSocket upgrade from
+a foreign ``Origin`` (403 ``http_origin_refused``); a POST body not declared JSON is 415
+``http_content_type``. Clients that send no ``Origin`` (curl, SDKs, the conformance runner)
+are not affected.
+
+WebSocket bounds (BQ-SAFE-1, BQ-PIPE-2, issue 22 item 4): a ``/ws`` connection has at most the
+profile's ``max_in_flight`` commands in flight, as over TCP; only a parked long poll stays in
+flight, and while all slots are held the next message is not read, so the rest wait, unread,
+in arrival order (the peer is pinged meanwhile, so one that went away is still noticed).
+Upgrades beyond ``safeguards.max_connections`` connections served at once (this frontend's
+WebSockets and the TCP server's connections) are refused with 503 before the upgrade.
+
+Webhooks are delivered by a :class:`~.webhook_delivery.WebhookDispatcher` (a queue per hook,
+slots per host, BQ-WEBHOOK-1 target checks at delivery time), started and stopped with the
+frontend and woken whenever a request may have queued deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
-import socket
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
-from yarl import URL
 
 from ...codecs.bunqueue import FrameDecoder, FrameEncoder
 from ...codecs.errors import EncodeError, ProtocolError
 from ...codecs.validation import BunqueueValidator
 from .._service import Service
 from .commands.auth import check_token
+from .cross_site import CrossSiteGuard, json_declared
 from .engine import BunqueueEngine, request_refusal
 from .model import Event, Wait
 from .waits import WaitRoom
-from .webhook_urls import WebhookDelivery
+from .webhook_delivery import SIGNATURE_HEADER, WebhookDispatcher, WebhookRefused
 
 
 class ServesEngine(Protocol):
     """What the frontend needs of the TCP server it sits beside (no import of that module,
-    which imports this one): its engine, and the auth tokens it was given."""
+    which imports this one): its engine, and the auth tokens it was given. It also reads,
+    when the server has them, ``connection_count`` (its open TCP connections, counted
+    against ``max_connections``) and ``http_allowed_origins`` / ``http_allowed_hosts``
+    (what ``queuewire serve bunqueue`` was given, for a frontend the server starts itself)."""
 
     engine: BunqueueEngine
     _tokens: tuple[str, ...]
 
-__all__ = ["HttpFrontend", "WebhookRefused"]
+__all__ = ["SIGNATURE_HEADER", "HttpFrontend", "WebhookRefused"]
 
 log = logging.getLogger("queuewire.reference_server.bunqueue.http")
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-SIGNATURE_HEADER = "X-Webhook-Signature"
-WEBHOOK_TIMEOUT = 10.0       # seconds per delivery
-WEBHOOK_POLL = 0.05          # seconds between checks of the engine's delivery backlog
 PROBES = frozenset({"/healthz", "/ready"})  # Kubernetes probes carry no token
 SSE_CONTENT_TYPE = "text/event-stream"
 SSE_RETRY_MS = 3000          # bunqueue's SSE_RETRY_MS: the client's reconnection delay
 HEARTBEAT = 30.0             # seconds: bunqueue's SSE_HEARTBEAT_MS
 STREAM_BACKLOG = 1000        # events an open stream may have unread before it loses some
 WS_MAX_MESSAGE = 1024 * 1024  # bunqueue's maxPayloadLength for /ws
-
-
-class WebhookRefused(OSError):
-    """A webhook target resolved to an address BQ-WEBHOOK-1 forbids."""
-
-
-class _CheckedResolver(AbstractResolver):
-    """Resolves with the default resolver and refuses a name any of whose addresses the
-    engine refuses, so that the connector only connects to checked addresses."""
-
-    def __init__(self, engine: BunqueueEngine):
-        self._engine = engine
-        self._inner = DefaultResolver()
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        for result in results:
-            error = self._engine.webhook_address_error(result["host"])
-            if error:
-                raise WebhookRefused(f"webhook host {host} resolves to {result['host']}: {error}")
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
+WS_PROBE = 1.0               # seconds between pings to a /ws peer waiting for a free slot
 
 
 @dataclass(eq=False)
@@ -169,32 +152,37 @@ def _event_record(event: Event) -> dict | None:
     return {"event": f"{kind}:{'-'.join(event.reason.split())}", "data": data}
 
 
-def _ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
 class HttpFrontend(Service):
     """The HTTP API of a :class:`~.tcp.BunqueueServer` (its engine and auth tokens) or
     of a bare :class:`~.engine.BunqueueEngine` (``auth_tokens`` then given here).
-    ``port=0`` picks a free port."""
+    ``port=0`` picks a free port. ``allowed_origins`` (``scheme://host[:port]``) and
+    ``allowed_hosts`` (names) are served besides the server's own origin and loopback hosts
+    (BQ-SAFE-2; ``*`` allows any); when not given, a server's ``http_allowed_origins`` and
+    ``http_allowed_hosts`` attributes are used, if it has them."""
 
     def __init__(self, server_or_engine: ServesEngine | BunqueueEngine,
                  host: str = "127.0.0.1", port: int = 0, *,
-                 auth_tokens: tuple[str, ...] | list[str] | None = None):
+                 auth_tokens: tuple[str, ...] | list[str] | None = None,
+                 allowed_origins: Iterable[str] | None = None,
+                 allowed_hosts: Iterable[str] | None = None):
+        self._server: ServesEngine | None = None
         if isinstance(server_or_engine, BunqueueEngine):
             self.engine = server_or_engine
             tokens: tuple[str, ...] = ()
         else:
+            self._server = server_or_engine
             self.engine = server_or_engine.engine
             tokens = tuple(getattr(server_or_engine, "_tokens", ()))
+            if allowed_origins is None:
+                allowed_origins = getattr(server_or_engine, "http_allowed_origins", None)
+            if allowed_hosts is None:
+                allowed_hosts = getattr(server_or_engine, "http_allowed_hosts", None)
         if auth_tokens is not None:
             tokens = tuple(auth_tokens)
         self._tokens = tuple(t for t in tokens if t)
         self.host = host
+        self.guard = CrossSiteGuard(host, allowed_origins=allowed_origins,
+                                    allowed_hosts=allowed_hosts)
         self._port = port
         self.profile = self.engine.profile
         self._validator = BunqueueValidator(self.profile)
@@ -203,9 +191,11 @@ class HttpFrontend(Service):
         self._site: web.TCPSite | None = None
         self._room = WaitRoom(self.engine)  # parked long polls
         self._chained_notify = None
-        self._delivery_task: asyncio.Task | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._deliver_wake: asyncio.Event | None = None
+        self.webhooks = WebhookDispatcher(self.engine)
+        self._max_in_flight = int(self.profile.limit("max_in_flight").value)  # per /ws
+        # WebSockets served at once, with the TCP server's connections (tests lower it)
+        self.max_connections = int(self.profile.model.safeguards["max_connections"])
+        self._ws_open = 0  # upgrades admitted and not yet ended (counted before prepare)
         self._ready = False
         self.heartbeat = HEARTBEAT   # seconds between SSE heartbeats (tests shorten it)
         self._streams: set[_EventStream] = set()
@@ -217,7 +207,7 @@ class HttpFrontend(Service):
     async def start(self) -> HttpFrontend:
         if self._runner is not None:
             raise RuntimeError("the HTTP frontend is already started")
-        app = web.Application(middlewares=[self._auth_middleware])
+        app = web.Application(middlewares=[self._cross_site_middleware, self._auth_middleware])
         app.router.add_get("/health", self._health)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/ready", self._readyz)
@@ -249,13 +239,7 @@ class HttpFrontend(Service):
         self.engine.notify = self._notify
         self._chained_publish = self.engine.publish
         self.engine.publish = self._publish
-        self._deliver_wake = asyncio.Event()
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(resolver=_CheckedResolver(self.engine),
-                                           use_dns_cache=False),
-            timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT))
-        self._delivery_task = asyncio.create_task(self._delivery_loop(),
-                                                  name="bunqueue-webhooks")
+        await self.webhooks.start()
         self._ready = True
         log.info("bunqueue HTTP API listening on %s:%d", self.host, self._port)
         return self
@@ -274,19 +258,23 @@ class HttpFrontend(Service):
         for ws, _ in list(self._sockets.values()):
             await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
         self._room.cancel_all()
-        task, self._delivery_task = self._delivery_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self.webhooks.stop()
         await runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     @property
     def event_streams(self) -> int:
         """How many ``/events`` streams and ``/ws`` connections hear events now."""
         return len(self._streams)
+
+    @property
+    def websockets(self) -> int:
+        """How many ``/ws`` connections are open now."""
+        return len(self._sockets)
+
+    @property
+    def parked_polls(self) -> int:
+        """Long polls (``GET /queues/{queue}/jobs?timeout=``, over ``/ws``) parked now."""
+        return self._room.parked
 
     @property
     def url(self) -> str:
@@ -301,6 +289,15 @@ class HttpFrontend(Service):
         return web.json_response({"ok": False, "error": error}, status=status)
 
     @web.middleware
+    async def _cross_site_middleware(self, request: web.Request,
+                                     handler: Any) -> web.StreamResponse:
+        refusal = self.guard.refusal(request.method, request.headers, self.url)
+        if refusal is not None:  # BQ-SAFE-2
+            status, name, fields = refusal
+            return self._refuse(status, self._message(name, **fields))
+        return await handler(request)
+
+    @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self._tokens and request.path not in PROBES:
             header = request.headers.get("Authorization", "")
@@ -312,10 +309,15 @@ class HttpFrontend(Service):
         return await handler(request)
 
     async def _body(self, request: web.Request) -> dict | web.Response:
-        """The request's JSON object body ({} when empty), or a 400 response."""
+        """The request's JSON object body ({} when empty), or a 400 response; 415 for a body
+        not declared JSON (BQ-SAFE-2: a browser sends text/plain, form and multipart bodies
+        cross-site without a preflight, never application/json). An empty body passes
+        whatever its declared type (aiohttp's client declares application/octet-stream)."""
         raw = await request.read()
         if not raw.strip():
             return {}
+        if not json_declared(request.headers.get("Content-Type")):
+            return self._refuse(415, self._message("http_content_type"))
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -543,7 +545,23 @@ class HttpFrontend(Service):
             data = record["data"]
             await self._ws_send(ws, {"eventType": record["event"].partition(":")[2], **data})
 
-    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+    def _connections(self) -> int:
+        """Connections counted against ``max_connections``: WebSockets admitted here and the
+        TCP server's connections (when this frontend sits beside one)."""
+        tcp = getattr(self._server, "connection_count", 0) if self._server is not None else 0
+        return self._ws_open + (tcp if isinstance(tcp, int) else 0)
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if self._connections() >= self.max_connections:  # BQ-SAFE-1: refused at the upgrade
+            return self._refuse(503, self._message("http_connection_limit",
+                                                   max=self.max_connections))
+        self._ws_open += 1  # before the first await, so concurrent upgrades see it
+        try:
+            return await self._serve_websocket(request)
+        finally:
+            self._ws_open -= 1
+
+    async def _serve_websocket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MESSAGE)
         await ws.prepare(request)
         conn_id = f"ws-{uuid.uuid4()}"
@@ -552,6 +570,7 @@ class HttpFrontend(Service):
         self._sockets[conn_id] = (ws, stream)
         self._streams.add(stream)
         tasks: set[asyncio.Task] = {asyncio.create_task(self._ws_events(ws, stream))}
+        slots = asyncio.Semaphore(self._max_in_flight)  # BQ-PIPE-2: commands in flight
         try:
             async for message in ws:
                 if message.type == aiohttp.WSMsgType.TEXT:
@@ -560,12 +579,16 @@ class HttpFrontend(Service):
                     text = message.data.decode("utf-8", "replace")
                 else:
                     continue
+                if not await self._ws_slot(ws, slots):
+                    break  # the peer went away meanwhile
                 req, reply = self._ws_command(conn_id, text)
                 if isinstance(reply, Wait):  # a long poll: answered when it ends
                     task = asyncio.create_task(self._ws_park(ws, conn_id, req, reply))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
+                    task.add_done_callback(lambda _: slots.release())
                 else:  # answered in arrival order
+                    slots.release()
                     await self._ws_send(ws, self._with_req_id(req, reply))
         finally:
             # synchronous first: the handler may be cancelled at its next await (the peer
@@ -583,62 +606,24 @@ class HttpFrontend(Service):
                 await ws.close()
         return ws
 
-    # -- webhooks
-    def _wake_deliveries(self) -> None:
-        if self._deliver_wake is not None:
-            self._deliver_wake.set()
-
-    async def _delivery_loop(self) -> None:
-        wake = self._deliver_wake
-        assert wake is not None
+    @staticmethod
+    async def _ws_slot(ws: web.WebSocketResponse, slots: asyncio.Semaphore) -> bool:
+        """Take one of the connection's slots (True), or find the peer gone (False). While all
+        are held the socket is not read (aiohttp pauses it), so a peer that went away would go
+        unnoticed: a ping every ``WS_PROBE`` seconds makes its kernel answer with a reset,
+        and the next write fails (and the lost connection cancels the handler)."""
         while True:
-            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel
-                async with asyncio.timeout(WEBHOOK_POLL):  # of stop() (the loop never ended)
-                    await wake.wait()
+            try:
+                async with asyncio.timeout(WS_PROBE):
+                    await slots.acquire()
+                    return True
             except TimeoutError:
-                pass
-            wake.clear()
-            deliveries = self.engine.webhook_deliveries()
-            if deliveries:
-                await asyncio.gather(*(self._deliver(d) for d in deliveries))
+                if ws.closed:
+                    return False
+                try:
+                    await ws.ping()
+                except (ConnectionError, RuntimeError):
+                    return False
 
-    async def _deliver(self, delivery: WebhookDelivery) -> bool:
-        """POST one delivery; record and answer whether it succeeded."""
-        ok = False
-        try:
-            ok = await self._post(delivery)
-        except asyncio.CancelledError:
-            raise
-        except WebhookRefused as exc:
-            log.warning("webhook %s not delivered: %s", delivery.webhook_id, exc)
-        except aiohttp.ClientConnectorError as exc:  # the resolver's refusal arrives wrapped
-            cause = exc.os_error if isinstance(exc.os_error, WebhookRefused) else exc.__cause__
-            if isinstance(cause, WebhookRefused):
-                log.warning("webhook %s not delivered: %s", delivery.webhook_id, cause)
-            else:
-                log.info("webhook %s to %s failed: %s", delivery.webhook_id, delivery.url, exc)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.info("webhook %s to %s failed: %s", delivery.webhook_id, delivery.url, exc)
-        except Exception:  # noqa: BLE001 - one bad delivery never stops the loop
-            log.exception("webhook %s: unexpected error", delivery.webhook_id)
-        self.engine.webhook_result(delivery.webhook_id, ok)
-        return ok
-
-    async def _post(self, delivery: WebhookDelivery) -> bool:
-        session = self._session
-        assert session is not None
-        url = URL(delivery.url)
-        host = url.host or ""
-        if _ip_literal(host):  # aiohttp does not resolve literals: check them here
-            error = self.engine.webhook_address_error(host.strip("[]"))
-            if error:
-                raise WebhookRefused(f"webhook host {host}: {error}")
-        body = json.dumps(delivery.payload, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json", "X-Webhook-Event": delivery.event}
-        signature = delivery.signature(body)
-        if signature is not None:
-            headers[SIGNATURE_HEADER] = signature
-        async with session.post(url, data=body, headers=headers,
-                                allow_redirects=False) as response:
-            await response.read()
-            return 200 <= response.status < 300
+    def _wake_deliveries(self) -> None:
+        self.webhooks.wake()

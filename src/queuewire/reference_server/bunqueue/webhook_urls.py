@@ -1,6 +1,8 @@
 """Webhooks: what a delivery is (:class:`WebhookDelivery`, with its HMAC signature,
-BQ-WEBHOOK-3) and which targets are refused (BQ-WEBHOOK-1): :func:`webhook_url_error` for a
-URL as given, :func:`webhook_host_error` for a host or a resolved address."""
+BQ-WEBHOOK-3), which targets are refused (BQ-WEBHOOK-1): :func:`webhook_url_error` for a
+URL as given, :func:`webhook_host_error` for a host or a resolved address, and how a target
+may be named in a log line (:func:`webhook_target`: ``scheme://host:port`` only, since a hook's
+URL may carry credentials in its userinfo, path or query; issue 22 item 11)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ class WebhookDelivery:
     bunqueue's scheme)."""
 
     webhook_id: str
-    url: str
+    url: str = field(repr=False)  # may carry credentials: see webhook_target
     event: str
     payload: Mapping[str, Any]
     secret: str | None = field(default=None, repr=False)
@@ -32,6 +34,28 @@ class WebhookDelivery:
             return None
         return hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
 
+    @property
+    def target(self) -> str:
+        """The URL as a log line may show it (:func:`webhook_target`)."""
+        return webhook_target(self.url)
+
+
+def webhook_target(url: Any) -> str:
+    """``scheme://host:port`` of a webhook URL, the only part of it a log line shows: the
+    userinfo, path, query and fragment may hold credentials (``http://user:pass@h/x?token=s``)
+    and are never logged. A URL that does not parse is ``<invalid url>``."""
+    try:
+        parts = urllib.parse.urlsplit(str(url).strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "<invalid url>"
+    scheme = parts.scheme.lower()
+    if not host or scheme not in ("http", "https"):
+        return "<invalid url>"
+    if port is None:
+        port = 443 if scheme == "https" else 80
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}"
 
 
 def webhook_url_error(url: Any, *, allow_private: bool = False) -> str | None:

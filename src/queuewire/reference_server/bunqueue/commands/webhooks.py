@@ -1,4 +1,11 @@
-"""Commands: AddWebhook, RemoveWebhook, ListWebhooks (webhooks.yaml)."""
+"""Commands: AddWebhook, RemoveWebhook, ListWebhooks (webhooks.yaml).
+
+AddWebhook keeps the server's bounds (BQ-SAFE-1, issue 22 item 7): at most
+``safeguards.webhooks_per_queue`` hooks on one queue (hooks without a queue, which hear every
+queue, are one more scope with the same bound), so one PUSH makes at most twice that many
+deliveries, and at most ``safeguards.max_webhooks`` on the server; beyond either it is refused
+with ``webhook_limit_reached`` naming the bound. How the deliveries themselves are bounded
+(a queue per hook, slots per host) is the HTTP shell's (:mod:`..webhook_delivery`)."""
 
 from __future__ import annotations
 
@@ -22,6 +29,14 @@ class WebhooksCommands:
         problem = webhook_url_error(url, allow_private=self.config.allow_private_webhooks)
         if problem is not None:  # BQ-WEBHOOK-1
             raise _Refused(problem)
+        safeguards = self.profile.model.safeguards  # BQ-SAFE-1
+        total = int(safeguards["max_webhooks"])
+        if len(self._webhooks) >= total:
+            raise _Refused("webhook_limit_reached", max=total)
+        per_queue = int(safeguards["webhooks_per_queue"])
+        queue = req.get("queue")
+        if sum(1 for h in self._webhooks.values() if h.get("queue") == queue) >= per_queue:
+            raise _Refused("webhook_limit_reached", max=per_queue)
         hook = {"id": uuid7(now), "url": url, "events": events, "queue": req.get("queue"),
                 "secret": req.get("secret"), "createdAt": now, "lastTriggered": None,
                 "successCount": 0, "failureCount": 0, "enabled": True}
