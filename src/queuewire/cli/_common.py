@@ -1,5 +1,7 @@
 """What every ``queuewire`` command shares: the consoles, the protocol names, loading a
-profile as a usage error, and the ``--profile`` option."""
+profile as a usage error, the ``--profile`` option, and the ``--auth-token`` option of every
+command that talks to a server (also read from ``QUEUEWIRE_AUTH_TOKEN``, since ``ps`` shows a
+command line to every user of the machine)."""
 
 from __future__ import annotations
 
@@ -28,3 +30,16 @@ def load(name: str) -> Any:
 def profile_option(**kw: Any) -> Any:
     return click.option("--profile", "-p", metavar="PROFILE", help=(
         "Spec profile: " + ", ".join(profile_names()) + "."), **kw)
+
+
+AUTH_TOKEN_ENV = "QUEUEWIRE_AUTH_TOKEN"
+
+
+def auth_token_option(help: str, **kw: Any) -> Any:
+    """``--auth-token TOKEN``, taken from ``$QUEUEWIRE_AUTH_TOKEN`` when not given (preferred:
+    the environment is not on the command line). Reports and case files never hold it."""
+    return click.option("--auth-token", metavar="TOKEN", default=None, envvar=AUTH_TOKEN_ENV,
+                        show_envvar=True,
+                        help=f"{help} Default: ${AUTH_TOKEN_ENV}, which is safer than the "
+                             "option (`ps` shows command lines). Reports and case files never "
+                             "hold it.", **kw)

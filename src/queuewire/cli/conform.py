@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..conformance.known_failing import KNOWN_FAILING_HELP, read_known_failing
 from ..spec import default_profile, profile_names
-from ._common import PROTOCOLS, console, err_console, load
+from ._common import PROTOCOLS, auth_token_option, console, err_console, load
 
 
 def _conform_profiles(protocol: str, profiles: tuple[str, ...]) -> list[str]:
@@ -53,8 +53,7 @@ def conform() -> None:
               help="The server's HTTP API (bunqueue), for the HTTP cases; without it they are "
                    "INFO. Repeat for several --target: the n-th goes with the n-th --target "
                    "that is not 'embedded' (the embedded server sets its own).")
-@click.option("--auth-token", metavar="TOKEN", default=None,
-              help="Token for cases that authenticate (bunqueue Auth); with 'embedded', the "
+@auth_token_option("Token for cases that authenticate (bunqueue Auth); with 'embedded', the "
                    "reference server is started requiring it.")
 @click.option("--strict", is_flag=True,
               help="Also fail the run on NON-STRICT (a SHOULD not followed) and UNIMPLEMENTED.")
@@ -189,8 +188,11 @@ def _conform_http_targets(targets: tuple[str, ...], http_targets: tuple[str, ...
                    "the file's protocol and profile).")
 @click.option("--http-target", metavar="HOST:PORT", default=None,
               help="The server's HTTP API (bunqueue), for a case with HTTP steps.")
-@click.option("--auth-token", metavar="TOKEN", default=None,
-              help="Token for a case that authenticates (as given to `conform server`).")
+@auth_token_option("Token for a case that authenticates (as given to `conform server`); "
+                   "with --raw it goes back where the case file masks the recorded one.")
+@click.option("--max-file-bytes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse a case file larger than N bytes before reading it (default: "
+                   "64 MiB, conformance.replay.CASE_FILE_MAX; the runner writes a few MB).")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
               help="Check that FILE is a case of this protocol (default: the file says).")
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
@@ -201,7 +203,7 @@ def _conform_http_targets(targets: tuple[str, ...], http_targets: tuple[str, ...
                    "/ close) side by side.")
 def conform_replay(file: str, target: str, protocol: str | None, timeout: float,
                    raw: bool = False, http_target: str | None = None,
-                   auth_token: str | None = None) -> None:
+                   auth_token: str | None = None, max_file_bytes: int | None = None) -> None:
     """Re-run a saved case (FILE: a cases/<case-id>.json written by --report-dir) against
     --target and judge it again: every check of the saved run is shown with PASS, FIXED,
     STILL FAILING or REGRESSED (NEW / NEW FAILURE: checked only now; NOT CHECKED: only then),
@@ -210,7 +212,8 @@ def conform_replay(file: str, target: str, protocol: str | None, timeout: float,
 
     Exit status: 0 when every check that failed is FIXED and nothing regressed (the case now
     passes), 1 otherwise (with --raw: when the replies differ in kind), 2 for a bad file or
-    option.
+    option. A case file is data: a Python (logic) case runs only as the installed suite
+    defines it, and sizes, fills and pauses are bounded (a file that asks for more is refused).
 
     \b
     Examples:
@@ -223,14 +226,18 @@ def conform_replay(file: str, target: str, protocol: str | None, timeout: float,
         where = parse_target(target)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target") from None
+    from ..conformance.replay import CASE_FILE_MAX
+
+    max_bytes = max_file_bytes or CASE_FILE_MAX
     if raw:
-        _replay_raw(file, where, target, protocol, timeout)
+        _replay_raw(file, where, target, protocol, timeout, auth_token, max_bytes)
     else:
-        _replay_judged(file, where, target, protocol, timeout, http_target, auth_token)
+        _replay_judged(file, where, target, protocol, timeout, http_target, auth_token,
+                       max_bytes)
 
 
 def _replay_judged(file: str, where: Any, target: str, protocol: str | None, timeout: float,
-                   http_target: str | None, auth_token: str | None) -> None:
+                   http_target: str | None, auth_token: str | None, max_bytes: int) -> None:
     import asyncio
 
     from ..conformance.httpapi import parse_http_target
@@ -240,7 +247,7 @@ def _replay_judged(file: str, where: Any, target: str, protocol: str | None, tim
     from ..conformance.targets import embedded_target
 
     try:
-        saved = load_saved(file)
+        saved = load_saved(file, max_bytes=max_bytes)
     except ReplayError as exc:
         raise click.UsageError(str(exc)) from None
     if protocol and saved.case.protocol != protocol:
@@ -295,7 +302,7 @@ def _replay_judged(file: str, where: Any, target: str, protocol: str | None, tim
 
 
 def _replay_raw(file: str, where: Any, target: str, protocol: str | None,
-                timeout: float) -> None:
+                timeout: float, auth_token: str | None, max_bytes: int) -> None:
     import asyncio
 
     from ..conformance.replay import ReplayError, load_case_file, replay, short
@@ -303,23 +310,26 @@ def _replay_raw(file: str, where: Any, target: str, protocol: str | None,
     from ..conformance.wire import ConnectError
 
     try:
-        case = load_case_file(file)
+        case = load_case_file(file, max_bytes=max_bytes)
     except ReplayError as exc:
         raise click.UsageError(str(exc)) from None
     if protocol and case.protocol != protocol:
         raise click.UsageError(f"{file} is a {case.protocol} case, not {protocol}")
 
     async def go() -> Any:
-        if where == "embedded":
-            async with embedded(case.protocol, case.profile) as (host, port):
-                return await replay(case, host, port, timeout=timeout)
+        if where == "embedded":  # started requiring the token given, as `conform server` does
+            tokens = (auth_token,) if auth_token else ()
+            async with embedded(case.protocol, case.profile, tokens) as (host, port):
+                return await replay(case, host, port, timeout=timeout, auth_token=auth_token)
         host, port = where
-        return await replay(case, host, port, timeout=timeout)
+        return await replay(case, host, port, timeout=timeout, auth_token=auth_token)
 
     try:
         result = asyncio.run(go())
     except ConnectError as exc:
         raise click.ClickException(str(exc)) from None
+    except ReplayError as exc:
+        raise click.UsageError(f"{file}: {exc}") from None
     table = Table(title=f"replay of {case.id} ({case.protocol}, {case.profile}; recorded "
                         f"against {case.target or '?'}, verdict {case.verdict or '?'})",
                   title_justify="left")
@@ -343,8 +353,7 @@ def _replay_raw(file: str, where: Any, target: str, protocol: str | None,
 @conform.command("detect", short_help="Probe a server and name the profile it speaks.")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), required=True, help="Protocol to probe.")
 @click.option("--target", metavar="HOST:PORT", required=True, help="Server to probe.")
-@click.option("--auth-token", metavar="TOKEN", default=None,
-              help="Token to authenticate with first (bunqueue Auth).")
+@auth_token_option("Token to authenticate with first (bunqueue Auth).")
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
               metavar="S", help="Seconds to wait for each probe's answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence as JSON.")

@@ -2,7 +2,7 @@
 the YAML step interpreters work on.
 
 A :class:`CaseContext` is made fresh for each case by the runner and closed at its end (every
-connection it opened is closed). It holds the case's :class:`~.model.Transcript`, the list of
+connection it opened is closed). It holds the case's :class:`~.model.CaseTranscript`, the list of
 :class:`~.model.Check` objects the verdict is computed from, the variables (``${queue}``,
 ``save:`` results, ...) and the connections, numbered from 1 in the order they are opened.
 :class:`Conn` wraps a recorded :class:`~.wire.Connection` with what both the interpreters and
@@ -17,6 +17,7 @@ module, shared by both protocols and the HTTP checks.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import re
 import time
 import uuid
@@ -27,7 +28,7 @@ from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
 from ..spec import Profile
 from .matching import view
-from .model import Case, Check, Transcript
+from .model import Case, CaseTranscript, Check
 from .wire import Closed, Connection, Frame, Garbled, record_send
 
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -175,10 +176,13 @@ class Conn:
             self.close_seq = self.seq
         return True
 
-    def _take(self, pred) -> Frame | None:
-        for i, (seq, f) in enumerate(self.inbox):
+    def _take(self, pred, start: int = 0) -> Frame | None:
+        """The first unclaimed frame from inbox position ``start`` on that ``pred`` accepts."""
+        inbox = self.inbox
+        for i in range(start, len(inbox)):
+            seq, f = inbox[i]
             if pred(seq, f):
-                del self.inbox[i]
+                del inbox[i]
                 rid = reqid_of(f.value)
                 if rid is not None:
                     self.pending.discard(rid)
@@ -188,10 +192,18 @@ class Conn:
     async def wait_reply(self, rid: Any, deadline: float) -> Frame | None:
         """The frame whose reqId is ``rid`` (None: deadline, close or garbage first)."""
         key = _hashable(rid)
+        return await self._wait_for(lambda _s, fr: reqid_of(fr.value) == key, deadline)
+
+    async def _wait_for(self, pred, deadline: float, rescan: bool = False) -> Frame | None:
+        """Take the first frame ``pred`` accepts, pulling more until the deadline. Each frame
+        is looked at once (a flood of unclaimed frames costs linear, not quadratic, time)
+        unless ``rescan`` (``pred`` depends on state that may change while waiting)."""
+        seen = 0  # frames up to this sequence number were looked at
         while True:
-            f = self._take(lambda _s, fr: reqid_of(fr.value) == key)
+            f = self._take(pred, bisect.bisect_right(self.inbox, seen, key=_seq_of))
             if f is not None:
                 return f
+            seen = 0 if rescan else self.seq
             if not await self.pull(deadline):
                 return None
 
@@ -204,12 +216,7 @@ class Conn:
                 return False
             return not (unsolicited and self.ctx.protocol == "bunqueue"
                         and reqid_of(fr.value) in self.pending)
-        while True:
-            f = self._take(pred)
-            if f is not None:
-                return f
-            if not await self.pull(deadline):
-                return None
+        return await self._wait_for(pred, deadline, rescan=unsolicited)
 
     async def wait_close(self, deadline: float) -> bool:
         while self.closed is None:
@@ -245,7 +252,7 @@ class CaseContext:
         self.host, self.port = host, port
         self.timeout = timeout
         self.auth_token = auth_token
-        self.transcript = Transcript()
+        self.transcript = CaseTranscript()  # head and tail kept (model.py)
         self.checks: list[Check] = []
         self.conns: dict[int, Conn] = {}
         self.unimplemented = False
@@ -394,6 +401,10 @@ class CaseContext:
 
 
 # ------------------------------------------------------------------------------ matching
+
+def _seq_of(item: tuple[int, Frame]) -> int:
+    return item[0]
+
 
 def reqid_of(value: Any) -> Any:
     return _hashable(value.get("reqId")) if isinstance(value, dict) else None

@@ -20,11 +20,28 @@ Verdict rules, in order (the first that applies wins):
 * ``INFO``: the case only observes (``Case.info``) and records what it saw.
 * ``PASS``: every check held, and there was at least one check (a case that checked nothing
   is an ``ERROR``: a pass must have looked at bytes on the wire).
+
+What one case records is bounded (:class:`CaseTranscript`): its first
+:data:`TRANSCRIPT_HEAD_EVENTS` events (:data:`TRANSCRIPT_HEAD_BYTES` bytes) and its last
+:data:`TRANSCRIPT_TAIL_EVENTS` (:data:`TRANSCRIPT_TAIL_BYTES`) are kept, and one note event
+between them says how many events and bytes were omitted (``transcript_cut`` in the JSON
+report and case files), so a server that floods a case cannot grow the runner without bound.
+
+Secrets: with ``--auth-token`` the runner calls :func:`redact_result` on every result before
+anything reads it, so no report, case file or console line holds the token (the one place:
+every writer renders these classes). In bytes each occurrence of the token (and of its
+all-but-last-character near miss that ``bunqueue.auth.timing`` sends, and of its hex and
+base64 forms) is replaced by a **same-length** run of ``*``: frame lengths and string headers
+stay valid, and the event's ``redacted`` spans (offset, length, form) let ``conform replay
+--raw --auth-token T`` put a token of that length back exactly. In decoded views, notes,
+check messages and errors the same forms become ``<auth token redacted>``.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -117,6 +134,8 @@ class WireEvent:
     data: bytes = b""
     decoded: Any = None
     note: str = ""
+    # (offset, length, form) of each secret masked in ``data`` (see :func:`redact_result`)
+    redacted: tuple[tuple[int, int, str], ...] = ()
 
 
 #: How a case that could not judge its requirement without ``--auth-token`` says so in a
@@ -141,6 +160,181 @@ class Transcript:
                         if e.direction == "send" and (conn is None or e.conn == conn))
 
 
+# What one case's transcript keeps (CaseTranscript). The suite's largest case records 1006
+# events and 31.5 MB (bunqueue.pipe.pushes-500, the job-data limit probes) against the
+# reference servers, so the head keeps every legitimate case whole with room to spare; a
+# flooding server fills the head, then only the newest events are kept. Worst case ~64 MiB.
+TRANSCRIPT_HEAD_EVENTS = 4000
+TRANSCRIPT_HEAD_BYTES = 48 << 20
+TRANSCRIPT_TAIL_EVENTS = 1000
+TRANSCRIPT_TAIL_BYTES = 16 << 20  # at least one event of wire.RECORD_LIMIT bytes
+OMITTED_NOTE = ("[... {events} events / {nbytes} bytes omitted: a case's transcript keeps its "
+                "first {head} events (at most {head_bytes} bytes) and its last {tail} (at most "
+                "{tail_bytes} bytes) ...]")
+
+
+@dataclass
+class CaseTranscript(Transcript):
+    """A case's transcript with its head and tail kept and the middle counted (see the module
+    docstring): once the head is full, each new event goes to the tail and the oldest tail
+    event falls out; the note event ``marker`` (inserted where the first one fell out) says
+    how many events and bytes were omitted."""
+
+    omitted_events: int = 0
+    omitted_bytes: int = 0
+    unread: list[int] = field(default_factory=list)  # connections the tester stopped reading
+    _head_len: int | None = field(default=None, repr=False)  # events in the head, once full
+    _head_bytes: int = field(default=0, repr=False)
+    _tail_bytes: int = field(default=0, repr=False)
+    _marker: WireEvent | None = field(default=None, repr=False)
+
+    def add(self, conn: int, direction: str, data: bytes = b"", decoded: Any = None,
+            note: str = "") -> WireEvent:
+        ev = super().add(conn, direction, data, decoded, note)
+        size = len(ev.data)
+        if self._head_len is None:
+            if (len(self.events) <= TRANSCRIPT_HEAD_EVENTS
+                    and self._head_bytes + size <= TRANSCRIPT_HEAD_BYTES):
+                self._head_bytes += size
+                return ev
+            self._head_len = len(self.events) - 1  # the head is full: this event starts the tail
+        self._tail_bytes += size
+        start = self._head_len + (1 if self._marker is not None else 0)
+        while len(self.events) - start > 1 and (len(self.events) - start > TRANSCRIPT_TAIL_EVENTS
+                                                or self._tail_bytes > TRANSCRIPT_TAIL_BYTES):
+            gone = self.events.pop(start)
+            self._tail_bytes -= len(gone.data)
+            self.omitted_events += 1
+            self.omitted_bytes += len(gone.data)
+            if self._marker is None:
+                self._marker = WireEvent(gone.t, 0, "note")
+                self.events.insert(self._head_len, self._marker)
+                start += 1
+        if self._marker is not None:
+            self._marker.decoded = self.cut
+            self._marker.note = OMITTED_NOTE.format(
+                events=self.omitted_events, nbytes=self.omitted_bytes,
+                head=TRANSCRIPT_HEAD_EVENTS, head_bytes=TRANSCRIPT_HEAD_BYTES,
+                tail=TRANSCRIPT_TAIL_EVENTS, tail_bytes=TRANSCRIPT_TAIL_BYTES)
+        return ev
+
+    def mark_unread(self, conn: int) -> None:
+        """Connection ``conn`` stopped reading (``wire.RECV_BYTES_MAX``): what the server sent
+        next is in no transcript, so the transcript counts as cut."""
+        if conn not in self.unread:
+            self.unread.append(conn)
+
+    @property
+    def cut(self) -> dict[str, Any] | None:
+        """``{"omitted_events": n, "omitted_bytes": b, "unread_connections": [...]}`` once
+        something was omitted or left unread (None before)."""
+        if not self.omitted_events and not self.unread:
+            return None
+        return {"omitted_events": self.omitted_events, "omitted_bytes": self.omitted_bytes,
+                "unread_connections": list(self.unread)}
+
+
+def describe_cut(cut: dict[str, Any]) -> str:
+    """One line for people: what a cut transcript left out."""
+    parts = []
+    if cut.get("omitted_events"):
+        parts.append(f"{cut['omitted_events']} events / {cut['omitted_bytes']} bytes omitted "
+                     f"between its first {TRANSCRIPT_HEAD_EVENTS} and last "
+                     f"{TRANSCRIPT_TAIL_EVENTS} events")
+    if cut.get("unread_connections"):
+        conns = ", ".join(str(c) for c in cut["unread_connections"])
+        parts.append(f"the tester stopped reading connection {conns} (receive budget)")
+    return "transcript cut: " + "; ".join(parts)
+
+
+def transcript_cut(t: Transcript) -> dict[str, Any] | None:
+    """What a case transcript omitted (None: nothing, or not a :class:`CaseTranscript`)."""
+    return t.cut if isinstance(t, CaseTranscript) else None
+
+
+# -- secrets ----------------------------------------------------------------------------------
+REDACTED_TEXT = "<auth token redacted>"
+MASK = 0x2A  # "*": the same-length mask of a secret in recorded bytes
+NEAR_MISS_MIN = 4  # the token-minus-last-character form is masked from this length on
+
+
+@functools.lru_cache(maxsize=8)
+def secret_forms(token: str) -> tuple[tuple[str, bytes], ...]:
+    """The forms of ``token`` that must never be written, longest first: the token, its hex
+    (both cases) and base64, and its all-but-last-character prefix (``prefix``)."""
+    raw = token.encode("utf-8")
+    forms = [("token", raw), ("hex", raw.hex().encode()), ("HEX", raw.hex().upper().encode()),
+             ("base64", base64.b64encode(raw).rstrip(b"="))]
+    if len(raw) - 1 >= NEAR_MISS_MIN:
+        forms.append(("prefix", raw[:-1]))
+    return tuple(sorted(((k, v) for k, v in forms if v), key=lambda kv: -len(kv[1])))
+
+
+@functools.lru_cache(maxsize=8)
+def _text_forms(token: str) -> tuple[str, ...]:
+    return tuple(needle.decode("utf-8", "replace") for _, needle in secret_forms(token))
+
+
+def form_of(token: str, form: str) -> bytes:
+    """The bytes of one form of ``token`` (what ``conform replay`` puts back in a span)."""
+    return dict(secret_forms(token)).get(form, b"")
+
+
+def redact_bytes(data: bytes, token: str) -> tuple[bytes, tuple[tuple[int, int, str], ...]]:
+    """``data`` with every form of ``token`` masked in place by ``*`` and the spans masked."""
+    if not token or not data:
+        return data, ()
+    buf: bytearray | None = None
+    spans = []
+    for form, needle in secret_forms(token):
+        hay = data if buf is None else buf
+        at = hay.find(needle)
+        while at >= 0:
+            if buf is None:
+                buf = bytearray(data)
+            buf[at:at + len(needle)] = bytes([MASK]) * len(needle)
+            spans.append((at, len(needle), form))
+            at = buf.find(needle, at + len(needle))
+    if buf is None:
+        return data, ()
+    return bytes(buf), tuple(sorted(spans))
+
+
+def redact_text(text: str, token: str) -> str:
+    if not token or not isinstance(text, str):
+        return text
+    for form in _text_forms(token):
+        if form in text:
+            text = text.replace(form, REDACTED_TEXT)
+    return text
+
+
+def redact_value(value: Any, token: str) -> Any:
+    """A JSON-able value (decoded view, check value) with every string redacted."""
+    if isinstance(value, str):
+        return redact_text(value, token)
+    if isinstance(value, dict):
+        return {redact_value(k, token): redact_value(v, token) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, token) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return redact_bytes(bytes(value), token)[0]
+    return value
+
+
+def redact_transcript(transcript: Transcript, token: str | None) -> None:
+    """Mask ``token`` in every event of ``transcript`` (bytes, views, notes), in place."""
+    if not token:
+        return
+    for ev in transcript.events:
+        if ev.data:
+            ev.data, spans = redact_bytes(ev.data, token)
+            ev.redacted = tuple(ev.redacted) + spans
+        if ev.decoded is not None:
+            ev.decoded = redact_value(ev.decoded, token)
+        ev.note = redact_text(ev.note, token)
+
+
 @dataclass
 class CaseResult:
     case: Case
@@ -155,6 +349,21 @@ class CaseResult:
     @property
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
+
+
+def redact_result(result: CaseResult, token: str | None) -> CaseResult:
+    """``result`` with ``token`` masked everywhere it is shown or saved (transcript, checks,
+    error), in place; see the module docstring."""
+    if not token:
+        return result
+    redact_transcript(result.transcript, token)
+    for c in result.checks:
+        c.message = redact_text(c.message, token)
+        c.expected = redact_value(c.expected, token)
+        c.actual = redact_value(c.actual, token)
+    if result.error:
+        result.error = redact_text(result.error, token)
+    return result
 
 
 @dataclass
@@ -256,10 +465,14 @@ def jsonable_result(r: CaseResult) -> dict[str, Any]:
         "checks": [asdict(c) for c in r.checks],
         "transcript": [
             {"t": round(e.t, 6), "conn": e.conn, "direction": e.direction, "hex": e.data.hex(),
-             "decoded": e.decoded, "note": e.note}
+             "decoded": e.decoded, "note": e.note,
+             **({"redacted": [list(s) for s in e.redacted]} if e.redacted else {})}
             for e in r.transcript.events
         ],
     }
+    cut = transcript_cut(r.transcript)
+    if cut:
+        d["transcript_cut"] = cut
     return d
 
 

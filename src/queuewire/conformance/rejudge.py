@@ -9,6 +9,15 @@ id under the file's profile, and refused with a one-line :class:`~.replay.Replay
 the suite has no such case. The definition is checked against the case language
 (:func:`~.loader.check_case`) before it runs.
 
+A case file is data: nothing it names is imported. A case with ``logic`` (Python) runs only as
+the *installed* suite defines it: the file's ``logic`` and ``params`` must be those of the
+suite's case of the same id under the file's profile, else the file is refused
+(:class:`~.replay.ReplayError` naming the rule) before any module is looked up. Steps are
+interpreted, never executed, but their sizes are data too: a ``send_raw`` whose ``repeat`` or
+``body_bytes`` would build more than the protocol's largest frame
+(:func:`~.replay.frame_bound`, from the spec) is refused, and so is a file over the size bound
+(:data:`~.replay.CASE_FILE_MAX`, ``--max-file-bytes``).
+
 :func:`rejudge` runs the case with the runner's own :func:`~.runner.run_case` (fresh
 connections, the same step interpreters and judgement, cleanup) and :func:`compare_checks`
 pairs the new checks with the saved ones: first by step, kind and requirement, then by step
@@ -33,7 +42,7 @@ from typing import Any
 from ..spec import Profile, SpecError, load_profile
 from .loader import CaseError, check_case, load_cases
 from .model import Case, CaseResult, Check, Verdict, case_from_definition
-from .replay import ReplayError
+from .replay import CASE_FILE_MAX, ReplayError, frame_bound, parse_case_json, read_case_text
 
 PASSED = frozenset({Verdict.PASS, Verdict.INFO})
 
@@ -104,17 +113,59 @@ def _check(d: Any, where: str) -> Check:
                  actual=d.get("actual"), step=d.get("step"))
 
 
-def load_saved(path: str | Path) -> SavedCase:
+def _suite_case(p: Path, prof: Profile, case_id: str) -> Case | None:
+    try:
+        suite = {c.id: c for c in load_cases(prof.protocol, prof)}
+    except CaseError as exc:
+        raise ReplayError(f"{p}: the suite does not load: {exc}") from None
+    return suite.get(case_id)
+
+
+def _installed_logic(p: Path, prof: Profile, case: Case) -> Case:
+    """The installed suite's case for a file's logic case: same id, ``logic`` and ``params``
+    (see the module docstring), else a ReplayError. Nothing the file names is imported."""
+    suite = _suite_case(p, prof, case.id)
+    rule = ("a case file is data: a Python (logic) case runs only as the installed suite "
+            "defines it")
+    if suite is None or not suite.logic:
+        raise ReplayError(f"{p}: case {case.id} names logic {case.logic!r} but the installed "
+                          f"suite has no logic case {case.id} for {prof.name} ({rule})")
+    if case.logic != suite.logic:
+        raise ReplayError(f"{p}: case {case.id} names logic {case.logic!r}, not the installed "
+                          f"suite's {suite.logic!r} ({rule})")
+    if json.dumps(case.params, sort_keys=True, default=str) != json.dumps(
+            suite.params, sort_keys=True, default=str):
+        raise ReplayError(f"{p}: case {case.id} has params other than the installed suite's "
+                          f"({rule}, with its own params)")
+    return suite
+
+
+def _check_sizes(p: Path, prof: Profile, case: Case) -> None:
+    """Refuse ``send_raw`` steps that would build more than the protocol's largest frame."""
+    bound, name = frame_bound(prof)
+    for n, step in enumerate((*case.steps, *case.cleanup), 1):
+        body = step.get("send_raw") if isinstance(step, dict) else None
+        if not isinstance(body, dict):
+            continue
+        where = f"{p}: case {case.id} step {n}: send_raw"
+        for key in ("repeat", "body_bytes"):
+            value = body.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ReplayError(f"{where}: {key} must be a whole number written in the file, "
+                                  f"not {value!r}")
+            unit = len("".join(str(body.get("hex") or "").split())) // 2 if key == "repeat" else 1
+            if value * max(unit, 1) > bound:
+                raise ReplayError(f"{where}: {key} {value} would send {value * max(unit, 1)} "
+                                  f"bytes, more than the largest frame of {prof.name} ({bound} "
+                                  f"bytes: {name} and the header)")
+
+
+def load_saved(path: str | Path, *, max_bytes: int = CASE_FILE_MAX) -> SavedCase:
     """Read a case file for re-judging; ``ReplayError`` (one line) when it cannot be."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReplayError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ReplayError(f"{p} is not a UTF-8 JSON case file") from None
-    except json.JSONDecodeError as exc:
-        raise ReplayError(f"{p} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    doc = parse_case_json(read_case_text(p, max_bytes), p)
     if not isinstance(doc, dict):
         raise ReplayError(f"{p}: a case file is a JSON object, not {type(doc).__name__}")
     for key in ("id", "protocol", "profile"):
@@ -140,20 +191,24 @@ def load_saved(path: str | Path) -> SavedCase:
             if not case.steps and not case.logic:
                 raise ValueError("'case' has neither steps nor logic: nothing to run "
                                  "(resend its bytes with --raw)")
-            check_case(case, prof)
-        except (ValueError, TypeError) as exc:  # CaseError is a ValueError
+        except (ValueError, TypeError) as exc:
             raise ReplayError(f"{p}: {str(exc).splitlines()[0]}") from None
-        definition = "embedded in the file"
+        if case.logic:  # resolved in the installed suite, before anything is imported
+            case = _installed_logic(p, prof, case)
+            definition = "from the installed suite (a logic case)"
+        else:
+            _check_sizes(p, prof, case)
+            try:
+                check_case(case, prof)
+            except (ValueError, TypeError) as exc:  # CaseError is a ValueError
+                raise ReplayError(f"{p}: {str(exc).splitlines()[0]}") from None
+            definition = "embedded in the file"
     else:
-        try:
-            suite = {c.id: c for c in load_cases(prof.protocol, prof)}
-        except CaseError as exc:
-            raise ReplayError(f"{p}: the suite does not load: {exc}") from None
-        if doc["id"] not in suite:
+        case = _suite_case(p, prof, str(doc["id"]))
+        if case is None:
             raise ReplayError(f"{p}: case {doc['id']} is not in this suite for {prof.name} and "
                               "the file (an older format) does not embed it: resend its bytes "
                               "with --raw")
-        case = suite[doc["id"]]
         definition = "from the suite (the file does not embed it)"
     return SavedCase(str(p), case, prof, str(doc.get("target") or ""),
                      str(doc.get("verdict") or ""), doc.get("error"), checks, definition)

@@ -30,6 +30,18 @@ message), a decoding failure, and a close by the server. bunqueue replies are pa
 ``reqId`` where they carry one (pipelined replies may come in any order), the rest by
 position. :func:`load_case_file` refuses a malformed file with a one-line
 :class:`ReplayError` naming the file and what is wrong.
+
+A case file is data someone shared, so loading it is bounded before anything is allocated:
+a file over :data:`CASE_FILE_MAX` bytes is refused from its size (``--max-file-bytes``), an
+event's ``zlib_base64`` is inflated with a ``max_length`` (never past its declared ``bytes``
+nor :func:`event_bound`), all events together hold at most :data:`CASE_BYTES_MAX` bytes, a
+zero-byte completion may not make a send longer than the protocol's largest frame
+(:func:`frame_bound`, from the spec), ``t`` must be a finite time, and while replaying no
+pause between two recorded events exceeds the replay's timeout (a warning says it was
+shortened). Zero bytes are written in pieces, never built in memory. The recorded auth token
+is masked in case files (:func:`~queuewire.conformance.model.redact_result`): with
+``--auth-token`` (or ``QUEUEWIRE_AUTH_TOKEN``) :func:`restore_token` puts it back into each
+masked span, which needs a token of the recorded length.
 """
 
 from __future__ import annotations
@@ -38,21 +50,34 @@ import asyncio
 import base64
 import binascii
 import json
+import math
 import re
+import struct
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..spec import SpecError, load_profile
-from .model import Transcript
+from ..spec import Profile, SpecError, load_profile
+from .model import CaseTranscript, form_of, redact_transcript
+from .wire import QUICX_PAYLOAD_MAX, RECORD_LIMIT
 
 DIRECTIONS = ("send", "recv", "close", "open", "note")
 _TRUNCATED = re.compile(r"(\d+) bytes sent; the transcript keeps the first \d+"
                         r"(; the other \d+ are zero bytes)?")
 COMPRESS_OVER = 64 * 1024  # events bigger than this are stored zlib-compressed in case files
 _ROLE = re.compile(r" as (\w+)\s*$")
+# Bounds of a case file (a shared file is data, see the module docstring). The runner writes
+# files of a few MB: big sends are zlib-compressed and a transcript keeps at most ~64 MiB
+# (model.CaseTranscript), so these leave room for every file it writes.
+CASE_FILE_MAX = 64 << 20    # bytes of the file itself; refused before it is parsed
+CASE_BYTES_MAX = 128 << 20  # bytes of all its events together, once decoded
+CASE_EVENTS_MAX = 20_000    # events (a transcript keeps at most ~5000, plus notes)
+# JSON nesting of a case file: decoded views are cut at wire.VIEW_DEPTH_MAX (64) levels and sit
+# a few levels deep in the file; deeper input would only exhaust the recursion of its readers.
+CASE_JSON_DEPTH_MAX = 128
+ZERO_PIECE = bytes(1 << 20)  # zero bytes completing a send are written in pieces of this
 
 
 class ReplayError(Exception):
@@ -67,6 +92,8 @@ class Event:
     data: bytes
     decoded: Any
     note: str
+    redacted: tuple[tuple[int, int, str], ...] = ()  # masked secrets (offset, length, form)
+    fill: int = 0  # zero bytes completing the send (its note says the rest were zeros)
 
 
 @dataclass
@@ -113,19 +140,67 @@ class ReplayResult:
         return all(ok for *_, ok in self.rows)
 
 
-def load_case_file(path: str | Path) -> CaseFile:
-    """Read and check a saved case; ``ReplayError`` (one line) when it cannot be replayed."""
+def frame_bound(profile: Profile) -> tuple[int, str]:
+    """The largest frame the protocol allows, header included, and the limit's name in the
+    spec (bunqueue ``max_frame_bytes``; quicx ``max_payload_bytes``, no more than
+    ``wire.QUICX_PAYLOAD_MAX`` where only the u32 field bounds it)."""
+    spec = profile.model
+    if profile.protocol == "bunqueue":
+        return spec.max_frame_bytes + struct.calcsize(spec.len_format), "max_frame_bytes"
+    cap = spec.max_payload_bytes
+    payload = QUICX_PAYLOAD_MAX if cap is None else min(cap, QUICX_PAYLOAD_MAX)
+    return spec.header_size + payload, "max_payload_bytes"
+
+
+def event_bound(profile: Profile) -> int:
+    """The most bytes one recorded event may hold: a send or frame the runner keeps
+    (``wire.RECORD_LIMIT``), or one frame at the protocol's limit."""
+    return max(RECORD_LIMIT, frame_bound(profile)[0])
+
+
+def read_case_text(path: str | Path, max_bytes: int = CASE_FILE_MAX) -> str:
+    """The text of a case file, refused from its size alone when over ``max_bytes``."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            raw = f.read(max_bytes + 1)
     except OSError as exc:
         raise ReplayError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if len(raw) > max_bytes:
+        raise ReplayError(f"{p} is larger than {max_bytes} bytes, the most a case file may be "
+                          f"(the runner writes files of a few MB; --max-file-bytes N to allow "
+                          f"more)")
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ReplayError(f"{p} is not a UTF-8 JSON case file") from None
+
+
+def parse_case_json(text: str, p: Path) -> Any:
+    """The JSON of a case file, refused (one line) when malformed or nested deeper than
+    :data:`CASE_JSON_DEPTH_MAX` levels."""
+    deep = ReplayError(f"{p}: JSON nested deeper than {CASE_JSON_DEPTH_MAX} levels, more than "
+                       "a case file holds")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"{p} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise deep from None
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > CASE_JSON_DEPTH_MAX:
+                raise deep
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return doc
+
+
+def load_case_file(path: str | Path, *, max_bytes: int = CASE_FILE_MAX) -> CaseFile:
+    """Read and check a saved case; ``ReplayError`` (one line) when it cannot be replayed."""
+    p = Path(path)
+    doc = parse_case_json(read_case_text(p, max_bytes), p)
     if not isinstance(doc, dict):
         raise ReplayError(f"{p}: a case file is a JSON object, not {type(doc).__name__}")
     for key in ("id", "protocol", "profile", "transcript"):
@@ -141,7 +216,12 @@ def load_case_file(path: str | Path) -> CaseFile:
         raise ReplayError(f"{p}: profile {profile} is a {prof.protocol} profile, not {protocol}")
     if not isinstance(doc["transcript"], list):
         raise ReplayError(f"{p}: 'transcript' must be a list of events")
-    events = []
+    if len(doc["transcript"]) > CASE_EVENTS_MAX:
+        raise ReplayError(f"{p}: {len(doc['transcript'])} events, more than the "
+                          f"{CASE_EVENTS_MAX} a case file may hold")
+    per_event, (frame_max, limit_name) = event_bound(prof), frame_bound(prof)
+    events: list[Event] = []
+    total = 0
     for i, ev in enumerate(doc["transcript"]):
         where = f"{p}: transcript[{i}]"
         if not isinstance(ev, dict):
@@ -155,28 +235,90 @@ def load_case_file(path: str | Path) -> CaseFile:
             raise ReplayError(f"{where}: conn must be a positive integer, not {conn!r}"
                               + (" (0 only for a note)" if conn == 0 else ""))
         try:
-            data = event_bytes(ev)
+            data = event_bytes(ev, min(per_event, CASE_BYTES_MAX - total))
         except ValueError as exc:
             raise ReplayError(f"{where}: {exc}") from None
+        total += len(data)
         t = ev.get("t", 0.0)
-        if not isinstance(t, (int, float)) or isinstance(t, bool):
-            raise ReplayError(f"{where}: t must be a number, not {t!r}")
-        events.append(Event(float(t), conn, direction, data, ev.get("decoded"), str(ev.get("note") or "")))
+        if (not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t)
+                or t < 0):
+            raise ReplayError(f"{where}: t must be a finite number of seconds, at least 0, "
+                              f"not {t!r}")
+        note = str(ev.get("note") or "")
+        fill = 0
+        m = _TRUNCATED.search(note) if direction == "send" else None
+        if m and m.group(2) and int(m.group(1)) > len(data):
+            size = int(m.group(1))
+            if size > frame_max:
+                raise ReplayError(f"{where}: the note claims a send of {size} bytes completed "
+                                  f"with zero bytes, more than the largest frame of {prof.name} "
+                                  f"({frame_max} bytes: {limit_name} and the header)")
+            fill = size - len(data)
+        events.append(Event(float(t), conn, direction, data, ev.get("decoded"), note,
+                            _spans(ev.get("redacted"), len(data), where), fill))
     if not any(e.direction == "send" for e in events):
         raise ReplayError(f"{p}: the transcript has no bytes sent by the tester: nothing to replay")
     return CaseFile(str(p), str(doc["id"]), protocol, str(profile), str(doc.get("target", "")),
                     str(doc.get("verdict", "")), events)
 
 
-def event_bytes(ev: dict[str, Any]) -> bytes:
-    """The bytes of a case-file event: ``hex``, or ``zlib_base64`` for big events."""
+def _spans(value: Any, size: int, where: str) -> tuple[tuple[int, int, str], ...]:
+    """The ``redacted`` spans of an event, checked to lie inside its bytes."""
+    if value is None:
+        return ()
+    ok = isinstance(value, list) and all(
+        isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                    for x in v[:2])
+        and isinstance(v[2], str) and 0 <= v[0] and 0 < v[1] and v[0] + v[1] <= size
+        for v in value)
+    if not ok:
+        raise ReplayError(f"{where}: 'redacted' must list [offset, length, form] spans inside "
+                          "the event's bytes")
+    return tuple((int(a), int(b), str(c)) for a, b, c in value)
+
+
+def restore_token(data: bytes, spans: Any, token: str) -> bytes:
+    """``data`` with ``token`` (in the form each span names) written back into its masked
+    spans; ``ReplayError`` when the token's length is not the recorded one."""
+    out = bytearray(data)
+    for offset, length, form in spans:
+        value = form_of(token, form)
+        if len(value) != length:
+            raise ReplayError(f"the recorded frames hold an auth token of another length "
+                              f"({form} of {length} bytes, the token given makes {len(value)}): "
+                              f"--raw resends the recorded bytes, so give the token they were "
+                              f"recorded with (or replay without --raw)")
+        out[offset:offset + length] = value
+    return bytes(out)
+
+
+def event_bytes(ev: dict[str, Any], limit: int = CASE_BYTES_MAX) -> bytes:
+    """The bytes of a case-file event: ``hex``, or ``zlib_base64`` for big events, never more
+    than ``limit`` (nor a ``zlib_base64`` event's declared ``bytes``) once decoded."""
     if "zlib_base64" in ev:
+        declared = ev.get("bytes")
+        if not isinstance(declared, int) or isinstance(declared, bool) or declared < 0:
+            raise ValueError("a 'zlib_base64' event needs its size in 'bytes'")
+        if declared > limit:
+            raise ValueError(f"'bytes' {declared} is more than the {limit} bytes an event may "
+                             "hold here")
         try:
-            return zlib.decompress(base64.b64decode(ev["zlib_base64"], validate=True))
+            packed = base64.b64decode(ev["zlib_base64"], validate=True)
+            z = zlib.decompressobj()
+            data = z.decompress(packed, declared + 1)
         except (binascii.Error, zlib.error, TypeError, ValueError):
             raise ValueError("'zlib_base64' is not base64 of zlib data") from None
+        if len(data) != declared or z.unconsumed_tail:
+            raise ValueError(f"'zlib_base64' inflates to more than its declared {declared} "
+                             f"bytes" if len(data) > declared or z.unconsumed_tail else
+                             f"'zlib_base64' inflates to {len(data)} bytes, not its declared "
+                             f"{declared}")
+        return data
+    text = ev.get("hex") or ""
+    if isinstance(text, str) and len(text) > 2 * limit:
+        raise ValueError(f"'hex' holds more than the {limit} bytes an event may hold here")
     try:
-        return bytes.fromhex(ev.get("hex") or "")
+        return bytes.fromhex(text)
     except (ValueError, TypeError):
         raise ValueError("'hex' is not hexadecimal") from None
 
@@ -339,12 +481,14 @@ def rewrite(protocol: str, profile: Any, data: bytes, mapping: dict[Any, Any]) -
 
 
 # -- replay -----------------------------------------------------------------------------------
-async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0) -> ReplayResult:
-    """Send the recorded bytes to ``host:port`` and collect what comes back."""
+async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0,
+                 auth_token: str | None = None) -> ReplayResult:
+    """Send the recorded bytes to ``host:port`` and collect what comes back (``auth_token``
+    goes back into the spans where the recording masked it)."""
     from .wire import Connection
 
     prof = load_profile(case.profile)
-    transcript = Transcript()
+    transcript = CaseTranscript()
     conns: dict[int, Connection] = {}
     warnings: list[str] = []
     recorded_seen: dict[int, int] = {}  # recorded received items so far, per conn
@@ -384,6 +528,16 @@ async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0) 
            for e in case.events):
         warnings.append("the case's HTTP requests (connection 0) are not replayed; only its "
                         "TCP connections are")
+    if any(e.conn == 0 and isinstance(e.decoded, dict) and "omitted_events" in e.decoded
+           for e in case.events):
+        warnings.append("the recorded transcript was cut (events omitted between its head and "
+                        "tail): the replay is not exact")
+    masked = [e for e in case.events if e.redacted and e.direction == "send"]
+    for e in masked if auth_token else ():
+        restore_token(e.data, e.redacted, auth_token)  # a token of another length: refused now
+    if masked and not auth_token:
+        warnings.append("the recorded sends hold the auth token, masked in the file: they go "
+                        "out masked (give --auth-token or set QUEUEWIRE_AUTH_TOKEN to send it)")
     start = time.monotonic()
     try:
         for ev in case.events:
@@ -399,6 +553,12 @@ async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0) 
                 continue
             await settle()
             delay = ev.t - (time.monotonic() - start)
+            if delay > timeout:  # a pause longer than any wait of the run: keep the pace after
+                warnings.append(f"conn {ev.conn}: the recorded pause of {delay:.3g} s before the "
+                                f"{ev.direction} at {ev.t:.3g} s was shortened to the timeout "
+                                f"({timeout:g} s)")
+                start -= delay - timeout
+                delay = timeout
             if delay > 0:
                 await asyncio.sleep(delay)
             conn = await conn_of(ev.conn)
@@ -410,31 +570,38 @@ async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0) 
                                 f"at {ev.t * 1000:.0f} ms; not sent")
                 continue
             learn()
-            data = rewrite(case.protocol, prof, ev.data, mapping)
+            data = ev.data
+            if ev.redacted and auth_token:
+                data = restore_token(data, ev.redacted, auth_token)
+            data = rewrite(case.protocol, prof, data, mapping)
             m = _TRUNCATED.search(ev.note)
-            if m and int(m.group(1)) > len(data):
+            if m and not ev.fill and int(m.group(1)) > len(data):
                 size = int(m.group(1))
-                if m.group(2):  # the rest was zero bytes: completing it is exact
-                    data = data + bytes(size - len(data))
-                else:
-                    warnings.append(f"conn {ev.conn}: cannot replay exactly: "
-                                    f"{size - len(data)} bytes were not recorded (a send of "
-                                    f"{size} bytes at {ev.t * 1000:.0f} ms); sent the "
-                                    f"{len(data)} recorded bytes only")
+                warnings.append(f"conn {ev.conn}: cannot replay exactly: "
+                                f"{size - len(data)} bytes were not recorded (a send of "
+                                f"{size} bytes at {ev.t * 1000:.0f} ms); sent the "
+                                f"{len(data)} recorded bytes only")
             transcript.add(ev.conn, "send", data[:1 << 20], None, ev.note)
             await conn.write(data)
+            left = ev.fill  # the rest was zero bytes (bounded at load): completing it is exact
+            while left > 0:
+                piece = ZERO_PIECE if left >= len(ZERO_PIECE) else ZERO_PIECE[:left]
+                await conn.write(piece)
+                left -= len(piece)
         await settle()
         # Anything the server sends beyond the recording shows up as an extra row.
         await asyncio.sleep(min(0.2, timeout))
     finally:
         for c in conns.values():
             await c.close()
+    redact_transcript(transcript, auth_token)  # what a server echoes is shown, masked
     new = received_of(case.protocol, transcript.events)
     return ReplayResult(case, recorded_items, new, compare(case, recorded_items, new), warnings)
 
 
-def replay_sync(case: CaseFile, host: str, port: int, *, timeout: float = 5.0) -> ReplayResult:
-    return asyncio.run(replay(case, host, port, timeout=timeout))
+def replay_sync(case: CaseFile, host: str, port: int, *, timeout: float = 5.0,
+                auth_token: str | None = None) -> ReplayResult:
+    return asyncio.run(replay(case, host, port, timeout=timeout, auth_token=auth_token))
 
 
 def short(item: Received | None, width: int = 70) -> str:

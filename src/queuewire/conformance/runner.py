@@ -3,18 +3,19 @@
 :func:`run_target` loads the profile's cases (or takes a given list), filters them with
 ``--select`` / ``--skip`` globs (``fnmatch`` on the case id), connects to ``HOST:PORT`` or
 starts the embedded reference server, and runs the cases one after another (or ``jobs`` at
-once, an ``exclusive`` case always alone: :class:`_Gate`). Each case gets a
-fresh :class:`~.context.CaseContext` (its own connections, transcript, variables and unique
-queue names), is bounded by a wall-clock limit, then runs its ``cleanup`` steps whatever
-happened (:func:`run_cleanup`: recorded, never judged, the verdict is fixed before), and has
-every connection closed at its end, so one case cannot leak into the next. A case that raises,
-cannot connect, or checks nothing is an ERROR with a one-line message; otherwise its verdict
-is :func:`~.model.verdict_of` of its checks. Every result carries a one-line reproduction
-command. For bunqueue the run first sends ``Hello`` once and keeps the reply as
-``server_info``. ``http_target`` (or the embedded bunqueue server's own HTTP API) is where
-``http:`` steps go; without one they make their case INFO. Coverage counts the profile's
-requirement ids whose subject is not a client role (those are out of scope for a server) and,
-among them, those cited by a case that ran and was judged (PASS, FAIL, NON-STRICT,
+once, an ``exclusive`` case always alone: :class:`_Gate`). Each case gets a fresh
+:class:`~.context.CaseContext` (its own connections, transcript, variables and unique queue
+names), is bounded by a wall-clock limit, then runs its ``cleanup`` steps whatever happened
+(:func:`run_cleanup`: recorded, never judged, the verdict is fixed before), and has every
+connection closed at its end, so one case cannot leak into the next. A case that raises, cannot
+connect, or checks nothing is an ERROR with a one-line message; otherwise its verdict is
+:func:`~.model.verdict_of` of its checks. Every result carries a one-line reproduction command,
+and has the ``--auth-token`` masked (:func:`~.model.redact_result`) before anyone sees it, so
+no report or case file can hold the token. For bunqueue the run first sends ``Hello`` once and
+keeps the reply as ``server_info``. ``http_target`` (or the embedded bunqueue server's own HTTP
+API) is where ``http:`` steps go; without one they make their case INFO. Coverage counts the
+profile's requirement ids whose subject is not a client role (those are out of scope for a
+server) and, among them, those cited by a case that ran and was judged (PASS, FAIL, NON-STRICT,
 UNIMPLEMENTED) as *exercised*, and those cited only by INFO cases as *observed*. ``progress``
 receives ``("start", n)``, ``("case", CaseResult)`` per case and ``("done", TargetRun)``.
 """
@@ -36,7 +37,17 @@ from .context import CaseAbort, CaseContext, StepError
 from .httpapi import parse_http_target
 from .loader import CaseError, load_dir, resolve_function
 from .loader import load_cases as _load_cases
-from .model import Case, CaseResult, Coverage, TargetRun, Transcript, Verdict, verdict_of
+from .model import (
+    Case,
+    CaseResult,
+    Coverage,
+    TargetRun,
+    Transcript,
+    Verdict,
+    redact_result,
+    redact_value,
+    verdict_of,
+)
 from .targets import EMBEDDED, embedded_target, parse_target
 from .wire import ConnectError
 
@@ -143,8 +154,9 @@ async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeou
     verdict = verdict_of(checks, error=error, unimplemented=unimplemented, info=info)
     if verdict is Verdict.ERROR and error is None:
         error = "the case checked nothing (a pass must look at bytes on the wire)"
-    return CaseResult(case, verdict, checks, ctx.transcript, time.monotonic() - start,
-                      error, reproduction_line, known_failing)
+    result = CaseResult(case, verdict, checks, ctx.transcript, time.monotonic() - start,
+                        error, reproduction_line, known_failing)
+    return redact_result(result, auth_token)  # before anything shows or saves it
 
 
 async def run_cleanup(ctx: CaseContext) -> None:
@@ -286,7 +298,7 @@ async def _server_info(profile: Profile, host: str, port: int, timeout: float,
         await ctx.close_all()
     if isinstance(reply, dict) and reply.get("ok") is True:
         from ..codecs.validation import jsonable
-        return jsonable(reply)
+        return redact_value(jsonable(reply), auth_token) if auth_token else jsonable(reply)
     return None
 
 

@@ -12,11 +12,23 @@ step ever sleeps longer than it must. Sends are recorded before they are written
 a send are kept whole up to :data:`RECORD_LIMIT` (16 MiB: every job-data limit probe, so its
 replay file replays exactly); a bigger send (the 64 MiB framing probes) is kept by its first
 :data:`RECORD_LIMIT` bytes and a note giving its size and whether the rest was all zero bytes
-(then a replay can still send it exactly). The *decoded views* are for people, not for replay:
+(then a replay can still send it exactly); a received frame is kept by its first
+:data:`RECORD_LIMIT` bytes the same way. The *decoded views* are for people, not for replay:
 :func:`cap_view` shortens strings over :data:`VIEW_TEXT_MAX` characters and lists over
 :data:`VIEW_ITEMS_MAX` items (and cuts nesting deeper than :data:`VIEW_DEPTH_MAX`) with a
 visible marker, so a 10 MiB job-data probe does not make
 tens of MB of JSON per case.
+
+The server under test may be hostile, so what a connection reads is bounded. A frame over
+the protocol's limit (bunqueue ``max_frame_bytes``; quicx ``max_payload_bytes``, lowered to
+:data:`QUICX_PAYLOAD_MAX` where the profile bounds it only by the u32 field) is a decoding
+finding, never a buffer. After the decoder stops, only the first :data:`RAW_RECORD_MAX`
+undecodable bytes are recorded (the rest is counted in a note). And one connection reads at
+most :data:`RECV_BYTES_MAX` bytes and :data:`RECV_FRAMES_MAX` frames in a case: past either
+(a frame already under way is read to its end, within the frame limit) the reader notes that
+it *stopped reading* and stops; the socket stays open and unread until the case ends, so the
+server meets TCP backpressure and the case's waits time out. The transcript itself keeps its
+head and tail (:class:`~.model.CaseTranscript`).
 """
 
 from __future__ import annotations
@@ -39,6 +51,20 @@ VIEW_TEXT_MAX = 1024     # characters of one string kept in a decoded view
 VIEW_ITEMS_MAX = 1000    # items of one list kept in a decoded view
 VIEW_DEPTH_MAX = 64      # levels of nesting kept in a decoded view
 CHUNK = 1 << 16
+# Receive budget of one connection in one case. Against the reference servers the suite's
+# busiest connection reads 502 frames and 174 KB (every big frame of the suite is one the
+# tester sends), so these bounds are far above any conforming answer, and keep what a flooding
+# server makes the runner hold (frames, their decoded values, the reports' hex) to tens of MB.
+RECV_BYTES_MAX = 8 << 20
+RECV_FRAMES_MAX = 10_000
+RAW_RECORD_MAX = 64 << 10  # undecodable bytes recorded after the decoder stopped
+# quicx/v1 bounds a payload only by its u32 length field (4 GiB): the runner decodes a reply
+# of at most bunqueue's own frame limit and reports a longer one as too large.
+QUICX_PAYLOAD_MAX = 64 << 20
+STOPPED_NOTE = ("the tester stopped reading connection {num}: the server sent {nbytes} bytes "
+                "in {frames} frames in this case, over the runner's receive budget "
+                "({max_bytes} bytes / {max_frames} frames per connection); what it sends next "
+                "is not read")
 # the note of a send kept in part; replay.py reads it (keep the two in step)
 TRUNCATED_NOTE = "{size} bytes sent; the transcript keeps the first {kept}"
 ZERO_TAIL_NOTE = "; the other {rest} are zero bytes"
@@ -73,6 +99,17 @@ def record_send(transcript: Transcript, conn: int, data: bytes, decoded: Any, no
         note = f"{note}; {extra}" if note else extra
         data = data[:RECORD_LIMIT]
     transcript.add(conn, "send", data, cap_view(decoded), note)
+
+
+def record_recv(transcript: Transcript, conn: int, data: bytes, decoded: Any,
+                note: str = "") -> None:
+    """Record one received frame: its first :data:`RECORD_LIMIT` bytes (a note gives the
+    size of a longer one) and its view."""
+    if len(data) > RECORD_LIMIT:
+        extra = f"{len(data)} bytes received; the transcript keeps the first {RECORD_LIMIT}"
+        note = f"{note}; {extra}" if note else extra
+        data = data[:RECORD_LIMIT]
+    transcript.add(conn, "recv", data, decoded, note)
 
 
 @dataclass
@@ -124,8 +161,15 @@ class Connection:
         if protocol == "bunqueue":
             self._decoder: Any = FrameDecoder(profile)  # a reply beyond the limit is noted
         else:
-            self._decoder = QuicxDecoder(profile, role or "producer")
+            self._decoder = QuicxDecoder(profile, role or "producer",
+                                         max_payload=QUICX_PAYLOAD_MAX)
         self._dead = False  # the decoder stopped: record raw bytes from now on
+        self.received_bytes = 0
+        self.received_frames = 0
+        self._raw_unrecorded = 0  # undecodable bytes over RAW_RECORD_MAX, counted
+        self._raw_recorded = 0
+        self.stopped_reading: str | None = None  # why the reader stopped (receive budget)
+        self._frames_at_budget: int | None = None  # frames read when the budget ran out
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def open(self, timeout: float) -> Connection:
@@ -151,6 +195,7 @@ class Connection:
         if self._writer is None or self.closed_by_us:
             return
         self.closed_by_us = True
+        self._note_unrecorded()
         if self.closed_by_peer is None:
             self.transcript.add(self.num, "close", note="closed by the tester")
         try:
@@ -221,6 +266,7 @@ class Connection:
         if self.closed_by_peer is not None or self.closed_by_us:
             return
         self.closed_by_peer = reason
+        self._note_unrecorded()
         self.transcript.add(self.num, "close", note=reason)
         self._put(Closed(reason))
 
@@ -237,13 +283,47 @@ class Connection:
                     self._eof()
                     self._peer_closed("closed by the peer (EOF)")
                     return
+                self.received_bytes += len(data)
                 self._feed(data)
+                if self._over_budget():
+                    self.stopped_reading = STOPPED_NOTE.format(
+                        num=self.num, nbytes=self.received_bytes, frames=self.received_frames,
+                        max_bytes=RECV_BYTES_MAX, max_frames=RECV_FRAMES_MAX)
+                    self.transcript.add(self.num, "note", note=self.stopped_reading)
+                    mark = getattr(self.transcript, "mark_unread", None)  # a CaseTranscript
+                    if mark is not None:
+                        mark(self.num)
+                    return
         except asyncio.CancelledError:
             raise
 
+    def _over_budget(self) -> bool:
+        """Past the receive budget, and not inside a frame: the frame under way when the budget
+        ran out is read to its end (the decoder bounds it by the frame limit), then no more."""
+        if self.received_bytes <= RECV_BYTES_MAX and self.received_frames <= RECV_FRAMES_MAX:
+            return False
+        if self._dead:
+            return True
+        if self._frames_at_budget is None:
+            self._frames_at_budget = self.received_frames
+        mid = self._decoder.buffered if self.protocol == "bunqueue" else self._decoder.in_frame
+        return not mid or self.received_frames > self._frames_at_budget
+
+    def _note_unrecorded(self) -> None:
+        if self._raw_unrecorded:
+            self.transcript.add(self.num, "note", note=(
+                f"{self._raw_unrecorded} more undecodable bytes were received and not recorded "
+                f"(the transcript keeps the first {RAW_RECORD_MAX} after the decoder stopped)"))
+            self._raw_unrecorded = 0
+
     def _feed(self, data: bytes) -> None:
         if self._dead:
-            self.transcript.add(self.num, "recv", data, None, "undecoded (the decoder stopped)")
+            room = RAW_RECORD_MAX - self._raw_recorded
+            if room > 0:
+                self._raw_recorded += min(room, len(data))
+                self.transcript.add(self.num, "recv", data[:room], None,
+                                    "undecoded (the decoder stopped)")
+            self._raw_unrecorded += max(0, len(data) - max(room, 0))
             return
         while True:
             try:
@@ -275,7 +355,8 @@ class Connection:
             value = f.value
         else:
             raw, view, value = f.raw, cap_view(f.as_dict()), f
-        self.transcript.add(self.num, "recv", raw, view)
+        self.received_frames += 1
+        record_recv(self.transcript, self.num, raw, view)
         self._put(Frame(value, view, raw))
 
     def _eof(self) -> None:

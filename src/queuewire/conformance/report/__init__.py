@@ -14,8 +14,9 @@ CLI asks for in one call.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 from ..model import TargetRun, Verdict
 from .common import (
@@ -44,16 +45,27 @@ def write_reports(runs: Sequence[TargetRun], *, report_dir: str | Path | None = 
 
     written: list[Path] = []
 
-    def out(path: str | Path, text: str) -> None:
+    def out(path: str | Path, text: str | Callable[[IO[str]], None]) -> None:
+        """Write ``text``, or let ``text(fp)`` write itself piece by piece (the JSON files)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+        with open(p, "w", encoding="utf-8") as fp:
+            if callable(text):
+                text(fp)
+            else:
+                fp.write(text)
         written.append(p)
+
+    def case_file(doc: dict) -> Callable[[IO[str]], None]:
+        def write(fp: IO[str]) -> None:
+            json.dump(doc, fp, indent=2, default=str)
+            fp.write("\n")
+        return write
 
     if report_dir is not None:
         base = Path(report_dir)
         out(base / "report.html", html_report.render(runs))
-        out(base / "report.json", json_report.dumps(runs))
+        out(base / "report.json", lambda fp: json_report.write(runs, fp))
         out(base / "junit.xml", junit_report.render(runs))
         for run in runs:
             cases = base / "cases"
@@ -61,10 +73,9 @@ def write_reports(runs: Sequence[TargetRun], *, report_dir: str | Path | None = 
                 cases = cases / UNSAFE.sub("_", label(run)).strip("_")
             for r in run.results:
                 if r.verdict is not Verdict.PASS:
-                    out(cases / case_filename(r.case.id),
-                        json.dumps(case_document(run, r), indent=2, default=str) + "\n")
+                    out(cases / case_filename(r.case.id), case_file(case_document(run, r)))
     if json_path is not None:
-        out(json_path, json_report.dumps(runs))
+        out(json_path, lambda fp: json_report.write(runs, fp))
     if junit is not None:
         out(junit, junit_report.render(runs))
     if html is not None:

@@ -6,8 +6,9 @@ one bar per run with the count of each verdict so far (it draws nothing when the
 not a terminal, so logs stay clean). After the runs, :func:`print_summary` prints per run a
 table of counts per verdict and the requirement coverage, then every case that did not pass
 (FAIL, ERROR, NON-STRICT, UNIMPLEMENTED, stale known-failing) with its requirement id, a
-one-line reason and the one-line reproduction; with several runs it adds a matrix of case x
-run showing only the rows where the runs differ or something did not pass.
+one-line reason and the one-line reproduction, and the cases whose transcript the runner cut;
+with several runs it adds a matrix of case x run showing only the rows where the runs differ or
+something did not pass.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..model import NEEDS_TOKEN, VERDICT_ORDER, CaseResult, TargetRun, Verdict
+from ..model import NEEDS_TOKEN, VERDICT_ORDER, CaseResult, TargetRun, Verdict, transcript_cut
 from .common import label, reproduction
 from .junit import reason
 
@@ -141,6 +142,11 @@ def print_run(console: Console, run: TargetRun) -> None:
                       f"{escape(', '.join(needs_token))}; to cover them, run against a server "
                       f"started with auth tokens and pass --auth-token TOKEN[/dim]",
                       highlight=False)
+    cut = [r.case.id for r in run.results if transcript_cut(r.transcript)]
+    if cut:
+        console.print(f"[yellow]transcript cut ({len(cut)}): {escape(', '.join(cut[:20]))}"
+                      f"{' ...' if len(cut) > 20 else ''} (the server sent more than a case "
+                      "records or reads; the reports say how much)[/yellow]", highlight=False)
     bad = not_passing(run)
     if not bad:
         return

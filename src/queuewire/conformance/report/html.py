@@ -13,7 +13,9 @@ case started, connection, direction, a hex dump and the decoded view, both direc
 Checkboxes filter cases by verdict; without JS every case is still there (FAIL and ERROR
 open). Every string from a run is escaped with :func:`html.escape`, since servers under test
 choose the bytes. Hex dumps and decoded views are capped per event so a 64 MiB frame does
-not make a 200 MB page; the cap is stated where it applies.
+not make a 200 MB page; the cap is stated where it applies. A case whose transcript the runner
+cut (events omitted between its head and tail, a connection it stopped reading) says so above
+its transcript.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import VERDICT_ORDER, CaseResult, Check, TargetRun, Verdict, WireEvent
+from ..model import (
+    VERDICT_ORDER,
+    CaseResult,
+    Check,
+    TargetRun,
+    Verdict,
+    WireEvent,
+    describe_cut,
+    transcript_cut,
+)
 from .common import (
     area_of,
     areas,
@@ -289,6 +300,9 @@ def _case(i: int, run: TargetRun, r: CaseResult) -> str:
                      + "".join(_check_row(c) for c in r.checks) + "</table>")
     if r.verdict is not Verdict.PASS:
         parts.append(f"<p>reproduce: <code>{e(reproduction(run, r))}</code></p>")
+    cut = transcript_cut(r.transcript)
+    if cut:
+        parts.append(f'<p class="bad">{e(describe_cut(cut))}</p>')
     events = r.transcript.events
     if events:
         rows = "".join(_event_row(ev) for ev in events[:EVENTS_CAP])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from ..model import TargetRun, jsonable_result
 from .common import areas, exit_status, label, reproduction
@@ -79,6 +79,13 @@ def build(runs: Sequence[TargetRun]) -> dict[str, Any]:
 def dumps(runs: Sequence[TargetRun]) -> str:
     # default=str: a decoded value a runner left non-JSON (a timestamp, bytes) still prints.
     return json.dumps(build(runs), indent=2, default=_default, ensure_ascii=False) + "\n"
+
+
+def write(runs: Sequence[TargetRun], fp: IO[str]) -> None:
+    """:func:`dumps` into an open text file, piece by piece (no whole-report string: a run
+    whose transcripts hold tens of MB of hex does not need that much again to be saved)."""
+    json.dump(build(runs), fp, indent=2, default=_default, ensure_ascii=False)
+    fp.write("\n")
 
 
 def _default(value: Any) -> Any:

@@ -1,13 +1,14 @@
 """The JUnit XML report: one ``<testsuite>`` per run, one ``<testcase>`` per case.
 
-CI systems read JUnit, so verdicts map onto what they understand: FAIL becomes
-``<failure>`` (message: the requirement and the one-line reason; body: expected vs actual of
-each failed check and the reproduction line), ERROR becomes ``<error>``, UNIMPLEMENTED and
-NON-STRICT become ``<skipped>`` (or ``<failure>`` when the run is strict, as they then fail
-it), INFO passes with what it observed in ``<system-out>``, and a known-failing case is
-skipped while it fails and a failure when it passes (the list went stale). The tree is built
-with ElementTree, which escapes markup; characters XML 1.0 cannot carry at all (control
-bytes a server sent) are replaced by ``\\xNN`` first, so the file always parses.
+CI systems read JUnit, so verdicts map onto what they understand: FAIL becomes ``<failure>``
+(message: the requirement and the one-line reason; body: expected vs actual of each failed
+check, a line when the transcript was cut, and the reproduction line), ERROR becomes
+``<error>``, UNIMPLEMENTED and NON-STRICT become ``<skipped>`` (or ``<failure>`` when the run
+is strict, as they then fail it), INFO passes with what it observed in ``<system-out>``, and a
+known-failing case is skipped while it fails and a failure when it passes (the list went
+stale). The tree is built with ElementTree, which escapes markup; characters XML 1.0 cannot
+carry at all (control bytes a server sent) are replaced by ``\\xNN`` first, so the file always
+parses.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import CaseResult, TargetRun, Verdict
+from ..model import CaseResult, TargetRun, Verdict, describe_cut, transcript_cut
 from .common import label, reproduction
 
 # Everything outside the XML 1.0 Char production.
@@ -56,6 +57,9 @@ def _details(run: TargetRun, result: CaseResult) -> str:
         lines.append(f"  actual:   {_short(c.actual)}")
     if result.error:
         lines.append(f"error: {result.error}")
+    cut = transcript_cut(result.transcript)
+    if cut:
+        lines.append(describe_cut(cut))
     lines.append(f"reproduce: {reproduction(run, result)}")
     return "\n".join(lines)
 
