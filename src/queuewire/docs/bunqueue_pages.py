@@ -91,7 +91,7 @@ def _overview(profile: Any, categories: list[str]) -> list[str]:
     lines += field_table(profile, {"properties": env["reply"]})
     lines += ["A failed command is answered by the error reply:", ""]
     lines += field_table(profile, model.error_reply)
-    lines += limits_table(profile) + _errors(profile) + _job_states(profile)
+    lines += limits_table(profile) + _safeguards(profile) + _errors(profile) + _job_states(profile)
     if tree.get("job_events"):
         ev = tree["job_events"]
         lines += ["## Pushed job events", "", esc(ev.get("doc", "")),
@@ -101,6 +101,19 @@ def _overview(profile: Any, categories: list[str]) -> list[str]:
                        [[code(k), esc(v.get("doc", "")), ", ".join(code(f) for f in v.get("fields", ()))]
                         for k, v in (ev.get("types") or {}).items()])
     return lines + bunqueue_machines(profile)
+
+
+def _safeguards(profile: Any) -> list[str]:
+    """The server's own bounds (protocol.yaml ``safeguards``): a queuewire decision, never
+    judged against another server; docs/security.md links here for the values."""
+    section = profile.tree.get("safeguards") or {}
+    rows = [[code(k), v["value"], esc(v.get("unit", "")), esc(v.get("doc", ""))]
+            for k, v in section.items() if isinstance(v, dict) and "value" in v]
+    if not rows:
+        return []
+    return [target(profile.name, "section", "safeguards"), "## Safeguards", "",
+            esc(section.get("doc", "")), f"({req_ref(profile, section.get('requirement'))})",
+            ""] + table(["safeguard", "value", "unit", "why"], rows)
 
 
 def _errors(profile: Any) -> list[str]:
