@@ -325,12 +325,16 @@ async def test_a_partial_frame_idle_past_the_timeout_closes_the_connection():
         idle.close()
 
 
-async def test_a_frame_arriving_slowly_within_the_timeout_is_served():
-    async with BunqueueServer(PROFILE, port=0, partial_frame_timeout=0.5) as srv:
+async def test_a_frame_arriving_slowly_within_its_deadline_is_served():
+    """BQ-FLOW-3 is a deadline per frame (issue 22 item 8): a frame sent in pieces, the last
+    well before the timeout counted from its first byte, is served; a trickle past it is
+    closed (tests/security/test_pre_auth_memory.py)."""
+    async with BunqueueServer(PROFILE, port=0, partial_frame_timeout=2.0) as srv:
         peer = await Peer.open(srv.port)
         data = frame({"cmd": "Ping", "reqId": "slow"})
-        for i in range(len(data)):  # each byte well inside the timeout
-            peer.writer.write(data[i:i + 1])
+        step = -(-len(data) // 5)
+        for i in range(0, len(data), step):  # five pieces over about 0.25 s
+            peer.writer.write(data[i:i + step])
             await asyncio.sleep(0.05)
         assert (await peer.recv())["reqId"] == "slow"
         peer.close()

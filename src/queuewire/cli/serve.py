@@ -37,9 +37,9 @@ def flow_options(command: Any) -> Any:
     return click.option(
         "--partial-frame-timeout", type=click.FloatRange(min=0), metavar="SECONDS",
         default=DEFAULT_PARTIAL_FRAME_TIMEOUT, show_default=True,
-        help="Reset a connection that stops in the middle of a frame and sends no further "
-             "byte for this many seconds. A connection that is silent between frames (an "
-             "idle client) is never timed out. 0 disables the timeout.")(command)
+        help="Reset a connection whose frame is not complete this many seconds after its "
+             "first byte (quicx: after its last byte). A connection that is silent between "
+             "frames (an idle client) is never timed out. 0 disables the timeout.")(command)
 
 
 def _run_until_signal(server: Any, host: str, port: int, started: Any, stopped: Any) -> None:

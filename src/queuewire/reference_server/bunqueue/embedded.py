@@ -33,6 +33,7 @@ class _LocalConnection:
     id: str
     authenticated: bool = True  # no socket, no token to present
     rate: Any = None
+    decoder: Any = None  # no frames: no pre-auth frame bound to lift
 
 
 class EmbeddedServer:

@@ -13,30 +13,35 @@ goes away is still noticed), and replies go out as they finish (out of order, co
 the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
 rate limit (when configured; every frame counts, as bunqueue counts), the authentication gate
 (with tokens configured, everything but Auth is refused until an Auth succeeds; tokens are
-compared by the engine's constant-time :func:`~.engine.check_token`), the schema
+compared by the engine's constant-time :func:`~.engine.check_token`; until then a frame may
+declare at most ``safeguards.pre_auth_frame_bytes``, a larger one is refused as too large
+before its payload is read: BQ-SAFE-1), the schema
 (:class:`~queuewire.codecs.validation.BunqueueValidator`; a violation is answered with the
 spec's ``invalid_request`` message naming the requirement id and path) and then
-:meth:`~.engine.BunqueueEngine.handle`. A :class:`~.engine.Wait` (a long
-poll) parks its task on a future indexed by what it waits for; the engine's ``notify`` hook
-resolves the futures an :class:`~.engine.Event` wakes and each woken task calls
-``retry``, or ``expire`` at its deadline. One background task calls ``tick`` at
-``next_deadline`` (at least every ``tick_interval``), woken early when a request brings the
-deadline forward. A ``reply`` protocol error is answered (bunqueue's transport strings, never
-a reqId) and decoding continues after the bad frame; a ``close`` error (a frame too large) is
-answered once, after the requests before it, and the connection is closed; a stream ending
-inside a frame is closed unanswered. Closing a connection cancels its parked polls and calls
-``connection_closed``, which returns its active jobs to waiting (BQ-CONN-1). Flow control
-(:mod:`.._flow`): a connection is not read while more than ``OUTPUT_HIGH_WATER`` bytes of its
-replies are unsent (every write is followed by ``drain()``, which waits only then), so a peer
-that does not read costs bounded memory and slows only itself (BQ-FLOW-1); a read's requests
-are handled ``FRAMES_PER_TURN`` at a time with a yield between, so a flood on one connection
-does not starve the others (BQ-FLOW-2); a connection holding a partial frame with no new bytes
-for ``partial_frame_timeout`` is closed (BQ-FLOW-3); an event for a subscriber whose unsent
-output is over the bound closes it (BQ-EVENT-103). Any unexpected
-exception is logged and closes that connection only. Where the profile defines
-``job_events`` (bunqueue/2.9.5), the engine's ``publish`` hook writes each event frame, without
-reqId, to the connections subscribed to its queue (BQ-EVENT-102). Every error string and limit
-comes from the profile.
+:meth:`~.engine.BunqueueEngine.handle`. A :class:`~.engine.Wait` (a long poll) parks its
+task in the engine's :class:`~.waits.ParkingLot` (shared with the HTTP frontend), which the
+engine's ``notify`` hook wakes FIFO, as many polls as an :class:`~.engine.Event` may serve; a
+woken task calls ``retry``, or ``expire`` at its deadline; beyond
+``safeguards.max_parked_polls`` a poll is answered at once, as if it had timed out. One
+background task calls ``tick`` at ``next_deadline`` (at least every ``tick_interval``), woken
+early when a request brings the deadline forward. A ``reply`` protocol error is answered
+(bunqueue's transport strings, never a reqId) and decoding continues after the bad frame; a
+``close`` error (a frame too large) is answered once, after the requests before it, and the
+connection is closed; a stream ending inside a frame is closed unanswered. Closing a
+connection cancels its parked polls and calls ``connection_closed``, which returns its active
+jobs to waiting (BQ-CONN-1). Flow control (:mod:`.._flow`): a connection is not read while
+more than ``OUTPUT_HIGH_WATER`` bytes of its replies are unsent (every write is followed by
+``drain()``, which waits only then), so a peer that does not read costs bounded memory and
+slows only itself (BQ-FLOW-1); a read's requests are handled ``FRAMES_PER_TURN`` at a time
+with a yield between, so a flood on one connection does not starve the others (BQ-FLOW-2); a
+frame not complete ``partial_frame_timeout`` after its first byte closes the connection
+(BQ-FLOW-3); the half-received frames of all connections hold at most
+``safeguards.max_buffered_bytes`` (:mod:`.intake`); a connection beyond
+``safeguards.max_connections`` is closed at accept; an event for a subscriber whose unsent
+output is over the bound closes it (BQ-EVENT-103). Any unexpected exception is logged and
+closes that connection only. Where the profile defines ``job_events`` (bunqueue/2.9.5), the
+engine's ``publish`` hook writes each event frame, without reqId, to the connections
+subscribed to its queue (BQ-EVENT-102). Every error string and limit comes from the profile.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from .._flow import (
     DEFAULT_LISTEN_BACKLOG,
     DEFAULT_PARTIAL_FRAME_TIMEOUT,
     FRAMES_PER_TURN,
+    FrameBudget,
     PartialFrameTimeout,
     limit_output,
     next_turn,
@@ -69,6 +75,7 @@ from .._service import TcpService
 from .commands.auth import check_token
 from .engine import BunqueueEngine, request_refusal
 from .http import HttpFrontend
+from .intake import FrameIntake, stream_from
 from .model import EngineConfig, Event, Wait
 from .sqlite import FLUSH_INTERVAL_MS, SqliteStore
 from .store import NullStore
@@ -129,10 +136,10 @@ class _RateWindow:
 
 class _Connection:
     __slots__ = ("id", "writer", "decoder", "slots", "tasks", "parked", "authenticated",
-                 "rate", "tail", "closing", "reader", "next_read")
+                 "rate", "tail", "closing", "reader", "next_read", "intake")
 
     def __init__(self, conn_id: str, writer: asyncio.StreamWriter, decoder: FrameDecoder,
-                 slots: int, rate: _RateWindow | None):
+                 slots: int, rate: _RateWindow | None, intake: FrameIntake):
         self.id = conn_id
         self.writer = writer
         self.decoder = decoder
@@ -147,6 +154,7 @@ class _Connection:
         # a read started while dispatch waits for a slot, so that a peer that goes away
         # is noticed even when its requests fill every slot (at most one chunk ahead)
         self.next_read: asyncio.Task | None = None
+        self.intake = intake   # the frame in progress: its deadline, its share of the budget
 
 
 class BunqueueServer(TcpService):
@@ -164,8 +172,16 @@ class BunqueueServer(TcpService):
     a free one), started and stopped with the server; None (the default) serves no HTTP.
     ``config``: the :class:`~.engine.EngineConfig` of the engine built here (stall
     interval, lock TTL, ...); None uses the profile's defaults. ``partial_frame_timeout``:
-    seconds a connection may hold a partly received frame without sending more before it is
+    seconds from a frame's first byte by which it must be complete, else the connection is
     closed (BQ-FLOW-3; None or 0: never). ``backlog``: the listen queue's length.
+
+    The server's own bounds are the profile's ``safeguards`` (BQ-SAFE-1), public attributes a
+    test may lower before connections come: ``max_connections`` (TCP connections served at
+    once; one beyond is closed at accept), ``frame_budget`` (a
+    :class:`~.._flow.FrameBudget` of ``max_buffered_bytes`` over all connections'
+    half-received frames) and, with tokens, ``pre_auth_frame_bytes`` (the largest frame an
+    unauthenticated connection may declare). ``max_parked_polls`` is the
+    :class:`~.waits.ParkingLot`'s, shared with the HTTP frontend of the same engine.
     """
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
@@ -208,9 +224,15 @@ class BunqueueServer(TcpService):
         self._max_in_flight = int(self.profile.limit("max_in_flight").value)
         self._messages = {name: e.message for name, e in spec.errors.items()}
         self._max_frame = spec.max_frame_bytes
+        safeguards = spec.safeguards  # BQ-SAFE-1
+        self.max_connections = int(safeguards["max_connections"])
+        self.pre_auth_frame_bytes = min(int(safeguards["pre_auth_frame_bytes"]), self._max_frame)
+        self.frame_budget = FrameBudget(int(safeguards["max_buffered_bytes"]))
+        self._refused_at = -float("inf")  # when a connection over max_connections was logged
         self._validator = BunqueueValidator(self.profile)
         self._request_is_valid = self._validator.request_is_valid
         self._encoder = FrameEncoder(self.profile, wide_integers=True)  # BQ-MSGPACK-8
+        self._prefix_size = len(self._encoder.prefix(0))
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[str, _Connection] = {}
         self._handlers: set[asyncio.Task] = set()
@@ -299,12 +321,20 @@ class BunqueueServer(TcpService):
 
     # -- connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections:  # BQ-SAFE-1
+            self._refuse_connection(writer)
+            return
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
         rate = _RateWindow(*self._rate_limit) if self._rate_limit is not None else None
-        conn = _Connection(f"c{next(self._ids)}", writer, FrameDecoder(self.profile),
-                           self._max_in_flight, rate)
+        # before Auth, only small frames (BQ-SAFE-1 pre_auth_frame_bytes); Auth lifts it
+        decoder = FrameDecoder(self.profile, max_frame_bytes=self.pre_auth_frame_bytes
+                               if self._tokens else None)
+        intake = FrameIntake(self.frame_budget, self._partial_timeout, self._prefix_size,
+                             small=READ_SIZE)
+        conn = _Connection(f"c{next(self._ids)}", writer, decoder, self._max_in_flight, rate,
+                           intake)
         conn.reader = reader
         limit_output(writer.transport)  # drain() waits only while over it: BQ-FLOW-1
         self._connections[conn.id] = conn
@@ -314,7 +344,7 @@ class BunqueueServer(TcpService):
             while not conn.closing:
                 data = await self._read(conn)
                 if data is None:
-                    reason = "partial frame idle"
+                    reason = "partial frame past its deadline"
                     break
                 if not data:
                     await self._on_eof(conn)
@@ -333,42 +363,72 @@ class BunqueueServer(TcpService):
             await self._close(conn, reason)
             self._handlers.discard(task)
 
+    def _refuse_connection(self, writer: asyncio.StreamWriter) -> None:
+        """A connection beyond ``max_connections``: closed unserved (logged at most once a
+        minute, so a connect flood does not flood the log too)."""
+        writer.transport.abort()
+        now = time.monotonic()
+        if now - self._refused_at >= 60.0:
+            self._refused_at = now
+            log.warning("refusing connections beyond max_connections (%d) (BQ-SAFE-1)",
+                        self.max_connections)
+
     async def _read(self, conn: _Connection) -> bytes | None:
-        """The next chunk from the peer (b"" at its end); None when it held a partial frame
-        and sent nothing for the partial-frame timeout (BQ-FLOW-3): the connection is then
-        closed without a reply, as bunqueue closes a stalled connection."""
+        """The next chunk from the peer (b"" at its end); None when the frame it is inside
+        was not complete by its deadline (BQ-FLOW-3): the connection is then closed without a
+        reply, as bunqueue closes a stalled connection. A connection whose frame does not fit
+        the frame budget waits for room first (BQ-SAFE-1 max_buffered_bytes)."""
         assert conn.reader is not None
         pending, conn.next_read = conn.next_read, None
+        intake = conn.intake
         try:
-            return await read_chunk(conn.reader, READ_SIZE, in_frame=bool(conn.decoder.buffered),
-                                    timeout=self._partial_timeout, pending=pending)
+            if intake.owed:
+                await intake.admit()
+            return await read_chunk(conn.reader, READ_SIZE, deadline=intake.deadline,
+                                    pending=pending)
         except PartialFrameTimeout:
-            log.warning("connection %s: closing it, a partial frame of %d bytes idle for %gs "
-                        "(BQ-FLOW-3)", conn.id, conn.decoder.buffered, self._partial_timeout)
+            if pending is not None:
+                pending.cancel()
+            log.warning("connection %s: closing it, a frame not complete %gs after its first "
+                        "byte (%d bytes received, BQ-FLOW-3)", conn.id, self._partial_timeout,
+                        conn.decoder.buffered)
             return None
 
     async def _receive(self, conn: _Connection, data: bytes) -> None:
-        """Decode a chunk and dispatch its requests; answer its protocol errors."""
+        """Decode a chunk and dispatch its requests; answer its protocol errors. Then note
+        where the frame in progress stands (its deadline, its share of the frame budget)."""
         stream_pos = conn.decoder.offset + conn.decoder.buffered  # where `data` starts
+        fresh = data  # what the decoder has not seen yet
         while True:
             try:
-                frames = conn.decoder.feed(data)
+                frames = conn.decoder.feed(fresh)
             except ProtocolError as err:
+                # the decoder keeps a closing error; its traceback would hold this frame (the
+                # connection, its buffers) in a cycle until the collector's next full pass
+                err.__traceback__ = None
                 await self._dispatch(conn, err.frames)
                 if conn.closing:
                     return
                 if err.reaction == "close":
-                    await self._refuse_frame(conn, err, data, stream_pos)
-                    return
+                    rest = self._after_auth(conn, err, data, stream_pos)
+                    if rest is None:
+                        await self._refuse_frame(conn, err, data, stream_pos)
+                        return
+                    # read on from that frame with a new decoder, whose stream starts there
+                    data = fresh = rest
+                    stream_pos = 0
+                    continue
                 if conn.rate is None or conn.rate.allow():
                     name = "invalid_command" if err.kind == "not_a_map" else \
                         "invalid_command_format"
                     await self._send(conn, self._error(name))
                 else:
                     await self._send(conn, self._error("rate_limit_exceeded"))
-                data = b""  # the decoder goes on after the bad frame
+                fresh = b""  # the decoder goes on after the bad frame
                 continue
             await self._dispatch(conn, frames)
+            decoder = conn.decoder
+            conn.intake.note(decoder.offset, decoder.buffered, data, stream_pos)
             return
 
     async def _dispatch(self, conn: _Connection, requests: list[Any]) -> None:
@@ -412,13 +472,16 @@ class BunqueueServer(TcpService):
                         slots.release()
                     return
                 if isinstance(reply, Wait):
-                    if not held:
-                        await slots.acquire()  # a slot is free: this does not wait
-                    task = asyncio.create_task(self._park(conn, request, reply))
-                    conn.tasks.add(task)
-                    task.add_done_callback(conn.tasks.discard)
-                    locked = True  # may be now: asked again before the next request
-                    continue
+                    if self._room.full:  # BQ-SAFE-1 max_parked_polls: as if timed out
+                        reply = self.engine.expire(reply)
+                    else:
+                        if not held:
+                            await slots.acquire()  # a slot is free: this does not wait
+                        task = asyncio.create_task(self._park(conn, request, reply))
+                        conn.tasks.add(task)
+                        task.add_done_callback(conn.tasks.discard)
+                        locked = True  # may be now: asked again before the next request
+                        continue
                 if held:
                     slots.release()
                     locked = True  # we waited: ask again
@@ -486,26 +549,37 @@ class BunqueueServer(TcpService):
             return False
         return True
 
+    def _after_auth(self, conn: _Connection, err: ProtocolError, data: bytes,
+                    stream_pos: int) -> bytes | None:
+        """A frame refused by the pre-auth bound whose connection authenticated in the same
+        read (an Auth pipelined right before it) is not refused after all: returns the rest of
+        the stream from its prefix on, to be read by a new decoder without that bound; None
+        when the refusal stands."""
+        if err.kind != "frame_too_large" or not conn.authenticated:
+            return None
+        length = self._declared_length(conn, err, data, stream_pos)
+        if not isinstance(length, int) or length > self._max_frame:
+            return None
+        conn.decoder = FrameDecoder(self.profile)
+        conn.intake.release()
+        return stream_from(conn.tail, data, stream_pos, err.offset)
+
     async def _refuse_frame(self, conn: _Connection, err: ProtocolError, data: bytes,
                             stream_pos: int) -> None:
-        """A frame too large (BQ-FRAME-2): the requests before it are answered, then one
-        error reply without reqId, then the connection is closed."""
+        """A frame too large (BQ-FRAME-2; before Auth, over ``pre_auth_frame_bytes``): the
+        requests before it are answered, then one error reply without reqId, then the
+        connection is closed."""
         await self._settle(conn)
         length = self._declared_length(conn, err, data, stream_pos)
         await self._send(conn, self._error("frame_too_large", length=length,
-                                           max=self._max_frame))
+                                           max=conn.decoder.max_frame_bytes))
         conn.closing = True
 
     def _declared_length(self, conn: _Connection, err: ProtocolError, data: bytes,
                          stream_pos: int) -> int | str:
         """The length the oversized prefix declared, read back from the stream."""
-        size = len(self._encoder.prefix(0))
-        start = stream_pos - len(conn.tail)
-        window = conn.tail + data
-        at = (err.offset if err.offset is not None else -1) - start
-        if 0 <= at and at + size <= len(window):
-            return int.from_bytes(window[at:at + size], "big")
-        return "?"
+        head = stream_from(conn.tail, data, stream_pos, err.offset)[:self._prefix_size]
+        return int.from_bytes(head, "big") if len(head) == self._prefix_size else "?"
 
     async def _on_eof(self, conn: _Connection) -> None:
         """The peer closed its side: finish what it sent (a stream that ends inside a frame
@@ -513,6 +587,7 @@ class BunqueueServer(TcpService):
         try:
             conn.decoder.eof()
         except ProtocolError as err:
+            err.__traceback__ = None  # kept by the decoder: no cycle through this frame
             log.debug("connection %s: %s", conn.id, err)
         await self._settle(conn)
 
@@ -525,6 +600,7 @@ class BunqueueServer(TcpService):
 
     async def _close(self, conn: _Connection, reason: str) -> None:
         conn.closing = True
+        conn.intake.release()
         if conn.next_read is not None:
             conn.next_read.cancel()
         for task in list(conn.tasks):
@@ -591,6 +667,8 @@ class BunqueueServer(TcpService):
         if cmd == "Auth" and self._tokens:
             if check_token(self._tokens, request.get("token")):     # BQ-AUTH-4
                 conn.authenticated = True
+                if conn.decoder is not None:  # the pre-auth frame bound is lifted
+                    conn.decoder.max_frame_bytes = self._max_frame
                 return {"ok": True}
             return self._error("invalid_token")                      # BQ-AUTH-3
         return self.engine.handle(conn.id, request)
