@@ -779,11 +779,21 @@ def test_truncated_frame_at_eof(cut):
 
 
 def test_eof_after_complete_frames_is_clean():
+    whole = encode_frame({"cmd": "Ping"})
     decoder = FrameDecoder(PROFILE)
-    decoder.feed(encode_frame({"cmd": "Ping"}))
-    decoder.eof()
-    decoder.eof()
-    FrameDecoder(PROFILE).eof()
+    assert decoder.feed(whole) == [{"cmd": "Ping"}]
+    assert decoder.buffered == 0 and decoder.offset == len(whole)
+    assert decoder.eof() is None
+    assert decoder.eof() is None  # a clean end stays clean
+    assert decoder.buffered == 0 and decoder.offset == len(whole)
+    assert FrameDecoder(PROFILE).eof() is None  # nothing at all is a clean end too
+    # ... and a single byte more is not: it is a truncated frame, where that byte begins
+    truncated = FrameDecoder(PROFILE)
+    assert truncated.feed(whole + whole[:1]) == [{"cmd": "Ping"}]
+    with pytest.raises(FramingError) as info:
+        truncated.eof()
+    expect("truncated_frame", info.value, FramingError)
+    assert info.value.offset == len(whole)
 
 
 def test_hostile_inputs_never_escape_untyped():
@@ -966,3 +976,36 @@ def test_a_prefix_declaring_too_much_after_a_reply_error_is_judged_however_the_b
     assert whole == [("frame", "Ping"), ("error", "invalid_msgpack", "reply"),
                      ("error", "frame_too_large", "close")]
     assert _decode_all([stream[i:i + 1] for i in range(len(stream))]) == whole
+
+
+# =============================================================================================
+# Issue 31: behaviours a mutation run found unpinned
+# =============================================================================================
+def test_feed_whole_advances_the_stream_offset_by_each_whole_frame():
+    """``feed_whole`` decodes a whole frame without buffering it, and still moves the stream
+    offset past it: the offset it reports, and the offset of a later error or frame record,
+    count every byte before them."""
+    first, second = encode_frame(GOOD[0]), encode_frame(GOOD[1])
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed_whole(first) == [GOOD[0]]
+    assert decoder.offset == len(first) and decoder.buffered == 0
+    assert decoder.feed_whole(second) == [GOOD[1]]
+    assert decoder.offset == len(first) + len(second)
+    with pytest.raises(PayloadError) as info:
+        decoder.feed_whole(frame(b"\x05"))  # refused: feed() judges it, at its offset
+    expect("not_a_map", info.value, PayloadError)
+    assert info.value.offset == len(first) + len(second) + PREFIX_BYTES
+    after = len(first) + len(second) + PREFIX_BYTES + 1
+    assert decoder.offset == after
+    (record,) = decoder.feed_frames(first)
+    assert record.offset == after and record.value == GOOD[0]
+
+
+def test_a_message_json_cannot_write_is_walked_for_wide_integers():
+    """The encoder's cheap test for integers beyond 32 bits reads the message's JSON text;
+    a message that has none (a None map key) must still be walked, so 2**40 is written as
+    float64 (BQ-MSGPACK-7), never as uint64."""
+    payload = FrameEncoder(PROFILE).payload({None: 1, "n": 2**40})
+    # fixmap 2, nil: 1, "n": float64 2**40 (MessagePack's own markers)
+    assert payload == b"\x82\xc0\x01\xa1n\xcb" + struct.pack(">d", 2**40)
+    assert b"\xcf" not in payload

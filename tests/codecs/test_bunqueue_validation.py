@@ -765,3 +765,50 @@ def test_undocumented_fields_do_not_look_into_job_data(bq_validator):
     job = {"cmd": "PUSH", "queue": "q", "data": {"anything": {"goes": [1, {"here": True}]}}}
     assert bq_validator.undocumented_fields("PUSH", job) == {}
     assert bq_validator.undocumented_fields("PUSH", {**job, "surprise": 1}) == {"surprise": False}
+
+
+# =============================================================================================
+# Issue 31: behaviours a mutation run found unpinned
+# =============================================================================================
+def _cron_entry(**fields: Any) -> dict:
+    """One CronList item with every required field (and no optional one)."""
+    return {"name": "nightly", "queue": "q", "schedule": "0 * * * *", "repeatEvery": None,
+            "nextRun": 1_767_225_600_000, "executions": 0, **fields}
+
+
+def test_null_in_a_required_field_is_the_commands_must_and_in_an_optional_one_bq_env_7():
+    """A null where the schema types a required field is the command's shape broken (its own
+    requirement, MUST); only a null in an optional field (T | undefined) is the rule of its
+    own, BQ-ENV-7, a SHOULD. Mixing the two would let a verdict silently drop a level."""
+    cmd = "CronList"
+    own = MODEL.commands[cmd].requirement
+    null_rule = ERRORS["null_optional"].requirement
+    assert PROFILE.requirements[own].level == "MUST"
+    assert PROFILE.requirements[null_rule].level == "SHOULD"
+    items = MODEL.commands[cmd].response["properties"]["crons"]["items"]
+    assert "name" in items["required"] and "maxLimit" not in items["required"]
+    assert VALIDATOR.reply_violations(cmd, {"ok": True, "crons": [_cron_entry()]}) == ()
+
+    required_null = {"ok": True, "crons": [_cron_entry(name=None)]}
+    assert [(v.requirement, v.level, v.path)
+            for v in VALIDATOR.reply_violations(cmd, required_null)] == [
+        (own, "MUST", "/crons/0/name")]
+    assert not VALIDATOR.reply_is_valid(cmd, required_null)
+
+    optional_null = {"ok": True, "crons": [_cron_entry(maxLimit=None)]}
+    assert [(v.requirement, v.level, v.path)
+            for v in VALIDATOR.reply_violations(cmd, optional_null)] == [
+        (null_rule, "SHOULD", "/crons/0/maxLimit")]
+
+
+def test_an_undefined_member_of_job_data_counts_nothing_toward_its_size_limit():
+    """JSON.stringify drops an ``undefined`` member, so job data exactly at x-maxJsonBytes
+    plus an undefined member is still at the limit, not ``,"u":null`` (9 bytes) over it."""
+    n = JOB_DATA.max - len('{"k":""}')
+    at_limit = {"k": "a" * n, "u": UNDEFINED}
+    msg = with_value("PUSH", ("data",), at_limit)
+    assert VALIDATOR.request_violations(msg) == ()
+    assert VALIDATOR.request_is_valid(msg)
+    over = with_value("PUSH", ("data",), {"k": "a" * (n + 1), "u": UNDEFINED})
+    assert [v.requirement for v in VALIDATOR.request_violations(over)] == [JOB_DATA.requirement]
+    assert not VALIDATOR.request_is_valid(over)
