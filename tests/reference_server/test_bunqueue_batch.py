@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 import random
+import uuid
 from dataclasses import fields
 from typing import Any
 
@@ -27,11 +28,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queuewire.codecs.bunqueue import FrameEncoder
+from queuewire.codecs.validation import BunqueueValidator
 from queuewire.reference_server.bunqueue import BunqueueEngine, MemoryStore
 from queuewire.reference_server.bunqueue import jobs as jobs_module
 from queuewire.reference_server.bunqueue.jobs import Job, _Waiting
 from queuewire.reference_server.bunqueue.model import EngineConfig
 from queuewire.reference_server.bunqueue.store import NullStore
+from queuewire.spec import load_profile
 
 PROFILE = "bunqueue/2.9.5"
 QUEUES = ("q1", "q2")
@@ -378,3 +381,74 @@ def test_waiting_head_and_drop_head_agree_with_pop(load: int) -> None:
         if expected:
             i = rng.randrange(len(expected))
             assert waiting[i] == expected[i]
+
+
+# -- issue 31: what both paths share, against values derived by hand from the spec -----------
+@pytest.mark.parametrize("batch_paths", [True, False], ids=["batch-paths", "general-path"])
+def test_a_pullb_and_ackb_cycle_against_hand_derived_expectations(batch_paths: bool) -> None:
+    """The equivalence tests above hold the batch paths to the general one, so a bug in code
+    both rely on is invisible to them: the waiting order (``_wkey``, ``_Waiting``), the
+    budget (``_budget``: the concurrency limit), the PULLB reply (``_pull_reply``,
+    ``job_to_wire``), the lock fields and tokens, ``_check_lock`` and the ACKB handler's
+    all-or-nothing checks, and the counts and results read back. Here one PULLB / ACKB cycle
+    is checked against what the spec says, on either path."""
+    model = load_profile(PROFILE).model
+    validator = BunqueueValidator(PROFILE)
+    clock = _Clock()
+    engine = BunqueueEngine(PROFILE, now_ms=clock, config=EngineConfig(stall_interval_ms=5_000))
+    engine._batch_paths = batch_paths
+
+    def call(cmd: str, **fields: Any) -> dict:
+        request = {"cmd": cmd, **fields}
+        assert validator.request_violations(request) == (), request
+        reply = engine.handle("c1", request)
+        assert validator.reply_violations(cmd, reply) == (), reply
+        return reply
+
+    # j0 .. j5, one ms apart: priorities 0, 5, 1, 5, 0 and a lifo job at 0
+    pushed = [(0, False), (5, False), (1, False), (5, False), (0, False), (0, True)]
+    ids = []
+    for n, (priority, lifo) in enumerate(pushed):
+        opts = {"priority": priority} | ({"lifo": True} if lifo else {})
+        ids.append(call("PUSH", queue="q", name="email", data={"n": n}, **opts)["id"])
+        clock.t += 1
+    j0, j1, j2, j3, j4, j5 = ids
+    assert call("SetConcurrency", queue="q", limit=4) == {"ok": True}
+
+    now = clock.t
+    reply = call("PULLB", queue="q", count=10, owner="w", lockTtl=2_000)
+    # BQ-PUSH-1: priority 5 first (FIFO among equals), then 1; BQ-PUSH-2: the lifo job
+    # before the earlier jobs of its priority; BQ-CONC-1: 4 at most while 4 may be active
+    assert [j["id"] for j in reply["jobs"]] == [j1, j3, j2, j5]
+    assert [j["data"] for j in reply["jobs"]] == [{"n": 1}, {"n": 3}, {"n": 2}, {"n": 5}]
+    assert [j["priority"] for j in reply["jobs"]] == [5, 5, 1, 0]
+    for job in reply["jobs"]:
+        assert (job["queue"], job["name"], job["attempts"]) == ("q", "email", 0)
+        assert job["startedAt"] == job["lastHeartbeat"] == now
+        assert job["timeline"][-1] == {"state": "active", "timestamp": now, "worker": "w"}
+    tokens = reply["tokens"]  # BQ-LOCK-1, BQ-LOCK-4: one per job, in the order of jobs
+    assert len(tokens) == 4 and len(set(tokens)) == 4
+    assert all(uuid.UUID(t).version == 7 for t in tokens)
+    counts = call("GetJobCounts", queue="q")["counts"]
+    assert (counts["waiting"], counts["active"]) == (2, 4)
+    assert call("PULLB", queue="q", count=10, owner="w")["jobs"] == []  # BQ-CONC-1
+
+    # BQ-LOCK-2 / BQ-JOB-12: tokens out of order, or a job not active, refuse the whole ACKB
+    assert call("ACKB", ids=[j1, j3], tokens=[tokens[1], tokens[0]]) == {
+        "ok": False, "error": model.errors["lock_token_invalid"].message.format(id=j1)}
+    assert call("ACKB", ids=[j1, j0], tokens=[tokens[0], tokens[0]]) == {
+        "ok": False, "error": model.errors["job_not_processing"].message.format(id=j0)}
+    assert [call("GetState", id=i)["state"] for i in ids] == [
+        "waiting", "active", "active", "active", "waiting", "active"]
+
+    clock.t += 10
+    assert call("ACKB", ids=[j1, j3], tokens=tokens[:2], results=[{"r": 1}, {"r": 3}]) == {
+        "ok": True}
+    assert [call("GetState", id=i)["state"] for i in ids] == [
+        "waiting", "completed", "active", "completed", "waiting", "active"]
+    assert call("GetResult", id=j3)["result"] == {"r": 3}  # BQ-JOB-10
+    assert call("GetJob", id=j1)["job"]["completedAt"] == now + 10
+    counts = call("GetJobCounts", queue="q")["counts"]
+    assert (counts["waiting"], counts["active"], counts["completed"]) == (2, 2, 2)
+    # two may be active now: the two waiting jobs, FIFO
+    assert [j["id"] for j in call("PULLB", queue="q", count=10)["jobs"]] == [j0, j4]

@@ -1759,3 +1759,79 @@ def test_any_valid_request_gets_a_documented_reply(requests, step):
         clock.advance(step)
         engine.tick()
     assert ENGINE_ERRORS.records == []
+
+
+# =============================================================================================
+# Issue 31: lifecycle behaviours a mutation run found unpinned
+# =============================================================================================
+@pytest.mark.parametrize("name", ["", 5])
+def test_a_push_name_that_is_no_job_name_gives_the_default_name(h, name):
+    """bunqueue/v2 documents no PUSH name at all (job.yaml: a job's name is "default" when
+    the push gave none; the 2.9.5 overlay's JobName is 1 to 256 characters): an empty or
+    non-string name is no name, so the job is named "default", never "" or 5."""
+    assert "name" not in MODEL.commands["PUSH"].request["properties"]
+    default = MODEL.definitions["Job"]["properties"]["name"]["description"]
+    assert '"default" when none was given' in default
+    job_id = h.push(data={"n": 1}, name=name)
+    job = h.job(job_id)  # the harness checks the reply's schema too: name is a string
+    assert (job["name"], job["data"]) == ("default", {"n": 1})
+    assert h.pull()["name"] == "default"
+    assert h.job(h.push(name="send"))["name"] == "send"  # a real name is kept
+
+
+def test_a_repeat_acked_late_catches_up_to_the_next_slot_after_now(h):
+    """BQ-PUSH-9: repetitions every ``every`` ms from the previous run; a job acknowledged
+    past one or more slots is repeated at the first slot after now, not at once: every 1000
+    ms from T0, an ACK at T0 + 3500 schedules the next run at T0 + 4000."""
+    first = h.push(data="r", repeat={"every": 1000})
+    assert h.pull()["id"] == first
+    h.clock.advance(3500)
+    h.ok("ACK", id=first)
+    (successor,) = [j for j in h.ok("GetJobs", queue="q", state="delayed")["jobs"]]
+    assert successor["runAt"] == T0 + 4000
+    assert successor["repeat"]["prevMillis"] == T0 + 4000
+    assert successor["repeat"]["count"] == 1
+    h.tick(499)
+    assert h.state(successor["id"]) == "delayed"
+    h.tick(1)
+    assert h.pull()["id"] == successor["id"]
+
+
+@pytest.mark.parametrize("how", ["Cancel", "removeOnComplete"])
+def test_removing_a_job_deletes_its_logs(how):
+    """A removed job's logs go with it, from the engine and from the store: a later job with
+    the same custom id starts without them, and a restart does not bring them back."""
+    store = MemoryStore()
+    h = Harness(store=store)
+    opts = {"removeOnComplete": True} if how == "removeOnComplete" else {}
+    job_id = h.push(jobId="order-1", **opts)
+    h.ok("AddLog", id=job_id, message="started")
+    assert job_id in store.logs
+    if how == "Cancel":
+        h.ok("Cancel", id=job_id)
+    else:
+        h.pull()
+        h.ok("ACK", id=job_id)
+    h.err("GetJob", "job_not_found", id=job_id)
+    assert job_id not in store.logs
+    assert h.push(jobId="order-1") == job_id  # the same id, a new job
+    assert h.ok("GetLogs", id=job_id)["data"]["logs"] == []
+    again = Harness(store=store, clock=h.clock)
+    assert again.ok("GetLogs", id=job_id)["data"]["logs"] == []
+
+
+def test_a_job_whose_ttl_is_still_live_is_delivered_by_pull(h):
+    """BQ-PUSH-4 removes a job ttl ms after its creation, not before: one ms short of that,
+    with no tick in between, PULL delivers it (and PULLB likewise); at ttl ms it is gone."""
+    single = h.push(ttl=1000)
+    h.clock.advance(999)
+    job = h.pull()
+    assert job is not None and job["id"] == single and job["ttl"] == 1000
+    assert h.state(single) == "active"
+    batch = [h.push(ttl=1000, data={"n": i}) for i in range(3)]
+    h.clock.advance(999)
+    assert [j["id"] for j in h.ok("PULLB", queue="q", count=5)["jobs"]] == batch
+    expiring = h.push(ttl=1000)
+    h.clock.advance(1000)  # exactly ttl ms after creation: expired
+    assert h.pull() is None
+    h.err("GetJob", "job_not_found", id=expiring)

@@ -19,6 +19,7 @@ from sortedcontainers import SortedList
 from queuewire.reference_server.bunqueue import BunqueueEngine, Event, Job, MemoryStore, uuid7_batch
 from queuewire.reference_server.bunqueue.jobs import _plain_job, _Waiting
 from queuewire.reference_server.bunqueue.model import WAITING
+from queuewire.spec import load_profile
 
 
 class _Clock:
@@ -133,3 +134,40 @@ def test_waiting_add_run_agrees_with_sorted_list() -> None:
                 i = rng.randrange(len(expected))
                 assert waiting[i] == expected[i]
             waiting._check()
+
+
+def test_bare_and_general_pushes_give_the_jobs_the_spec_defaults() -> None:
+    """The tests above hold the fast path to the general one, so a default both read wrong
+    (the engine's reading of the schema's defaults, ``job_to_wire``, the first timeline
+    entry, the waiting state) is invisible to them. Here the jobs of a bare PUSH, a bare
+    PUSHB and a general PUSH are checked against the defaults the spec's PUSH and PUSHB
+    schemas state, read straight from the schemas."""
+    model = load_profile("bunqueue/v2").model
+    engine, _ = _engine()
+    now = _Clock().t
+    bare = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email", "data": 0})["id"]
+    batch = engine.handle("c1", {"cmd": "PUSHB", "queue": "q", "jobs": [
+        {"name": "email", "data": 1}, {"name": "email", "data": 2}]})["ids"]
+    general = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email", "data": 3,
+                                   "tags": []})["id"]
+    push_props = model.commands["PUSH"].request["properties"]
+    entry_props = model.commands["PUSHB"].request["properties"]["jobs"]["items"]["properties"]
+    for n, (job_id, props) in enumerate([(bare, push_props), (batch[0], entry_props),
+                                         (batch[1], entry_props), (general, push_props)]):
+        default = {k: v["default"] for k, v in props.items() if "default" in v}
+        job = engine.handle("c1", {"cmd": "GetJob", "id": job_id})["job"]
+        expected = {
+            "id": job_id, "queue": "q", "name": "email", "data": n,
+            "createdAt": now, "runAt": now + default["delay"], "startedAt": None,
+            "completedAt": None, "attempts": 0, "stallCount": 0,
+            "priority": default["priority"], "maxAttempts": default["maxAttempts"],
+            "backoff": default["backoff"], "lifo": default["lifo"],
+            "removeOnComplete": default["removeOnComplete"],
+            "removeOnFail": default["removeOnFail"], "durable": default["durable"],
+            "tags": [], "dependsOn": [], "customId": None, "ttl": None, "timeout": None,
+            "uniqueKey": None, "repeat": None, "lastHeartbeat": now,
+            "timeline": [{"state": WAITING, "timestamp": now}]}
+        assert {k: job[k] for k in expected} == expected, n
+        assert engine.handle("c1", {"cmd": "GetState", "id": job_id})["state"] == WAITING
+    pulled = engine.handle("c1", {"cmd": "PULLB", "queue": "q", "count": 10})["jobs"]
+    assert [j["id"] for j in pulled] == [bare, *batch, general]  # BQ-PUSH-11, FIFO
