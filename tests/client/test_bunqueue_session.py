@@ -539,3 +539,101 @@ def test_the_docs_render_the_session_table(tmp_path):
     assert session_mermaid() in page
     for state, spec_state in SPEC_STATES.items():
         assert f"| `{state.name}` | `{spec_state}` |" in page
+
+
+# ------------------------------------------------ issue 31: behaviours a mutation run found
+
+def test_an_ok_answer_with_an_error_field_is_answered_and_one_without_ok_is_refused():
+    """``ok: true`` decides: a stray ``error`` beside it does not make the answer a refusal.
+    Only where ``ok`` is not true does an ``error`` field refuse the command."""
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    events = session.receive_data(peer.reply(peer.read(session)[0], count=3, error="stray"))
+    assert [e.request for e in events if isinstance(e, Settled)] == [command]
+    assert command.state is RequestState.ANSWERED and command.error is None
+    assert command.result["count"] == 3
+    other = session.send({"cmd": "GetJob", "id": "nope"})
+    frame = peer.read(session)[0]
+    session.receive_data(peer.encoder.encode({"error": "Job not found",
+                                              "reqId": frame["reqId"]}))
+    assert other.state is RequestState.REFUSED
+    assert isinstance(other.error, BunqueueRefused) and other.error.error == "Job not found"
+
+
+def test_a_refusal_carries_the_servers_frame():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "GetJob", "id": "nope"})
+    frame = peer.read(session)[0]
+    session.receive_data(peer.encoder.encode({"ok": False, "error": "Job not found",
+                                              "reqId": frame["reqId"], "extra": 1}))
+    assert command.error.reply == {"ok": False, "error": "Job not found",
+                                   "reqId": frame["reqId"], "extra": 1}
+    assert BunqueueRefused("GetJob", "Job not found").reply == {}
+    assert BunqueueRefused("GetJob", "Job not found", reply=None).reply == {}
+    given = {"ok": False, "error": "x"}
+    refused = BunqueueRefused("GetJob", "x", reply=given)
+    assert refused.reply == given and refused.reply is not given  # a copy
+
+
+class _FixedUniform(random.Random):
+    """A random stream whose ``uniform`` answers a fixed fraction of its range's upper end
+    (so the backoff's jitter is known), recording the ranges it was asked for."""
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__(0)
+        self.fraction, self.calls = fraction, []
+
+    def uniform(self, a: float, b: float) -> float:
+        self.calls.append((a, b))
+        return self.fraction * b
+
+
+def _backoff_session(fraction: float) -> tuple[BunqueueSession, Clock, Peer, _FixedUniform]:
+    clock, rng = Clock(), _FixedUniform(fraction)
+    opts = ConnectionOptions.from_profile(PROFILE, {"port": 6789, "ping_interval": 0})
+    return BunqueueSession(PROFILE, opts, clock=clock, rng=rng), clock, Peer(), rng
+
+
+def test_the_first_reconnect_waits_the_base_delay_and_each_failure_multiplies_it():
+    """BQ-CLIENT-2 through the session's inputs, jitter held at 0: failed connects wait base,
+    base x factor, base x factor^2 (ms), the n-th ConnectNow is attempt n, and a link that
+    reaches READY starts again from base."""
+    session, clock, peer, rng = _backoff_session(0.0)
+    o = session.options
+    base, factor = o.reconnect_base_delay, o.reconnect_factor
+    assert base * factor ** 2 < o.reconnect_max_delay  # the cap does not interfere
+    session.start()
+    waits = []
+    for attempt in (1, 2, 3):
+        (down,) = [e for e in session.connect_failed("refused") if isinstance(e, LinkDown)]
+        waits.append(down.retry_at - clock.t)
+        assert session.next_tick() == down.retry_at
+        clock.t = down.retry_at - 0.0005
+        assert session.tick() == [] and session.state is S.RECONNECTING
+        clock.t = down.retry_at
+        assert session.tick() == [ConnectNow(attempt)]
+        assert session.state is S.CONNECTING
+    assert waits == pytest.approx([base / 1000, base * factor / 1000,
+                                   base * factor ** 2 / 1000])
+    assert rng.calls == [(-o.reconnect_jitter, o.reconnect_jitter)] * 3
+    session.connected()
+    session.receive_data(peer.reply(peer.read(session)[0], protocolVersion=2,
+                                    capabilities=["pipelining"]))
+    assert session.state is S.READY
+    (down,) = [e for e in session.receive_eof() if isinstance(e, LinkDown)]
+    assert down.retry_at - clock.t == pytest.approx(base / 1000)  # the count was reset
+    clock.t = down.retry_at
+    assert session.tick() == [ConnectNow(1)]
+
+
+def test_the_reconnect_jitter_varies_the_delay_by_its_fraction():
+    """The jitter multiplies the delay by 1 + u, u drawn from [-jitter, +jitter]."""
+    for fraction in (1.0, -1.0):
+        session, clock, _, _ = _backoff_session(fraction)
+        o = session.options
+        session.start()
+        (down,) = [e for e in session.connect_failed("refused") if isinstance(e, LinkDown)]
+        expected = o.reconnect_base_delay * (1 + fraction * o.reconnect_jitter) / 1000
+        assert down.retry_at - clock.t == pytest.approx(expected)

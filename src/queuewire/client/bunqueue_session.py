@@ -541,19 +541,16 @@ class BunqueueSession(Session):
         return {"cmd": "Hello", "protocolVersion": spec.protocol_version,
                 "capabilities": list(spec.capabilities)}
 
-    def _pump(self, events: list[Event]) -> None:
-        """Write queued commands while the link is READY (or STOPPING) and the window allows."""
+    def _pump(self) -> None:
+        """Write queued commands while the link is READY (or STOPPING) and the window allows.
+        A queued command was encoded when ``send`` accepted it (``_check_encodable``), so
+        ``_write`` only sends its frame: it cannot fail here."""
         backlog = self._backlog
         while backlog and len(self._inflight) < self._window:
             command = backlog.popleft()
             if command.state is not RequestState.QUEUED:
                 continue
-            try:
-                self._write(command)
-            except BunqueueEncodeError as exc:  # checked when queued; kept for safety
-                command.error = exc
-                command.state = RequestState.LOST
-                events.append(Settled(command))
+            self._write(command)
 
     # -- answers
     def _on_frame(self, frame: dict[str, Any], events: list[Event]) -> None:
@@ -625,12 +622,12 @@ class BunqueueSession(Session):
         self._next_ping = self._clock() + interval / 1000.0 if interval else None
         events.append(Ready(self.protocol_version, self.capabilities, self._window,
                             self.server_hello))
-        self._pump(events)
+        self._pump()
 
     def _after_input(self, events: list[Event]) -> None:
         if self.state is _S.READY or self.state is _S.STOPPING:
             if self._backlog:
-                self._pump(events)
+                self._pump()
             if self.state is _S.STOPPING and not self._inflight and not self._backlog:
                 self._fire(_E.DRAINED)
                 self._finish("stopped", None, events)
@@ -667,10 +664,6 @@ class BunqueueSession(Session):
                 self.reconnects += 1
                 events.append(ConnectNow(self._attempt))
             return events
-        while deadlines and deadlines[0][0] <= now and self.state is not _S.STOPPED:
-            _, command = heapq.heappop(deadlines)
-            if command.state is RequestState.QUEUED or command.state is RequestState.SENT:
-                self._expire(command, events)
         if (self.state is _S.READY and self._next_ping is not None and self._ping is None
                 and now >= self._next_ping and len(self._inflight) < self._window):
             self._ping = self._internal({"cmd": "Ping"}, "ping")
