@@ -16,11 +16,13 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +186,30 @@ def proxy_pings(args: list[str], count: int) -> tuple[bytes, bytes, str]:
             proc.kill()
         stop_serve(server)
     return sent, got, line + "".join(rest)
+
+
+def proc_status_bytes(pid: int, field: str) -> int:
+    """A ``/proc/<pid>/status`` memory field (``VmRSS``, ``VmHWM``) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a blocking socket; EOFError if the server closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError("the server closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> Any:
+    """One bunqueue frame (u32 big-endian length, MessagePack) from a blocking socket."""
+    import msgpack
+
+    head = recv_exactly(sock, 4)
+    return msgpack.unpackb(recv_exactly(sock, struct.unpack(">I", head)[0]))

@@ -17,7 +17,6 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -28,7 +27,7 @@ import pytest_asyncio
 from queuewire.codecs.bunqueue import FrameDecoder
 from queuewire.reference_server.bunqueue import BunqueueServer
 from queuewire.spec import load_profile
-from serve_process import start_serve, stop_serve
+from serve_process import proc_status_bytes, recv_frame, start_serve, stop_serve
 
 PROFILE = load_profile("bunqueue/v2")
 MODEL = PROFILE.model
@@ -178,26 +177,6 @@ async def test_http_refuses_json_the_tcp_side_could_not_carry(server, body, rule
 
 
 # -- 4. unread replies cost bounded memory (BQ-FLOW-1) ----------------------------------------
-def _kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for process {pid}")
-
-
-def _recv_frame(sock: socket.socket) -> Any:
-    head = _recv_exactly(sock, 4)
-    return msgpack.unpackb(_recv_exactly(sock, struct.unpack(">I", head)[0]))
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise EOFError("the server closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def _connect(port: int) -> socket.socket:
@@ -210,7 +189,7 @@ def _ping_latency(port: int) -> float:
     with _connect(port) as sock:
         start = time.perf_counter()
         sock.sendall(frame({"cmd": "Ping", "reqId": "probe"}))
-        reply = _recv_frame(sock)
+        reply = recv_frame(sock)
         elapsed = time.perf_counter() - start
     assert reply.get("ok") is True and reply.get("reqId") == "probe", reply
     return elapsed
@@ -226,7 +205,7 @@ def served():
 def _push_big_job(port: int, size: int) -> str:
     with _connect(port) as sock:
         sock.sendall(frame({"cmd": "PUSH", "queue": "big", "data": {"blob": "x" * size}}))
-        reply = _recv_frame(sock)
+        reply = recv_frame(sock)
     assert reply["ok"] is True, reply
     return reply["id"]
 
@@ -238,23 +217,23 @@ def _get_jobs(job_id: str, n: int) -> bytes:
 async def test_a_3000_getjob_pipeline_of_a_512kb_job_grows_the_server_by_under_100mb(served):
     proc, port = served
     job_id = _push_big_job(port, 512 * 1024)
-    before = _kib(proc.pid, "VmHWM")  # peak RSS so far
+    before = proc_status_bytes(proc.pid, "VmHWM")  # peak RSS so far
     requests = _get_jobs(job_id, 3000)
     with _connect(port) as sock:
         sender = threading.Thread(target=sock.sendall, args=(requests,), daemon=True)
         sender.start()
         for i in range(3000):  # a client that reads every reply
-            reply = _recv_frame(sock)
+            reply = recv_frame(sock)
             assert reply.get("ok") is True and reply.get("reqId") == str(i), str(reply)[:200]
         sender.join(GUARD)
-    grown = _kib(proc.pid, "VmHWM") - before
+    grown = proc_status_bytes(proc.pid, "VmHWM") - before
     assert grown < RSS_BOUND, f"peak RSS grew by {grown / 2 ** 20:.0f} MiB"
 
 
 async def test_a_peer_that_never_reads_costs_bounded_memory_and_slows_only_itself(served):
     proc, port = served
     job_id = _push_big_job(port, 512 * 1024)
-    before = _kib(proc.pid, "VmRSS")
+    before = proc_status_bytes(proc.pid, "VmRSS")
     greedy = _connect(port)
     greedy.setblocking(False)
     requests = memoryview(_get_jobs(job_id, 3000))
@@ -266,7 +245,7 @@ async def test_a_peer_that_never_reads_costs_bounded_memory_and_slows_only_itsel
         except BlockingIOError:
             await asyncio.sleep(0.01)
     latencies = [_ping_latency(port) for _ in range(10)]  # another connection is served
-    grown = _kib(proc.pid, "VmRSS") - before
+    grown = proc_status_bytes(proc.pid, "VmRSS") - before
     greedy.close()
     assert grown < RSS_BOUND, f"RSS grew by {grown / 2 ** 20:.0f} MiB"
     assert max(latencies) < LATENCY_BOUND, latencies

@@ -21,7 +21,6 @@ import asyncio
 import socket
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,7 +31,7 @@ from queuewire.codecs.bunqueue import FrameDecoder
 from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer
 from queuewire.reference_server.bunqueue.waits import WaitRoom
 from queuewire.spec import load_profile
-from serve_process import free_tcp_ports, start_serve, stop_serve
+from serve_process import free_tcp_ports, proc_status_bytes, recv_frame, start_serve, stop_serve
 
 PROFILE = load_profile("bunqueue/v2")
 CAP = PROFILE.model.safeguards["max_parked_polls"]
@@ -47,13 +46,6 @@ pytestmark = pytest.mark.asyncio
 def frame(obj: Any) -> bytes:
     payload = msgpack.packb(obj)
     return struct.pack(">I", len(payload)) + payload
-
-
-def _kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for process {pid}")
 
 
 class Peer:
@@ -129,22 +121,12 @@ async def park(server: BunqueueServer, peer: Peer, request: dict) -> None:
 
 
 # -- 1. the done-when figure: the cap is reached, and a PUSH wakes one poll, not all ----------
-def _recv_frame(sock: socket.socket) -> Any:
-    def exactly(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("the server closed the connection")
-            buf += chunk
-        return buf
-    return msgpack.unpackb(exactly(struct.unpack(">I", exactly(4))[0]))
 
 
 def _call(sock: socket.socket, obj: dict) -> tuple[Any, float]:
     start = time.perf_counter()
     sock.sendall(frame(obj))
-    reply = _recv_frame(sock)
+    reply = recv_frame(sock)
     return reply, time.perf_counter() - start
 
 
@@ -161,7 +143,7 @@ async def test_12500_long_polls_hit_the_cap_and_a_push_leaves_a_ping_under_100ms
     problems: list[str] = []
     peers: list[Peer] = []
     try:
-        before = _kib(proc.pid, "VmHWM")
+        before = proc_status_bytes(proc.pid, "VmHWM")
         for _ in range(conns):
             peers.append(await Peer.open(port))
         for c, peer in enumerate(peers):
@@ -216,7 +198,7 @@ async def test_12500_long_polls_hit_the_cap_and_a_push_leaves_a_ping_under_100ms
         if worst >= LATENCY_BOUND:
             problems.append(f"a Ping after a PUSH took up to {worst * 1000:.0f} ms "
                             f"(median {sorted(latencies)[pushes // 2] * 1000:.0f} ms)")
-        grown = _kib(proc.pid, "VmHWM") - before
+        grown = proc_status_bytes(proc.pid, "VmHWM") - before
         if grown >= RSS_BOUND:
             problems.append(f"the server grew by {grown / 2 ** 20:.0f} MiB")
     finally:

@@ -24,7 +24,6 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -33,7 +32,7 @@ import pytest
 from queuewire.codecs.bunqueue import FrameDecoder
 from queuewire.reference_server.bunqueue import BunqueueServer
 from queuewire.spec import load_profile
-from serve_process import start_serve, stop_serve
+from serve_process import proc_status_bytes, recv_frame, start_serve, stop_serve
 
 PROFILE = load_profile("bunqueue/v2")
 MODEL = PROFILE.model
@@ -67,25 +66,6 @@ def message(name: str, **fields: Any) -> str:
     return MODEL.errors[name].message.format(**fields)
 
 
-def _kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for process {pid}")
-
-
-def _recv_frame(sock: socket.socket) -> Any:
-    def exactly(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("the server closed the connection")
-            buf += chunk
-        return buf
-    return msgpack.unpackb(exactly(struct.unpack(">I", exactly(4))[0]))
-
-
 def _connect(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=GUARD)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -95,7 +75,7 @@ def _connect(port: int) -> socket.socket:
 def _call(sock: socket.socket, obj: dict) -> tuple[Any, float]:
     start = time.perf_counter()
     sock.sendall(frame(obj))
-    reply = _recv_frame(sock)
+    reply = recv_frame(sock)
     return reply, time.perf_counter() - start
 
 
@@ -176,7 +156,7 @@ def _flood_unauthenticated(port: int, stop: threading.Event, refusals: list[Any]
             if len(refusals) < 4:
                 with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
                     sock.sendall(struct.pack(">I", HUGE) + b"\x00" * 1000)
-                    refusals.append(_recv_frame(sock))
+                    refusals.append(recv_frame(sock))
         except (OSError, EOFError):
             pass
         stop.wait(0.02)
@@ -197,7 +177,7 @@ async def test_16_unauthenticated_63mib_frames_cost_under_150mb_and_ping_stays_u
     latencies: list[float] = []
     grown = 0
     try:
-        before = _kib(proc.pid, "VmRSS")
+        before = proc_status_bytes(proc.pid, "VmRSS")
         with _connect(port) as sock:
             assert _call(sock, {"cmd": "Auth", "token": TOKEN, "reqId": "a"})[0]["ok"] is True
             for t in threads:
@@ -207,7 +187,7 @@ async def test_16_unauthenticated_63mib_frames_cost_under_150mb_and_ping_stays_u
                 reply, took = _call(sock, {"cmd": "Ping", "reqId": "p"})
                 assert reply.get("ok") is True, reply
                 latencies.append(took)
-                grown = max(grown, _kib(proc.pid, "VmRSS") - before)
+                grown = max(grown, proc_status_bytes(proc.pid, "VmRSS") - before)
                 if grown >= RSS_BOUND:
                     break  # failed already: do not let the server take all the memory
                 time.sleep(0.03)
@@ -362,7 +342,7 @@ async def test_eight_63mib_frames_hold_at_most_the_buffer_budget():
     threads = [threading.Thread(target=sender, daemon=True) for _ in range(8)]
     latencies: list[float] = []
     try:
-        before = _kib(proc.pid, "VmHWM")
+        before = proc_status_bytes(proc.pid, "VmHWM")
         with _connect(port) as sock:
             _call(sock, {"cmd": "Auth", "token": TOKEN})
             for t in threads:
@@ -372,10 +352,10 @@ async def test_eight_63mib_frames_hold_at_most_the_buffer_budget():
                 reply, took = _call(sock, {"cmd": "Ping", "reqId": "p"})
                 assert reply.get("ok") is True, reply
                 latencies.append(took)
-                if _kib(proc.pid, "VmRSS") - before > budget + (128 << 20):
+                if proc_status_bytes(proc.pid, "VmRSS") - before > budget + (128 << 20):
                     break  # failed already: do not let the server take all the memory
                 time.sleep(0.03)
-        grown = _kib(proc.pid, "VmHWM") - before
+        grown = proc_status_bytes(proc.pid, "VmHWM") - before
     finally:
         stop.set()
         for t in threads:
