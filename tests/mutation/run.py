@@ -1,0 +1,486 @@
+"""Mutation testing of the core (`make mutation`; issue 31): each module of modules.toml is
+mutated by mutmut 3 against its own test files, in a temporary copy of the repository (the
+working tree is never touched: mutmut writes its mutants/ there), within a time budget.
+
+    python tests/mutation/run.py                          # every module of modules.toml
+    python tests/mutation/run.py codecs/validation.py     # one (path below src/queuewire)
+    python tests/mutation/run.py --ref HEAD ...           # a commit instead of the working tree
+
+Per module it prints and writes reports/mutation/<module>.txt and .json: mutants, killed,
+survived, timeouts, "no tests" (no test of the module runs the function: listed apart, not in
+the score), not run (the budget ended), equivalent (excluded, with the reason), and
+score = (killed + timeouts) / (killed + timeouts + survived) with equivalent mutants left
+out; then every survivor with file:line, its function and its diff.
+
+Equivalent mutants (they change no behaviour) are listed in equivalent.txt beside this file.
+An entry names the module and the function and quotes the removed and added lines of the
+mutant's diff; it matches by that text, never by mutmut's mutant number, so it cannot point at
+another mutant after an edit. An entry that matches no surviving mutant is reported as stale.
+
+The mutants are only what mutmut 3 mutates: the bodies of functions and methods (not code at
+module or class level, not functions with decorators other than staticmethod/classmethod, and
+not lines marked ``# pragma: no mutate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+MODULES = HERE / "modules.toml"
+EQUIVALENT = HERE / "equivalent.txt"
+REPORTS = ROOT / "reports" / "mutation"
+
+# mutmut's statuses, grouped for the score. "segfault" is mutmut's name for a worker killed by
+# a signal (SIGKILL after its CPU limit, a crash): the mutant broke the run, so it counts as
+# killed, like a timeout. "suspicious" (an exit code mutmut does not know) is listed apart.
+KILLED = {"killed", "caught by type check"}
+TIMEOUT = {"timeout", "segfault"}
+SURVIVED = {"survived"}
+NO_TESTS = {"no tests", "skipped"}
+NOT_RUN = {"not checked", "check was interrupted by user"}
+
+# A pytest plugin for the runs: hypothesis without its example database (a failure found for
+# one mutant must not be replayed for the next), derandomized (the same examples every run:
+# a mutant is killed or survives for good) and without deadlines (the trampolines slow every
+# call; a deadline miss is not a kill).
+PLUGIN = '''
+from hypothesis import settings
+
+settings.register_profile("qw-mutation", database=None, derandomize=True, deadline=None,
+                          print_blob=False)
+settings.load_profile("qw-mutation")
+'''
+
+
+@dataclass
+class Mutant:
+    name: str
+    function: str  # Class.method or function
+    status: str
+    line: int | None
+    diff: str
+    removed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    reason: str | None = None  # equivalent: why
+
+    def one_line(self) -> str:
+        old = " / ".join(self.removed) or "(nothing)"
+        new = " / ".join(self.added) or "(nothing)"
+        return f"- {old}  =>  + {new}"
+
+
+@dataclass
+class Exclusion:
+    module: str
+    function: str
+    removed: list[str]
+    added: list[str]
+    reason: str
+    where: str  # equivalent.txt:<line>
+    used: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# modules.toml and equivalent.txt
+
+
+def load_modules() -> list[dict]:
+    data = tomllib.loads(MODULES.read_text(encoding="utf-8"))
+    default_budget = data.get("defaults", {}).get("budget_seconds", 1800)
+    modules = []
+    for entry in data["module"]:
+        modules.append({"path": entry["path"], "tests": list(entry["tests"]),
+                        "budget": int(entry.get("budget_seconds", default_budget))})
+    return modules
+
+
+def short_name(path: str) -> str:
+    """src/queuewire/codecs/validation.py -> codecs/validation.py"""
+    return path.removeprefix("src/queuewire/")
+
+
+def load_exclusions(path: Path = EQUIVALENT) -> list[Exclusion]:
+    """Blocks separated by blank lines: ``<module> :: <function>``, then ``- <line>`` and
+    ``+ <line>`` (the diff's removed and added lines, compared stripped), then ``why: <reason>``.
+    ``#`` starts a comment line."""
+    if not path.is_file():
+        return []
+    out: list[Exclusion] = []
+    block: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        start, head = block[0]
+        where = f"{path.name}:{start}"
+        if " :: " not in head:
+            raise SystemExit(f"{where}: expected '<module> :: <function>', got {head!r}")
+        module, function = (x.strip() for x in head.split(" :: ", 1))
+        removed, added, reason = [], [], None
+        for no, line in block[1:]:
+            if line.startswith("- "):
+                removed.append(line[2:].strip())
+            elif line.startswith("+ "):
+                added.append(line[2:].strip())
+            elif line.startswith("why:"):
+                reason = line[4:].strip()
+            else:
+                raise SystemExit(f"{path.name}:{no}: expected '- ', '+ ' or 'why:', got {line!r}")
+        if not reason:
+            raise SystemExit(f"{where}: an equivalent mutant needs a 'why:' line")
+        if not removed and not added:
+            raise SystemExit(f"{where}: quote the mutant's removed and added lines")
+        out.append(Exclusion(short_name(module), function, removed, added, reason, where))
+        block.clear()
+
+    for no, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.rstrip()
+        if line.lstrip().startswith("#"):
+            continue
+        if not line.strip():
+            flush()
+        else:
+            block.append((no, line))
+    flush()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the temporary copy
+
+
+def copy_tree(dest: Path, ref: str | None) -> str:
+    """The repository's files into ``dest``: the commit ``ref`` (git archive), or the working
+    tree (tracked and untracked files that .gitignore does not exclude). Returns a label."""
+    if ref:
+        commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        archive = subprocess.Popen(["git", "archive", commit], cwd=ROOT, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+        if archive.wait() != 0:
+            raise SystemExit(f"git archive {ref} failed")
+        return f"commit {commit}"
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, check=True, capture_output=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        rel = name.decode()
+        src = ROOT / rel
+        if not src.is_file():  # deleted in the working tree
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    return f"working tree at {head}" + (" (with uncommitted changes)" if dirty else "")
+
+
+def configure(copy: Path, module: dict, tests: list[str]) -> None:
+    """mutmut's settings, in the copy's pyproject.toml (mutmut reads [tool.mutmut] there)."""
+    pyproject = copy / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    if "[tool.mutmut]" in text:
+        raise SystemExit("pyproject.toml already has [tool.mutmut]: the driver writes its own")
+    plugin_dir = copy / ".qw-mutation"
+    plugin_dir.mkdir()
+    (plugin_dir / "qw_mutation_plugin.py").write_text(PLUGIN, encoding="utf-8")
+    # spec/ and vectors/ are read by the tests relative to the test files (mutants/tests/...)
+    also = [p for p in ("spec", "vectors") if (copy / p).exists()]
+    settings = {
+        "source_paths": ["src"],
+        "only_mutate": [module["path"]],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "qw_mutation_plugin"],
+        "also_copy": also,
+        "use_git_change_detection": False,
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    pyproject.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
+
+
+def run_mutmut(copy: Path, budget: int, children: int, log: Path) -> tuple[float, bool]:
+    """``mutmut run`` in the copy, niced, for at most ``budget`` seconds; on timeout it is
+    interrupted (SIGINT: it stops its workers and keeps the results so far). Returns the wall
+    time and whether the budget ended the run."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy / ".qw-mutation"),
+                                                      env.get("PYTHONPATH")]))
+    env.pop("QUEUEWIRE_SPEC_DIR", None)
+    mutmut = Path(sys.executable).with_name("mutmut")
+    cmd = ["nice", "-n", "10", str(mutmut), "run", "--max-children", str(children)]
+    start = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=budget)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    wall = time.monotonic() - start
+    if not timed_out and proc.returncode != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-4000:]
+        raise SystemExit(f"mutmut run failed (exit {proc.returncode}); the end of {log}:\n{tail}")
+    return wall, timed_out
+
+
+# ---------------------------------------------------------------------------------------------
+# reading mutmut's results (run inside the copy, with mutmut's own readers)
+
+COLLECT = r'''
+import json, sys
+from pathlib import Path
+import libcst as cst
+from mutmut.mutation.data import SourceFileMutationData
+from mutmut.mutation.diff_apply import get_diff_for_mutant, read_functions_from_index
+from mutmut.stats import status_by_exit_code
+from mutmut.utils.format_utils import orig_function_and_class_names_from_key
+
+path = Path(sys.argv[1])
+data = SourceFileMutationData(path=path)
+data.load()
+out = []
+for name, code in data.exit_code_by_key.items():
+    func, cls = orig_function_and_class_names_from_key(name)
+    diff = get_diff_for_mutant(name, path=path)
+    functions = read_functions_from_index(name, path)
+    orig = cst.Module([functions[0]]).code.strip() if functions else ""
+    out.append({"name": name, "function": f"{cls}.{func}" if cls else func, "class": cls,
+                "func": func, "status": status_by_exit_code[code], "diff": diff, "orig": orig})
+json.dump(out, sys.stdout)
+'''
+
+DEF_LINE = re.compile(r"^\s*(async\s+)?def\s")
+HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+def def_lines(source: str) -> dict[str, int]:
+    """``Class.method`` / ``function`` -> the line of its ``def`` (top level and one class deep,
+    what mutmut mutates)."""
+    found: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.setdefault(node.name, node.lineno)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    found.setdefault(f"{node.name}.{item.name}", item.lineno)
+    return found
+
+
+def parse_diff(diff: str, orig: str, def_line: int | None) -> tuple[int | None, list[str], list[str]]:
+    """The file line of the first changed line, and the removed and added lines (stripped)."""
+    removed, added, first = [], [], None
+    orig_lines = orig.splitlines()
+    def_index = next((i for i, s in enumerate(orig_lines) if DEF_LINE.match(s)), 0)
+    at = None
+    for line in diff.splitlines():
+        if line.startswith(("---", "+++")):
+            continue
+        hunk = HUNK.match(line)
+        if hunk:
+            at = int(hunk.group(1)) - 1  # 0-based index in the function's text
+            continue
+        if at is None:
+            continue
+        if line.startswith("-"):
+            removed.append(line[1:].strip())
+            if first is None:
+                first = at
+            at += 1
+        elif line.startswith("+"):
+            added.append(line[1:].strip())
+            if first is None:
+                first = max(at - 1, 0)
+        else:
+            at += 1
+    if first is None or def_line is None:
+        return None, removed, added
+    return def_line + (first - def_index), removed, added
+
+
+def collect(copy: Path, module_path: str) -> list[Mutant]:
+    done = subprocess.run([sys.executable, "-c", COLLECT, module_path], cwd=copy, check=True,
+                          capture_output=True, text=True)
+    source = (copy / module_path).read_text(encoding="utf-8")
+    defs = def_lines(source)
+    mutants = []
+    for row in json.loads(done.stdout):
+        line, removed, added = parse_diff(row["diff"], row["orig"], defs.get(row["function"]))
+        mutants.append(Mutant(row["name"], row["function"], row["status"], line, row["diff"],
+                              removed, added))
+    return mutants
+
+
+def apply_exclusions(module: str, mutants: list[Mutant], exclusions: list[Exclusion]) -> None:
+    for ex in exclusions:
+        if ex.module != module:
+            continue
+        for m in mutants:
+            if (m.function == ex.function and m.removed == ex.removed and m.added == ex.added
+                    and m.status in SURVIVED):
+                m.status = "equivalent"
+                m.reason = ex.reason
+                ex.used = True
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def summarize(module: dict, mutants: list[Mutant], wall: float, timed_out: bool, source: str,
+              exclusions: list[Exclusion]) -> dict:
+    def count(statuses: set[str]) -> int:
+        return sum(m.status in statuses for m in mutants)
+
+    killed, timeouts, survived = count(KILLED), count(TIMEOUT), count(SURVIVED)
+    judged = killed + timeouts + survived
+    known = KILLED | TIMEOUT | SURVIVED | NO_TESTS | NOT_RUN | {"equivalent"}
+    name = short_name(module["path"])
+    return {
+        "module": module["path"],
+        "tests": module["tests"],
+        "date": dt.date.today().isoformat(),
+        "source": source,
+        "mutants": len(mutants),
+        "killed": killed,
+        "timeouts": timeouts,
+        "survived": survived,
+        "equivalent": count({"equivalent"}),
+        "no_tests": count(NO_TESTS),
+        "not_run": count(NOT_RUN),
+        "other": sum(m.status not in known for m in mutants),
+        "score": round(100.0 * (killed + timeouts) / judged, 1) if judged else None,
+        "wall_seconds": round(wall),
+        "budget_seconds": module["budget"],
+        "budget_ended": timed_out,
+        "stale_exclusions": [f"{e.where}: {e.function}" for e in exclusions
+                             if e.module == name and not e.used],
+        "mutant_list": [m.__dict__ for m in mutants],
+    }
+
+
+def render(summary: dict) -> str:
+    s = summary
+    score = "n/a" if s["score"] is None else f"{s['score']:.1f} %"
+    out = [f"# mutation: {s['module']}  ({s['date']}, {s['source']})",
+           f"tests: {' '.join(s['tests'])}",
+           f"mutants {s['mutants']}: killed {s['killed']}, timeouts {s['timeouts']}, survived "
+           f"{s['survived']}, equivalent {s['equivalent']}, no tests {s['no_tests']}, not run "
+           f"{s['not_run']}" + (f", other {s['other']}" if s["other"] else ""),
+           f"score {score} = (killed + timeouts) / (killed + timeouts + survived); wall "
+           f"{s['wall_seconds']} s of a {s['budget_seconds']} s budget"
+           + ("  -- THE BUDGET ENDED THE RUN: the score covers only the mutants run" if s["budget_ended"]
+              else "")]
+    for e in s["stale_exclusions"]:
+        out.append(f"STALE equivalent.txt entry (matches no surviving mutant): {e}")
+    groups = [("SURVIVED", SURVIVED), ("NO TESTS (no test of this module runs the function)", NO_TESTS),
+              ("NOT RUN", NOT_RUN), ("OTHER (suspicious)", None), ("EQUIVALENT (excluded)", {"equivalent"})]
+    known = KILLED | TIMEOUT | SURVIVED | NO_TESTS | NOT_RUN | {"equivalent"}
+    for title, statuses in groups:
+        rows = [m for m in s["mutant_list"]
+                if (m["status"] in statuses if statuses is not None else m["status"] not in known)]
+        if not rows:
+            continue
+        out.append("")
+        out.append(f"## {title}: {len(rows)}")
+        for m in sorted(rows, key=lambda m: (m["line"] or 0, m["name"])):
+            mut = Mutant(**m)
+            where = f"{s['module']}:{m['line'] if m['line'] else '?'}"
+            out.append(f"{where}  {m['function']}  [{m['name'].rpartition('.')[2]}]  {mut.one_line()}")
+            if m["reason"]:
+                out.append(f"    why equivalent: {m['reason']}")
+            elif statuses is SURVIVED:
+                out.extend("    " + line for line in m["diff"].splitlines()[2:])
+    return "\n".join(out) + "\n"
+
+
+def table_row(s: dict) -> str:
+    score = "n/a" if s["score"] is None else f"{s['score']:.1f} %"
+    return (f"| `{short_name(s['module'])}` | {s['mutants']} | {s['killed']} | {s['survived']} | "
+            f"{s['timeouts']} | {s['equivalent']} | {s['no_tests']} | {s['not_run']} | {score} | "
+            f"{s['wall_seconds']} s | {s['date']} |")
+
+
+def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusion]) -> dict:
+    name = short_name(module["path"])
+    slug = name.replace("/", ".").removesuffix(".py")
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    log = REPORTS / f"{slug}.log"
+    budget = args.budget or module["budget"]
+    copy = Path(tempfile.mkdtemp(prefix="qw-mutation-"))
+    try:
+        source = copy_tree(copy, args.ref)
+        configure(copy, module, module["tests"])
+        print(f"== {name}: mutmut in {copy} ({source}), budget {budget} s, log {log}", flush=True)
+        wall, timed_out = run_mutmut(copy, budget, args.max_children, log)
+        mutants = collect(copy, module["path"])
+    finally:
+        if args.keep:
+            print(f"   kept {copy}")
+        else:
+            shutil.rmtree(copy, ignore_errors=True)
+    apply_exclusions(name, mutants, exclusions)
+    summary = summarize({**module, "budget": budget}, mutants, wall, timed_out, source, exclusions)
+    text = render(summary)
+    (REPORTS / f"{slug}.txt").write_text(text, encoding="utf-8")
+    (REPORTS / f"{slug}.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(text if args.verbose else "\n".join(text.splitlines()[:5] + [
+        f"   survivors with their diffs: {REPORTS.relative_to(ROOT) / (slug + '.txt')}"]), flush=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*",
+                        help="modules to run (path below src/queuewire, e.g. codecs/validation.py); "
+                             "default: all of modules.toml")
+    parser.add_argument("--ref", help="mutate this commit (git archive) instead of the working tree")
+    parser.add_argument("--max-children", type=int, default=2, help="mutmut workers (default 2)")
+    parser.add_argument("--budget", type=int, help="seconds per module (default: modules.toml)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print every survivor's diff")
+    args = parser.parse_args(argv)
+
+    modules = load_modules()
+    exclusions = load_exclusions()
+    if args.modules:
+        wanted = {short_name(m) for m in args.modules}
+        unknown = wanted - {short_name(m["path"]) for m in modules}
+        if unknown:
+            raise SystemExit(f"not in {MODULES.name}: {', '.join(sorted(unknown))}")
+        modules = [m for m in modules if short_name(m["path"]) in wanted]
+    summaries = [run_module(m, args, exclusions) for m in modules]
+    print("\n| module | mutants | killed | survived | timeouts | equivalent | no tests | not run "
+          "| score | wall | date |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in summaries:
+        print(table_row(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
