@@ -10,6 +10,7 @@ from queuewire.client.session import (
     CLIENT_TRANSITIONS,
     ClientConnectionLost,
     ClientEvent,
+    ClientSessionStopped,
     ClientState,
     ClientStateError,
     Closed,
@@ -19,6 +20,7 @@ from queuewire.client.session import (
     RequestState,
     Session,
     Settled,
+    mermaid,
     step,
 )
 
@@ -45,12 +47,21 @@ class ToySession(Session):
     def _heartbeat_frame(self) -> bytes:
         return b"PING\n"
 
+    def receive(self, data: bytes) -> None:
+        self._touch()
+
     def _settle_all(self, error, events):
         for req in self.pending:
             if req.fire(RequestEvent.CLOSED) is RequestState.LOST:
                 req.error = error
                 events.append(Settled(req))
         self.pending.clear()
+
+
+class LoopSession(Session):
+    """A machine with a loop, to take more transitions than the history holds."""
+
+    _table = {(ClientState.CREATED, ClientEvent.START): ClientState.CREATED}
 
 
 class Clock:
@@ -89,3 +100,93 @@ def test_a_protocol_session_gets_heartbeats_closing_and_its_own_errors():
     assert isinstance(s.error, ToyLost) and "no PONG within 2.0 s" in str(s.error)
     assert events == [Settled(req), Closed(str(s.error), s.error)]
     assert req.state is RequestState.LOST and req.error is s.error
+
+
+# ------------------------------------------------ issue 31: behaviours a mutation run found
+
+def test_mermaid_renders_one_line_per_transition_with_start_and_end():
+    table = {(ClientState.CREATED, ClientEvent.START): ClientState.CONNECTING,
+             (ClientState.CONNECTING, ClientEvent.STOP): ClientState.CLOSED}
+    assert mermaid(table, ClientState.CREATED, ClientState.CLOSED).split("\n") == [
+        "stateDiagram-v2",
+        "    [*] --> CREATED",
+        "    CREATED --> CONNECTING: start",
+        "    CONNECTING --> CLOSED: stop",
+        "    CLOSED --> [*]",
+    ]
+
+
+class ToyRequest(Request):
+    state_error = ToyStateError
+
+
+def test_a_request_refuses_a_missing_transition_with_its_own_error_naming_it():
+    req = ToyRequest()
+    with pytest.raises(ToyStateError, match=rf"^request {req.id}: 'done' is not allowed in "
+                                            r"state 'sent'$"):
+        req.fire(RequestEvent.DONE)
+    assert req.state is RequestState.SENT
+
+
+def test_a_session_state_error_names_its_role():
+    s = ToySession()
+    with pytest.raises(ToyStateError, match=r"^toy session: 'connected' is not allowed in "
+                                            r"state 'created'$"):
+        s._fire(ClientEvent.CONNECTED)
+    assert s.error is None and s.close_reason is None  # nothing closed yet
+
+
+def test_a_session_that_cannot_heartbeat_never_does():
+    """``heartbeat_interval`` alone does not make a session heartbeat: ``can_heartbeat``
+    (off by default) must be set too."""
+    clock = Clock()
+    s = Session(heartbeat_interval=1.0, clock=clock)
+    s.start()
+    s.connected()
+    assert s.next_tick() is None
+    clock.now += 100
+    assert s.tick() == [] and s.data_to_send() == b""
+
+
+def test_heartbeats_wait_for_an_idle_socket_and_the_answer_deadline():
+    clock = Clock()
+    s = ToySession(heartbeat_interval=5.0, pong_timeout=2.0, clock=clock)
+    s.start()
+    clock.now = 30.0
+    assert s.next_tick() is None and s.tick() == []  # still connecting: no heartbeat
+    s.connected()  # idle since 30
+    clock.now = 34.0
+    s.receive(b"hello")  # bytes in: not idle (since 34)
+    assert s.next_tick() == 39.0
+    clock.now = 38.9
+    assert s.tick() == [] and s.data_to_send() == b""  # not idle long enough
+    clock.now = 39.0
+    assert s.tick() == [HeartbeatSent()] and s.data_to_send() == b"PING\n"
+    assert s.next_tick() == 41.0  # the answer is due pong_timeout later
+    clock.now = 40.9
+    assert s.tick() == [] and not s.closed
+    clock.now = 41.0
+    assert isinstance(s.tick()[-1], Closed) and s.closed
+
+
+def test_a_graceful_close_settles_pending_requests_with_session_stopped():
+    """Document 003: stopping rejects pending requests with "Session stopped"."""
+    s = ToySession()
+    s.start()
+    s.connected()
+    req = Request()
+    s.pending.append(req)
+    s._fire(ClientEvent.STOP)
+    events: list = []
+    s._close(ClientEvent.DRAINED, "stopped", None, events)
+    assert s.state is ClientState.CLOSED and s.error is None and s.close_reason == "stopped"
+    assert events == [Settled(req), Closed("stopped", None)]
+    assert type(req.error) is ClientSessionStopped and str(req.error) == "Session stopped"
+
+
+def test_the_history_keeps_the_last_64_transitions():
+    s = LoopSession()
+    for _ in range(70):
+        s.start()
+    assert len(s.history) == 64
+    assert list(s.history)[-1] == (ClientState.CREATED, ClientEvent.START, ClientState.CREATED)
