@@ -5,6 +5,7 @@ working tree is never touched: mutmut writes its mutants/ there), within a time 
     python tests/mutation/run.py                          # every module of modules.toml
     python tests/mutation/run.py codecs/validation.py     # one (path below src/queuewire)
     python tests/mutation/run.py --ref HEAD ...           # a commit instead of the working tree
+    python tests/mutation/run.py --rescore                # equivalent.txt again, on the last reports
 
 Per module it prints and writes reports/mutation/<module>.txt and .json: mutants, killed,
 survived, timeouts, "no tests" (no test of the module runs the function: listed apart, not in
@@ -55,17 +56,22 @@ SURVIVED = {"survived"}
 NO_TESTS = {"no tests", "skipped"}
 NOT_RUN = {"not checked", "check was interrupted by user"}
 
-# A pytest plugin for the runs: hypothesis without its example database (a failure found for
-# one mutant must not be replayed for the next), derandomized (the same examples every run:
-# a mutant is killed or survives for good) and without deadlines (the trampolines slow every
-# call; a deadline miss is not a kill).
-PLUGIN = '''
-from hypothesis import settings
+# What the fork server imports once, before it forks a worker per mutant: third-party modules,
+# and the queuewire layers below the mutated module (the spec, its profiles loaded; the codecs
+# unless a codec is mutated). Never the mutated module, nor anything that imports it: a worker
+# must import it afresh, with its mutant active, so that what a test file builds at import
+# (``VALIDATOR = BunqueueValidator(PROFILE)``) is built by the mutant.
+THIRD_PARTY = ["pytest", "_pytest.python", "hypothesis", "hypothesis.strategies", "pytest_asyncio",
+               "msgspec", "jsonschema_rs", "jsonschema", "yaml", "construct", "aiohttp",
+               "sortedcontainers", "croniter", "click", "rich", "msgpack"]
+PRELOAD_SPEC = """from queuewire.spec import load_profile, profile_names
 
-settings.register_profile("qw-mutation", database=None, derandomize=True, deadline=None,
-                          print_blob=False)
-settings.load_profile("qw-mutation")
-'''
+for _name in profile_names():
+    load_profile(_name)
+"""
+CODECS = ["queuewire.codecs.errors", "queuewire.codecs.bunqueue", "queuewire.codecs.validation",
+          "queuewire.codecs.bunqueue_typed", "queuewire.codecs.quicx", "queuewire.codecs.quicx_plans",
+          "queuewire.codecs.quicx_scan"]
 
 
 @dataclass
@@ -113,6 +119,11 @@ def load_modules() -> list[dict]:
 def short_name(path: str) -> str:
     """src/queuewire/codecs/validation.py -> codecs/validation.py"""
     return path.removeprefix("src/queuewire/")
+
+
+def slug_of(path: str) -> str:
+    """src/queuewire/codecs/validation.py -> codecs.validation (the report's file name)"""
+    return short_name(path).replace("/", ".").removesuffix(".py")
 
 
 def load_exclusions(path: Path = EQUIVALENT) -> list[Exclusion]:
@@ -201,7 +212,12 @@ def configure(copy: Path, module: dict, tests: list[str]) -> None:
         raise SystemExit("pyproject.toml already has [tool.mutmut]: the driver writes its own")
     plugin_dir = copy / ".qw-mutation"
     plugin_dir.mkdir()
-    (plugin_dir / "qw_mutation_plugin.py").write_text(PLUGIN, encoding="utf-8")
+    shutil.copy2(HERE / "qw_mutation_plugin.py", plugin_dir / "qw_mutation_plugin.py")
+    (plugin_dir / "qw_mutation_preload_spec.py").write_text(PRELOAD_SPEC, encoding="utf-8")
+    preload = [*THIRD_PARTY, "qw_mutation_preload_spec"]
+    if not module["path"].startswith("src/queuewire/codecs/"):
+        preload += CODECS
+    (plugin_dir / "preload.txt").write_text("\n".join(preload) + "\n", encoding="utf-8")
     # spec/ and vectors/ are read by the tests relative to the test files (mutants/tests/...)
     also = [p for p in ("spec", "vectors") if (copy / p).exists()]
     settings = {
@@ -211,6 +227,12 @@ def configure(copy: Path, module: dict, tests: list[str]) -> None:
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "qw_mutation_plugin"],
         "also_copy": also,
         "use_git_change_detection": False,
+        # a fresh import of the mutated module per mutant (see THIRD_PARTY above): mutmut's
+        # default forks every worker from the process that ran the stats, where the test files
+        # and the unmutated module are already imported
+        "process_isolation": "forkserver",
+        "forkserver_warmup": "import",
+        "preload_modules_file": str(plugin_dir / "preload.txt"),
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     pyproject.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
@@ -427,8 +449,7 @@ def table_row(s: dict) -> str:
 
 
 def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusion]) -> dict:
-    name = short_name(module["path"])
-    slug = name.replace("/", ".").removesuffix(".py")
+    name, slug = short_name(module["path"]), slug_of(module["path"])
     REPORTS.mkdir(parents=True, exist_ok=True)
     log = REPORTS / f"{slug}.log"
     budget = args.budget or module["budget"]
@@ -454,6 +475,25 @@ def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusio
     return summary
 
 
+def rescore(module: dict, exclusions: list[Exclusion]) -> dict:
+    """Apply equivalent.txt again to a module's last report, without running mutmut."""
+    name, slug = short_name(module["path"]), slug_of(module["path"])
+    old = json.loads((REPORTS / f"{slug}.json").read_text(encoding="utf-8"))
+    mutants = []
+    for row in old["mutant_list"]:
+        m = Mutant(**row)
+        if m.status == "equivalent":
+            m.status, m.reason = "survived", None
+        mutants.append(m)
+    apply_exclusions(name, mutants, exclusions)
+    summary = summarize({**module, "budget": old["budget_seconds"]}, mutants, old["wall_seconds"],
+                        old["budget_ended"], old["source"], exclusions)
+    summary["date"] = old["date"]
+    (REPORTS / f"{slug}.txt").write_text(render(summary), encoding="utf-8")
+    (REPORTS / f"{slug}.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*",
@@ -464,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, help="seconds per module (default: modules.toml)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every survivor's diff")
+    parser.add_argument("--rescore", action="store_true",
+                        help="apply equivalent.txt to the last reports again, without running mutmut")
     args = parser.parse_args(argv)
 
     modules = load_modules()
@@ -474,7 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"not in {MODULES.name}: {', '.join(sorted(unknown))}")
         modules = [m for m in modules if short_name(m["path"]) in wanted]
-    summaries = [run_module(m, args, exclusions) for m in modules]
+    if args.rescore:
+        modules = [m for m in modules if (REPORTS / f"{slug_of(m['path'])}.json").is_file()]
+        summaries = [rescore(m, exclusions) for m in modules]
+    else:
+        summaries = [run_module(m, args, exclusions) for m in modules]
     print("\n| module | mutants | killed | survived | timeouts | equivalent | no tests | not run "
           "| score | wall | date |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
