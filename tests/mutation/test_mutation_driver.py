@@ -1,0 +1,136 @@
+"""The `make mutation` driver's own logic (tests/mutation/run.py), without running mutmut: a
+mutant's file line and changed lines from mutmut's function-relative diff, equivalent.txt
+parsed and matched by diff text (not by mutant number), stale entries reported, and the score."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("qw_mutation_run", HERE / "run.py")
+run = sys.modules.setdefault("qw_mutation_run", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(run)
+
+SOURCE = textwrap.dedent('''\
+    """doc"""
+
+
+    def _short(text):
+        return text if len(text) <= 10 else text[:7] + "..."
+
+
+    class Validator:
+        # a comment above the method
+        @staticmethod
+        def check(value):
+            if value is None:
+                return False
+            return value > 0
+''')
+
+# mutmut's diff of one function, numbered from the function's first line (decorator included)
+DIFF_CHECK = textwrap.dedent('''\
+    --- src/m.py
+    +++ src/m.py
+    @@ -2,5 +2,5 @@
+     @staticmethod
+     def check(value):
+         if value is None:
+             return False
+    -    return value > 0
+    +    return value >= 0''')
+ORIG_CHECK = "# a comment above the method\n@staticmethod\ndef check(value):\n    if value is None:\n" \
+             "        return False\n    return value > 0"
+
+
+def test_a_mutants_line_is_its_line_in_the_file():
+    defs = run.def_lines(SOURCE)
+    assert defs == {"_short": 4, "Validator.check": 11}
+    line, removed, added = run.parse_diff(DIFF_CHECK, ORIG_CHECK, defs["Validator.check"])
+    assert SOURCE.splitlines()[line - 1].strip() == "return value > 0"
+    assert (removed, added) == (["return value > 0"], ["return value >= 0"])
+
+
+def test_a_removed_argument_is_a_one_sided_diff():
+    diff = "--- a\n+++ a\n@@ -1,2 +1,2 @@\n def _short(text):\n" \
+           "-    return text if len(text) <= 10 else text[:7] + \"...\"\n" \
+           "+    return text if len(text) <= 10 else text[:7] + \"XX...XX\""
+    line, removed, added = run.parse_diff(diff, "def _short(text):\n    return ...", 4)
+    assert line == 5
+    assert removed == ['return text if len(text) <= 10 else text[:7] + "..."']
+    assert added == ['return text if len(text) <= 10 else text[:7] + "XX...XX"']
+
+
+def _mutant(name, status, removed, added, function="Validator.check"):
+    return run.Mutant(name=f"queuewire.m.xǁValidatorǁcheck__mutmut_{name}", function=function,
+                      status=status, line=15, diff="", removed=removed, added=added)
+
+
+def test_equivalent_entries_match_by_text_not_by_number(tmp_path):
+    path = tmp_path / "equivalent.txt"
+    path.write_text(textwrap.dedent("""\
+        # a comment
+        m.py :: Validator.check
+        -     return value > 0
+        +     return value >= 0
+        why: value is never 0 here
+
+        m.py :: Validator.check
+        - return value > 0
+        + return value < 0
+        why: a stale entry
+        """))
+    exclusions = run.load_exclusions(path)
+    assert [(e.function, e.removed, e.added) for e in exclusions] == [
+        ("Validator.check", ["return value > 0"], ["return value >= 0"]),
+        ("Validator.check", ["return value > 0"], ["return value < 0"])]
+    # numbered 7 now; an edit renumbers mutants, the entry still finds this one and no other
+    mutants = [_mutant(7, "survived", ["return value > 0"], ["return value >= 0"]),
+               _mutant(3, "survived", ["return value > 0"], ["return value > 1"]),
+               _mutant(4, "killed", ["return value > 0"], ["return value < 0"])]
+    run.apply_exclusions("m.py", mutants, exclusions)
+    assert [m.status for m in mutants] == ["equivalent", "survived", "killed"]
+    assert mutants[0].reason == "value is never 0 here"
+    summary = run.summarize({"path": "src/queuewire/m.py", "tests": [], "budget": 60}, mutants, 1.0,
+                            False, "test", exclusions)
+    assert (summary["killed"], summary["survived"], summary["equivalent"]) == (1, 1, 1)
+    assert summary["score"] == 50.0
+    assert summary["stale_exclusions"] == [f"{path.name}:7: Validator.check"]
+    assert "STALE" in run.render(summary)
+
+
+@pytest.mark.parametrize("text", ["m.py :: f\n- a\nwhy:\n", "m.py :: f\nwhy: no lines\n",
+                                  "m.py f\n- a\nwhy: x\n", "m.py :: f\n- a\nbecause: x\n"])
+def test_a_malformed_entry_is_refused(tmp_path, text):
+    path = tmp_path / "equivalent.txt"
+    path.write_text(text)
+    with pytest.raises(SystemExit):
+        run.load_exclusions(path)
+
+
+def test_the_score_leaves_out_no_tests_and_not_run():
+    mutants = [_mutant(1, "killed", [], ["x"]), _mutant(2, "timeout", [], ["x"]),
+               _mutant(3, "survived", [], ["x"]), _mutant(4, "no tests", [], ["x"]),
+               _mutant(5, "not checked", [], ["x"])]
+    s = run.summarize({"path": "src/queuewire/m.py", "tests": [], "budget": 60}, mutants, 1.0, True,
+                      "test", [])
+    assert (s["killed"], s["timeouts"], s["survived"], s["no_tests"], s["not_run"]) == (1, 1, 1, 1, 1)
+    assert s["score"] == pytest.approx(66.7)
+    assert "THE BUDGET ENDED THE RUN" in run.render(s)
+
+
+def test_the_checked_in_lists_parse():
+    modules = run.load_modules()
+    assert modules, "modules.toml lists no module"
+    for module in modules:
+        assert (run.ROOT / module["path"]).is_file(), module["path"]
+        for test in module["tests"]:
+            assert (run.ROOT / test).is_file(), test
+    names = {run.short_name(m["path"]) for m in modules}
+    for entry in run.load_exclusions():
+        assert entry.module in names, f"{entry.where}: {entry.module} is not in modules.toml"
