@@ -56,22 +56,25 @@ SURVIVED = {"survived"}
 NO_TESTS = {"no tests", "skipped"}
 NOT_RUN = {"not checked", "check was interrupted by user"}
 
-# What the fork server imports once, before it forks a worker per mutant: third-party modules,
-# and the queuewire layers below the mutated module (the spec, its profiles loaded; the codecs
-# unless a codec is mutated). Never the mutated module, nor anything that imports it: a worker
-# must import it afresh, with its mutant active, so that what a test file builds at import
-# (``VALIDATOR = BunqueueValidator(PROFILE)``) is built by the mutant.
-THIRD_PARTY = ["pytest", "_pytest.python", "hypothesis", "hypothesis.strategies", "pytest_asyncio",
-               "msgspec", "jsonschema_rs", "jsonschema", "yaml", "construct", "aiohttp",
-               "sortedcontainers", "croniter", "click", "rich", "msgpack"]
+# What mutmut's fork server imports once, before it forks a worker per mutant: third-party
+# modules and queuewire's packages (so that a worker only collects and runs its tests). mutmut
+# picks the active mutant at call time, inside each mutated function, so a function imported
+# here still runs its mutant. Never the test files: what a test file builds at import
+# (``VALIDATOR = BunqueueValidator(PROFILE)``) must be built in the worker, by the mutant. (No
+# queuewire module calls a core function at import time; one that did would have to go.)
+PRELOAD = ["pytest", "_pytest.python", "hypothesis", "hypothesis.strategies", "_hypothesis_pytestplugin",
+           "pytest_asyncio", "pytest_asyncio.plugin", "msgspec", "jsonschema_rs", "jsonschema", "yaml",
+           "construct", "aiohttp", "sortedcontainers", "croniter", "click", "rich", "msgpack",
+           "qw_mutation_preload_spec", "queuewire.codecs.bunqueue", "queuewire.codecs.validation",
+           "queuewire.codecs.bunqueue_typed", "queuewire.codecs.quicx", "queuewire.client",
+           "queuewire.client.bunqueue_session", "queuewire.client.quicx",
+           "queuewire.reference_server.bunqueue", "queuewire.reference_server.quicx",
+           "queuewire.conformance.pytest_plugin"]
 PRELOAD_SPEC = """from queuewire.spec import load_profile, profile_names
 
 for _name in profile_names():
     load_profile(_name)
 """
-CODECS = ["queuewire.codecs.errors", "queuewire.codecs.bunqueue", "queuewire.codecs.validation",
-          "queuewire.codecs.bunqueue_typed", "queuewire.codecs.quicx", "queuewire.codecs.quicx_plans",
-          "queuewire.codecs.quicx_scan"]
 
 
 @dataclass
@@ -214,10 +217,7 @@ def configure(copy: Path, module: dict, tests: list[str]) -> None:
     plugin_dir.mkdir()
     shutil.copy2(HERE / "qw_mutation_plugin.py", plugin_dir / "qw_mutation_plugin.py")
     (plugin_dir / "qw_mutation_preload_spec.py").write_text(PRELOAD_SPEC, encoding="utf-8")
-    preload = [*THIRD_PARTY, "qw_mutation_preload_spec"]
-    if not module["path"].startswith("src/queuewire/codecs/"):
-        preload += CODECS
-    (plugin_dir / "preload.txt").write_text("\n".join(preload) + "\n", encoding="utf-8")
+    (plugin_dir / "preload.txt").write_text("\n".join(PRELOAD) + "\n", encoding="utf-8")
     # spec/ and vectors/ are read by the tests relative to the test files (mutants/tests/...)
     also = [p for p in ("spec", "vectors") if (copy / p).exists()]
     settings = {
@@ -227,9 +227,9 @@ def configure(copy: Path, module: dict, tests: list[str]) -> None:
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "qw_mutation_plugin"],
         "also_copy": also,
         "use_git_change_detection": False,
-        # a fresh import of the mutated module per mutant (see THIRD_PARTY above): mutmut's
-        # default forks every worker from the process that ran the stats, where the test files
-        # and the unmutated module are already imported
+        # a fresh import of the test files per mutant (see PRELOAD above): mutmut's default
+        # forks every worker from the process that ran the stats, where the test files are
+        # already imported and what they built at import was built without a mutant
         "process_isolation": "forkserver",
         "forkserver_warmup": "import",
         "preload_modules_file": str(plugin_dir / "preload.txt"),
