@@ -26,7 +26,7 @@ FAST = settings(max_examples=60, deadline=None, database=None,
 
 
 @FAST
-@given(bunqueue_strategies("bunqueue/v2")._case(0))
+@given(bunqueue_strategies("bunqueue/v2").case_strategy(0))
 def test_bunqueue_cases_decode_alike_whole_and_byte_by_byte(case: Case):
     whole = decode_all(FrameDecoder(BQ), case.stream, None)
     exp = expect_bunqueue(case, BQ)
@@ -35,15 +35,16 @@ def test_bunqueue_cases_decode_alike_whole_and_byte_by_byte(case: Case):
                                                   == "reply")
     split = decode_all(FrameDecoder(BQ), case.stream, 7)
     # the decoder is segmentation-independent, except that an oversized prefix right after
-    # a `reply` error is only judged when more bytes come (see the report of issue 13)
-    assert split[0] == whole[0]
+    # a `reply` error is only judged when more bytes come (see the report of issue 13);
+    # compared by repr, as a NaN (a reqId may be one) is unequal to itself
+    assert repr(split[0]) == repr(whole[0])
     validator = BunqueueValidator(BQ)
     for msg in whole[0]:
         validator.request_violations(msg)  # total: a verdict for every decoded request
 
 
 @FAST
-@given(quicx_strategies("quicx/v1")._case)
+@given(quicx_strategies("quicx/v1").case_strategy())
 def test_quicx_cases_decode_alike_whole_and_in_pieces(case: Case):
     profile = load_profile("quicx/v1")
     whole = decode_all(QuicxDecoder(profile), case.stream, None)
@@ -70,7 +71,7 @@ def test_a_case_is_a_function_of_seed_and_index(protocol, profile):
     a = make_case(protocol, profile, 42, 17)
     make_case(protocol, profile, 42, 3)  # drawing others in between changes nothing
     if protocol == "bunqueue":
-        bunqueue_strategies(profile)._corpus.clear()  # nor does a cold corpus
+        bunqueue_strategies(profile).clear_corpus()  # nor does a cold corpus
     b = make_case(protocol, profile, 42, 17)
     assert a.as_dict() == b.as_dict()
     assert Case.from_dict(a.as_dict()).stream == a.stream

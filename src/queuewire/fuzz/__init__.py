@@ -1,9 +1,14 @@
 """``queuewire.fuzz``: spec-driven fuzzers of bunqueue and quicx servers, over real TCP.
 
 Design: sans-IO at the core, a thin asyncio shell around it, like the reference servers.
-:mod:`.strategies` turns the spec into hypothesis strategies (valid commands from the request
+:mod:`.strategies` turns the spec into case generators (valid commands from the request
 schemas, values at and beyond each limit, mutations, framing plans; quicx's type x version x
-length grid) and draws a :class:`~.case.Case` as a pure function of ``(seed, index)``.
+length grid) and draws a :class:`~.case.Case` as a pure function of ``(seed, index)``. The
+generators are the fuzzer's own (:mod:`.gen`: seeded samplers, each with a hypothesis twin
+built from hypothesis' public API for the tests' ``@given``; :mod:`.schema_gen`: valid
+instances of the spec's subset of JSON Schema), so a case is the same bytes with any
+hypothesis version; hypothesis is used through its public API only (the twins, and the
+stateful machines).
 :mod:`.oracles` predicts, with the spec's own decoder, what a server must do with a case's
 bytes (reply, or close, per the ``reaction`` of each protocol error) and judges what came back:
 every reply valid for its request, none lost or duplicated per reqId, the connection closed

@@ -7,8 +7,8 @@ over its own :class:`~.runner.Runner` and connection. Worker ``w`` plays the cas
 the worker's index, while every case keeps its identity ``(seed, index)``, so a case is
 still regenerated alone (``--start I --max-examples 1``) and replayed from its transcript, and
 with ``max_examples`` the set of cases played does not depend on N (their order does). The
-parent fills the seed's value pools once before forking (:func:`~.strategies.warm`, a few
-seconds of hypothesis; the children inherit them), then only aggregates: each worker sends
+parent fills the seed's valid-message corpus once before forking (:func:`~.strategies.warm`,
+about 0.1 s; the children inherit it), then only aggregates: each worker sends
 its counts every :data:`REPORT_EVERY` seconds and each failure as it is found over a pipe,
 which the parent reads in a thread so that an in-process server on its event loop keeps
 serving. A failure is shrunk in the worker that found it, one shrink at a time across the
@@ -63,7 +63,7 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     cpu: float = 0.0        # the fuzzer's CPU seconds (user + system), workers included
-    warmup: float = 0.0     # seconds spent filling the value pools before the clock started
+    warmup: float = 0.0     # seconds spent filling the corpus before the clock started
     workers: int = 1
     commands: set[str] = field(default_factory=set)
     requirements: set[str] = field(default_factory=set)
@@ -202,7 +202,7 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
                    max_failures: int = 5, prewarm: bool | None = None) -> Stats:
     """Cases ``start, start+1, ...`` of ``seed`` until ``max_examples`` or ``duration``
     (counted from after the warm-up). ``prewarm`` (default: when forking workers) fills the
-    seed's value pools before the clock starts."""
+    seed's valid-message corpus before the clock starts."""
     workers = max(1, workers)
     stats = Stats(workers=workers)
     if prewarm if prewarm is not None else workers > 1:

@@ -4,7 +4,7 @@ oracle that judges what the client made of them.
 A :class:`ClientCase` is a short list of testee-contract actions (``add``, ``count``: one
 request each) on a fresh queue, one of which, the *target*, gets its reply broken by a
 *recipe* (:data:`MUTATIONS`). The case is a pure function of ``(seed, index)``
-(:func:`make_client_case`, the server fuzzer's :class:`~.strategies.FastDraw` and its pools:
+(:func:`make_client_case`, the server fuzzer's :class:`~.gen.SeededDraw` and its generators:
 wrong-typed values, lying prefixes, segmentations), and the recipe is data, applied to the
 reply the server really computed when the target request arrives (:func:`reply_plan`; a job
 id differs from run to run), so a transcript replays the same mutation.
@@ -62,8 +62,9 @@ from typing import Any
 from ..codecs.bunqueue import FrameEncoder
 from ..spec import Profile
 from .case import split_by
+from .gen import BOOL, SeededDraw, binary, ints, pick
 from .oracles import Finding, level_of
-from .strategies import _BOOL, FastDraw, _bin, _ints, _pick, bunqueue_strategies
+from .strategies import bunqueue_strategies
 
 FORMAT = "queuewire-client-fuzz-transcript/1"
 # testee-contract ops and the command each sends (checked against the spec on use)
@@ -119,38 +120,38 @@ def make_client_case(profile: str, seed: int | str, index: int,
     for cmd in ACTION_COMMANDS.values():
         if cmd not in bq.spec.commands:
             raise ValueError(f"profile {profile} has no {cmd} command")
-    d = FastDraw(f"client:{seed}", index)
+    d = SeededDraw(f"client:{seed}", index)
     actions: list[dict[str, Any]] = []
-    for k in range(d(_ints(1, 4))):
-        if d(_BOOL):
+    for k in range(d(ints(1, 4))):
+        if d(BOOL):
             actions.append({"op": "add", "queue": "${queue}", "name": f"fz{k}",
-                            "data": {"n": d(_ints(0, 99))}})
+                            "data": {"n": d(ints(0, 99))}})
         else:
             actions.append({"op": "count", "queue": "${queue}"})
-    target = d(_ints(0, len(actions) - 1))
-    kind = d(_pick(MUTATIONS))
+    target = d(ints(0, len(actions) - 1))
+    kind = d(pick(MUTATIONS))
     recipe: dict[str, Any] = {"kind": kind}
     if kind == "wrong_type":
-        recipe["value"] = d(bq._wrong)
-        recipe["pick"] = d(_ints(0, 99))        # which field: pick mod the reply's fields
+        recipe["value"] = d(bq.wrong)
+        recipe["pick"] = d(ints(0, 99))        # which field: pick mod the reply's fields
     elif kind == "missing":
-        recipe["pick"] = d(_ints(0, 99))
+        recipe["pick"] = d(ints(0, 99))
     elif kind == "lie":
-        recipe["how"] = d(_pick(("short", "long", "huge")))
-        recipe["delta"] = d(_ints(1, 8)) if recipe["how"] != "huge" else d(_ints(1, 2**20))
+        recipe["how"] = d(pick(("short", "long", "huge")))
+        recipe["delta"] = d(ints(1, 8)) if recipe["how"] != "huge" else d(ints(1, 2**20))
     elif kind == "garbage":
-        recipe["how"] = d(_pick(("random", "trailing", "not_a_map", "empty")))
-        recipe["bytes"] = d(_bin(1, 16)).hex()
+        recipe["how"] = d(pick(("random", "trailing", "not_a_map", "empty")))
+        recipe["bytes"] = d(binary(1, 16)).hex()
     elif kind == "cut_close":
-        recipe["fraction"] = d(_ints(1, 99))    # percent of the frame written before the close
+        recipe["fraction"] = d(ints(1, 99))    # percent of the frame written before the close
     elif kind == "unknown_reqid":
-        recipe["reqid"] = f"qw-stray-{d(_ints(0, 10**6))}"
+        recipe["reqid"] = f"qw-stray-{d(ints(0, 10**6))}"
     elif kind == "stray_first":
-        recipe["reqid"] = f"qw-stray-{d(_ints(0, 10**6))}"
+        recipe["reqid"] = f"qw-stray-{d(ints(0, 10**6))}"
     elif kind == "duplicate":
-        recipe["coalesced"] = d(_BOOL)
+        recipe["coalesced"] = d(BOOL)
     elif kind == "segments":
-        recipe["splits"] = [d(_ints(1, 64)) for _ in range(d(_ints(1, 8)))]
+        recipe["splits"] = [d(ints(1, 64)) for _ in range(d(ints(1, 8)))]
     options = {"command_timeout": command_timeout, "max_command_timeouts": 2}
     return ClientCase("bunqueue", profile, actions, target, recipe, options, seed, index)
 
@@ -190,7 +191,7 @@ def reply_plan(case: ClientCase, reply: dict[str, Any], profile: Profile
         if type(value) is type(reply[name]):
             value = [value]
         bad = {**reply, name: value}
-        payload = bunqueue_strategies(case.profile)._payload(bad)  # raw where it must be
+        payload = bunqueue_strategies(case.profile).payload(bad)  # raw where it must be
         return _plan([enc.prefix(len(payload)) + payload],
                      f"{name} of the wrong type: {value!r:.40}")
     if kind == "missing":
@@ -409,43 +410,43 @@ def make_quicx_client_case(profile: str, seed: int | str, index: int,
                            timeout: int = QX_TIMEOUT_MS) -> ClientCase:
     """quicx client case ``index`` of ``seed``, regenerated alone."""
     spec = _qx_spec(profile)
-    d = FastDraw(f"client-quicx:{seed}", index)
-    types = [f"fz_{c}" for c in "abc"][:d(_ints(1, 3))]
+    d = SeededDraw(f"client-quicx:{seed}", index)
+    types = [f"fz_{c}" for c in "abc"][:d(ints(1, 3))]
     actions: list[dict[str, Any]] = [
-        {"op": "submit", "type": types[d(_ints(0, len(types) - 1))],
-         "payload": f"p{k}-{d(_ints(0, 999))}"} for k in range(d(_ints(1, 3)))]
-    if d(_BOOL):
+        {"op": "submit", "type": types[d(ints(0, len(types) - 1))],
+         "payload": f"p{k}-{d(ints(0, 999))}"} for k in range(d(ints(1, 3)))]
+    if d(BOOL):
         actions.append({"op": "work", "types": types, "count": len(actions),
                         "timeout_ms": QX_WORK_TIMEOUT_MS})
-    target = d(_ints(0, len(actions) - 1))
+    target = d(ints(0, len(actions) - 1))
     on_task = actions[target]["op"] == "work"
-    kind = d(_pick(QX_MUTATIONS))
+    kind = d(pick(QX_MUTATIONS))
     if on_task and kind == "late":
         kind = "split"   # a held-back task is only a slow one: the worker waits for it
     recipe: dict[str, Any] = {"kind": kind}
     if on_task:
-        recipe["task"] = d(_ints(1, actions[target]["count"]))
+        recipe["task"] = d(ints(1, actions[target]["count"]))
     if kind == "version":
-        v = d(_ints(0, 255))
+        v = d(ints(0, 255))
         while v in spec.accepted_versions:
             v = (v + 1) % 256
         recipe["version"] = v
     elif kind == "unknown_type":
-        recipe["how"] = d(_pick(("unknown", "wrong_direction")))
-        recipe["pick"] = d(_ints(0, 255))
+        recipe["how"] = d(pick(("unknown", "wrong_direction")))
+        recipe["pick"] = d(ints(0, 255))
     elif kind == "lie":
-        recipe["how"] = d(_pick(("short", "long", "huge")))
-        recipe["delta"] = d(_ints(1, 8)) if recipe["how"] != "huge" else d(_ints(1, 2**20))
+        recipe["how"] = d(pick(("short", "long", "huge")))
+        recipe["delta"] = d(ints(1, 8)) if recipe["how"] != "huge" else d(ints(1, 2**20))
     elif kind == "cut_close":
-        recipe["fraction"] = d(_ints(1, 99))
+        recipe["fraction"] = d(ints(1, 99))
     elif kind == "bad_body":
-        recipe["how"] = d(_pick(("type_len", "utf8", "task_short"))) if on_task else "ok_size"
-        recipe["delta"] = d(_ints(1, 3))
-        recipe["bytes"] = d(_bin(1, 4)).hex()
+        recipe["how"] = d(pick(("type_len", "utf8", "task_short"))) if on_task else "ok_size"
+        recipe["delta"] = d(ints(1, 3))
+        recipe["bytes"] = d(binary(1, 4)).hex()
     elif kind == "segments":
-        recipe["splits"] = [d(_ints(1, 8)) for _ in range(d(_ints(1, 4)))]
+        recipe["splits"] = [d(ints(1, 8)) for _ in range(d(ints(1, 4)))]
     elif kind == "duplicate":
-        recipe["coalesced"] = d(_BOOL)
+        recipe["coalesced"] = d(BOOL)
     options = {"timeout": timeout}
     return ClientCase("quicx", profile, actions, target, recipe, options, seed, index)
 

@@ -1,8 +1,8 @@
-"""Spec-driven hypothesis strategies: bunqueue commands, their mutations, framing plans, quicx
-frames; and the seeded drawing that makes a case a pure function of ``(seed, index)``.
+"""Spec-driven generators: bunqueue commands, their mutations, framing plans, quicx frames;
+and the seeded drawing that makes a case a pure function of ``(seed, index)``.
 
 Everything is derived from the loaded profile: valid requests come from each command's
-request schema (hypothesis-jsonschema), boundary values from the ``minimum``/``maximum``/
+request schema (:mod:`.schema_gen`), boundary values from the ``minimum``/``maximum``/
 ``minLength``/``maxLength`` of its properties (the ``$limit`` values the loader substituted),
 the nesting limit, the safe-integer bound and the ``undefined`` extension from the
 ``msgpack`` section, quicx opcodes, versions and sizes from the message table. A
@@ -21,43 +21,55 @@ AddWebhook is left out of valid generation (its URL would make the server delive
 internet), and so is SubscribeEvents (pushed event frames carry no reqId and would read as
 replies no request asked for).
 
-Reproducibility without replay. A case is a pure function of ``(seed, index)``, made in one
-of two ways from the same generator functions (``_frame``, ``_case``, which take a ``draw``):
+Reproducibility without replay. The generator functions (``_frame``, ``_case``, the quicx
+methods) take a *draw* and call it with :class:`~.gen.Gen` values (:mod:`.gen`), so the same
+function runs two ways:
 
-* ``draw(strategy, seed, key)`` drives a hypothesis strategy with a ``ConjectureData`` seeded
-  from ``random.Random(f"{seed}:{key}")`` inside a ``BuildContext``: hypothesis' own choice
-  sequence, deterministic per key (for one hypothesis version), so any value is regenerated
-  alone. quicx cases are drawn this way, and the tests run the same generators under
-  ``@given`` (the composites of :meth:`BunqueueStrategies._build`).
-* :class:`FastDraw` (bunqueue campaigns): driving hypothesis costs ~2 ms a case, mostly its
-  per-draw bookkeeping, so the cheap choices (which frame kind, which mutation, split sizes)
-  come from ``random.Random(f"{seed}:{index}")``, and the rich values (valid requests from
-  hypothesis-jsonschema, wrong-typed values, reqIds, extensions, text) are picked from
-  per-seed pools: entry ``k`` of a pool is ``draw(strategy, f"{seed}:...", k)``, made on first
-  use and cached. Regenerating case ``i`` draws only the pool entries it picks. About 0.2 ms
-  a case once the pools are warm (:data:`CORPUS_SIZE` valid requests take ~4 s to fill).
+* campaigns (:func:`make_case`): a :class:`~.gen.SeededDraw` samples every choice from
+  ``random.Random(f"{seed}:{index}")``, so case ``i`` is regenerated alone from
+  ``(seed, i)``, on any machine and with any hypothesis version (hypothesis is not involved);
+* the tests: :func:`case_strategy` wraps the same function in a ``@st.composite`` strategy
+  (hypothesis' public API), so ``@given`` explores and shrinks it.
+
+Valid bunqueue requests come from a per-seed corpus: message ``j`` of ``seed`` is sampled
+from key ``(seed, "corpus", j)`` on first use and cached (:meth:`BunqueueStrategies.corpus_message`),
+so a case picks valid messages by index and costs no schema walk once the corpus is warm;
+:func:`warm` fills it (:data:`CORPUS_SIZE` messages, well under a second) before a campaign
+forks its workers.
 """
 
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Mapping
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 import msgspec
-from hypothesis import strategies as st
-from hypothesis.control import BuildContext
-from hypothesis.errors import StopTest
-from hypothesis.internal.conjecture.data import ConjectureData
-from hypothesis_jsonschema import from_schema
 
 from ..codecs.bunqueue import UNDEFINED, FrameEncoder
 from ..codecs.quicx import QuicxEncoder
 from ..spec import Profile, load_profile
 from ..spec.instances import minimal, resolve
 from .case import Case
+from .gen import (
+    BOOL,
+    NONE,
+    Gen,
+    SeededDraw,
+    binary,
+    builds,
+    composite,
+    floats,
+    ints,
+    just,
+    lists,
+    one_of,
+    pick,
+    text,
+    values,
+)
+from .schema_gen import from_schema
 
 WAIT_CAP_MS = 2         # the longest a generated valid long poll may wait (a fuzzer setting)
 EXCLUDED = frozenset({"AddWebhook", "SubscribeEvents"})   # see the module docstring
@@ -80,87 +92,7 @@ TRICKLE_TOTAL_MS = 50
 INTERLEAVE_SHARE = 32        # one bunqueue case in this many runs on several connections
 MAX_CONNECTIONS = 3
 INTERLEAVE_BYTEWISE_MAX = 48  # a connection's stream up to this long may go byte by byte
-
-
-# Strategies are built once and reused: building (and validating) one costs more than a draw.
-# Each is registered with a sampler for the fast driver (FastDraw): a plain choice from a
-# random.Random, or a pick from a per-seed pool of values hypothesis drew (pooled).
-_SAMPLERS: dict[int, Any] = {}
-_POOLED: dict[int, tuple[str, st.SearchStrategy]] = {}
-POOL_SIZE = 256
-
-
-def _fast(strategy: st.SearchStrategy, sampler: Any) -> st.SearchStrategy:
-    _SAMPLERS[id(strategy)] = sampler
-    return strategy
-
-
-def _pooled(name: str, strategy: st.SearchStrategy) -> st.SearchStrategy:
-    _POOLED[id(strategy)] = (name, strategy)
-    return strategy
-
-
-_BOOL = _fast(st.booleans(), lambda r: r.random() < 0.5)
-
-
-@lru_cache(maxsize=8192)
-def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
-    return _fast(st.integers(lo, hi), lambda r: r.randint(lo, hi))
-
-
-@lru_cache(maxsize=1024)
-def _pick(options: tuple) -> st.SearchStrategy[Any]:
-    return _fast(st.sampled_from(options), lambda r: r.choice(options))
-
-
-@lru_cache(maxsize=64)
-def _text(max_size: int) -> st.SearchStrategy[str]:
-    return _pooled(f"text{max_size}", st.text(max_size=max_size))
-
-
-@lru_cache(maxsize=64)
-def _bin(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
-    return _fast(st.binary(min_size=min_size, max_size=max_size),
-                 lambda r: r.randbytes(r.randint(min_size, max_size)))
-
-
-class FastDraw:
-    """A ``draw`` for the same generator functions that does not run hypothesis per case:
-    registered strategies are sampled from ``random.Random(f"{seed}:{index}")``; the rich
-    ones (valid messages, wrong-typed values, reqIds, extensions, text) are picked from
-    per-seed pools that hypothesis fills lazily, each entry from its own key
-    ``(seed, pool, k)``, so a case is still a pure function of ``(seed, index)``."""
-
-    _pools: dict[tuple, Any] = {}
-
-    def __init__(self, seed: int | str, index: int):
-        self.seed = seed
-        self.random = random.Random(f"{seed}:{index}")
-
-    def __call__(self, strategy: st.SearchStrategy) -> Any:
-        sampler = _SAMPLERS.get(id(strategy))
-        if sampler is not None:
-            return sampler(self.random)
-        name, strat = _POOLED[id(strategy)]
-        k = self.random.randrange(POOL_SIZE)
-        key = (self.seed, name, k)
-        if key not in self._pools:
-            self._pools[key] = draw(strat, f"{self.seed}:pool:{name}", k)
-        return self._pools[key]
-
-
-# -- seeded drawing ---------------------------------------------------------------------------
-def draw(strategy: st.SearchStrategy, seed: int | str, index: int) -> Any:
-    """The value ``strategy`` gives for ``(seed, index)``; the same on every call and machine
-    (for one hypothesis version). An overrun draw retries with a derived key."""
-    for attempt in range(16):
-        data = ConjectureData(random=random.Random(f"{seed}:{index}:{attempt}"))
-        try:
-            with BuildContext(data, wrapped_test=lambda: None):
-                return data.draw(strategy)
-        except StopTest:
-            continue
-    raise RuntimeError(f"could not draw case {seed}:{index}")
+EXT_CODES = tuple(c for c in range(-128, 128) if c != 0)   # extension types but timestamp's
 
 
 # -- bunqueue ---------------------------------------------------------------------------------
@@ -218,23 +150,25 @@ class BunqueueStrategies:
         self.safe = spec.safe_integer
         self.depth = spec.max_nesting_depth
         self.max_frame = spec.max_frame_bytes
-        self._cache: dict[str, st.SearchStrategy] = {}
+        self._cache: dict[str, Gen] = {}
         self.corpus_size = corpus_size
         self._corpus: dict[tuple, dict] = {}
         self._build()
 
     # -- messages
-    def request(self, cmd: str) -> st.SearchStrategy[dict]:
-        """Valid requests of ``cmd`` (hypothesis-jsonschema over the narrowed schema)."""
+    def request(self, cmd: str) -> Gen:
+        """Valid requests of ``cmd`` (:func:`~.schema_gen.from_schema` over the narrowed
+        schema)."""
         if cmd not in self._cache:
             schema = copy.deepcopy(dict(self.spec.commands[cmd].request))
             schema = _cap_waits(_narrow(schema, self.safe), cmd)
             schema.get("properties", {}).pop("reqId", None)  # the case assigns reqIds
-            self._cache[cmd] = from_schema(schema)
+            self._cache[cmd] = from_schema(schema, self.safe)
         return self._cache[cmd]
 
-    def valid(self) -> st.SearchStrategy[dict]:
-        return st.sampled_from(self.commands).flatmap(self.request)
+    def valid(self) -> Gen:
+        """Valid requests of any command but :data:`EXCLUDED`, the command picked first."""
+        return one_of(*(self.request(c) for c in self.commands))
 
     def _bounded_fields(self, cmd: str) -> list[tuple[str, str, Any]]:
         """(field, keyword, bound) of the command's top-level bounded properties."""
@@ -262,13 +196,11 @@ class BunqueueStrategies:
         msg[name] = "a" * max(value, 0) if kw.endswith("Length") else value
         return msg, f"limit:{name}.{kw}{'+1' if beyond else ''}"
 
-    def req_id(self) -> st.SearchStrategy[Any]:
+    def req_id(self) -> Gen:
         """reqIds of every MessagePack type (a string is the documented one)."""
-        return st.one_of(
-            st.text(max_size=12), st.integers(-2**63, 2**64 - 1), st.floats(),
-            st.none(), st.booleans(), st.binary(max_size=4),
-            st.lists(st.integers(0, 9), max_size=2), st.just({"k": 1}), st.just(UNDEFINED),
-            st.just(self.safe + 1))
+        return one_of(text(12), values(-2**63, 2**64 - 1), floats(), NONE, BOOL,
+                      binary(0, 4), lists(ints(0, 9), 0, 2), just({"k": 1}), just(UNDEFINED),
+                      just(self.safe + 1))
 
     MUTATIONS = ("extra", "depth", "ext", "unknown_cmd", "cmd_type", "no_cmd", "wrong_type",
                  "missing", "wide_int", "undefined", "null")
@@ -276,73 +208,73 @@ class BunqueueStrategies:
                       "empty", "random_bytes")
 
     def _build(self) -> None:
-        """The strategies a case is drawn from, built once (building is the costly part)."""
-        self._wrong = _pooled(f"{self.profile.name}:wrong", st.one_of(
-            st.integers(-2**63, 2**64 - 1), st.text(max_size=4), st.none(), st.booleans(),
-            st.floats(), st.lists(st.integers(-9, 9), max_size=2), st.binary(max_size=3)))
-        self._wide = _pick((self.safe + 1, 2**63 - 1, -2**63, 2**64 - 1, -self.safe - 2))
-        self._ext = _pooled("ext", st.builds(msgspec.msgpack.Ext,
-                                             st.integers(-128, 127).filter(lambda c: c != 0),
-                                             st.binary(max_size=8)))
-        self._reqid = _pooled(f"{self.profile.name}:reqid", self.req_id())
-        self._valid = self.valid()
-        self._pairs = tuple(self.boundary_pairs())
-        self._frame = _frame_strategy(self)
-        self._case = _case_strategy(self)
+        """The generators a case is drawn from, built once."""
+        self.wrong = one_of(values(-2**63, 2**64 - 1), text(4), NONE, BOOL, floats(),
+                            lists(ints(-9, 9), 0, 2), binary(0, 3))
+        self.wide = pick((self.safe + 1, 2**63 - 1, -2**63, 2**64 - 1, -self.safe - 2))
+        self.ext = builds(msgspec.msgpack.Ext, pick(EXT_CODES), binary(0, 8))
+        self.reqid = self.req_id()
+        self.valid_gen = self.valid()
+        self.pairs = tuple(self.boundary_pairs())
+
+    def case_strategy(self, seed: int | str, max_frames: int = 6) -> Any:
+        """The hypothesis strategy of this profile's cases for ``seed`` (the tests' ``@given``;
+        the valid messages still come from ``seed``'s corpus)."""
+        return composite(lambda draw_: _case(self, draw_, seed, max_frames))
 
     def mutate(self, draw_: Any, msg: dict) -> tuple[Any, str]:
         """One structural mutation of ``msg`` (wrong type, missing or extra field, a wide
         integer, deep nesting, undefined, an extension, an unknown or absent cmd)."""
         fields = [k for k in msg if k != "cmd"]
         options = self.MUTATIONS if fields else self.MUTATIONS[:6]
-        how = draw_(_pick(options))
-        field_ = draw_(_pick(tuple(fields))) if how in self.MUTATIONS[6:] else None
+        how = draw_(pick(options))
+        field_ = draw_(pick(tuple(fields))) if how in self.MUTATIONS[6:] else None
         if how == "extra":
-            return {**msg, "x" + draw_(_text(8)): draw_(self._wrong)}, how
+            return {**msg, "x" + draw_(text(8)): draw_(self.wrong)}, how
         if how == "depth":
-            n = draw_(_pick((self.depth - 2, self.depth - 1, self.depth,
+            n = draw_(pick((self.depth - 2, self.depth - 1, self.depth,
                                        self.depth + 3)))
             v: Any = 1
             for _ in range(n):
                 v = [v]
             return {**msg, "data": v}, f"depth:{n}"
         if how == "ext":
-            return {**msg, "data": draw_(self._ext)}, how
+            return {**msg, "data": draw_(self.ext)}, how
         if how == "unknown_cmd":
-            return {**msg, "cmd": draw_(_text(10))}, how
+            return {**msg, "cmd": draw_(text(10))}, how
         if how == "cmd_type":
-            return {**msg, "cmd": draw_(self._wrong)}, how
+            return {**msg, "cmd": draw_(self.wrong)}, how
         if how == "no_cmd":
             return {k: v for k, v in msg.items() if k != "cmd"}, how
         if how == "missing":
             return {k: v for k, v in msg.items() if k != field_}, how
         if how in ("undefined", "null"):
             return {**msg, field_: UNDEFINED if how == "undefined" else None}, how
-        value = {"wrong_type": self._wrong, "wide_int": self._wide}[how]
+        value = {"wrong_type": self.wrong, "wide_int": self.wide}[how]
         return {**msg, field_: draw_(value)}, how
 
     def break_bytes(self, draw_: Any, payload: bytes) -> tuple[bytes, str]:
         """Payload bytes that break MessagePack: invalid UTF-8 in a str, a container or str
         that declares more than follows, trailing bytes, not a map, empty, random bytes."""
-        how = draw_(_pick(self.BYTE_MUTATIONS))
+        how = draw_(pick(self.BYTE_MUTATIONS))
         if how == "invalid_utf8":
-            bad = self._payload({"cmd": "\x00\x00"})  # the two NULs become invalid bytes
+            bad = self.payload({"cmd": "\x00\x00"})  # the two NULs become invalid bytes
             return bad.replace(b"\x00\x00", b"\xff\xfe"), how
         if how == "cut_container":
-            return payload[:draw_(_ints(1, max(1, len(payload) - 1)))], how
+            return payload[:draw_(ints(1, max(1, len(payload) - 1)))], how
         if how == "absent_len":  # str32 / array32 / map32 / bin32 headers, no bytes after
-            head = draw_(_pick((b"\xdb\x7f\xff\xff\xff", b"\xdd\x00\x01\x00\x00",
+            head = draw_(pick((b"\xdb\x7f\xff\xff\xff", b"\xdd\x00\x01\x00\x00",
                                           b"\xdf\xff\xff\xff\xff", b"\xc6\x40\x00\x00\x00")))
-            return (b"\x81" + head if draw_(_BOOL) else head), how
+            return (b"\x81" + head if draw_(BOOL) else head), how
         if how == "trailing":
-            return payload + draw_(_bin(1, 3)), how
+            return payload + draw_(binary(1, 3)), how
         if how == "not_a_map":
-            return self._payload(draw_(_pick(((1, 2), 7, "s", None)))), how
+            return self.payload(draw_(pick(((1, 2), 7, "s", None)))), how
         if how == "empty":
             return b"", how
-        return draw_(_bin(1, 32)), how
+        return draw_(binary(1, 32)), how
 
-    def _payload(self, msg: Any) -> bytes:
+    def payload(self, msg: Any) -> bytes:
         """The project's encoder (wide integers as float64 where exact, as msgpackr does);
         what it refuses or cannot read back (an integer beyond 64 bits, a timestamp
         extension with hostile data beside a wide integer) is written raw, as a hostile
@@ -353,71 +285,66 @@ class BunqueueStrategies:
             return self._raw(_clamp(msg))
 
     def corpus_message(self, seed: int | str, j: int) -> dict:
-        """Valid message ``j`` of ``seed``'s corpus: drawn by hypothesis-jsonschema from key
-        ``(seed, "corpus", j)`` on first use and cached, so a case costs no schema draw."""
+        """Valid message ``j`` of ``seed``'s corpus: sampled from key ``(seed, "corpus", j)``
+        on first use and cached, so a case costs no schema walk."""
         key = (seed, j)
         msg = self._corpus.get(key)
         if msg is None:
-            msg = self._corpus[key] = draw(self._valid, f"{seed}:corpus", j)
+            msg = self._corpus[key] = SeededDraw(f"{seed}:corpus", j)(self.valid_gen)
         return msg
 
-
-def _frame_strategy(bq: BunqueueStrategies) -> Any:
-    return st.composite(lambda draw_, seed: _frame(bq, draw_, seed))
+    def clear_corpus(self) -> None:
+        self._corpus.clear()
 
 
 def _frame(bq: BunqueueStrategies, draw_: Any, seed: Any) -> tuple[bytes, list[str]]:
     prefix = bq.encoder.prefix
-    kind = draw_(_pick(("valid", "valid", "valid", "boundary", "mutate",
+    kind = draw_(pick(("valid", "valid", "valid", "boundary", "mutate",
                                   "bytes", "lie")))
     if kind == "boundary":
-        cmd, bounded = draw_(_pick(bq._pairs))
-        msg, label = bq.boundary_value(cmd, bounded, draw_(_BOOL))
+        cmd, bounded = draw_(pick(bq.pairs))
+        msg, label = bq.boundary_value(cmd, bounded, draw_(BOOL))
     else:
-        msg = bq.corpus_message(seed, draw_(_ints(0, bq.corpus_size - 1)))
+        msg = bq.corpus_message(seed, draw_(ints(0, bq.corpus_size - 1)))
         label = "valid"
     labels = [f"cmd:{msg.get('cmd')}"]
     if kind == "mutate":
         msg, label = bq.mutate(draw_, msg)
-    if draw_(_ints(0, 7)) == 0:
-        msg = {**msg, "reqId": draw_(bq._reqid)}
+    if draw_(ints(0, 7)) == 0:
+        msg = {**msg, "reqId": draw_(bq.reqid)}
         labels.append("reqid_type")
     elif "reqId" not in msg:
-        msg = {**msg, "reqId": str(draw_(_ints(0, 3)))}  # small: reuse is likely
+        msg = {**msg, "reqId": str(draw_(ints(0, 3)))}  # small: reuse is likely
     labels.append(label)
-    payload = bq._payload(msg)
+    payload = bq.payload(msg)
     if kind == "bytes":
         payload, labels[-1] = bq.break_bytes(draw_, payload)
     if kind == "lie":
-        how = draw_(_pick(("short", "long", "huge")))
+        how = draw_(pick(("short", "long", "huge")))
         labels[-1] = f"lie:{how}"
         n = len(payload)
-        length = {"short": lambda: max(0, n - draw_(_ints(1, 3))),
-                  "long": lambda: n + draw_(_ints(1, 8)),
-                  "huge": lambda: bq.max_frame + draw_(_ints(1, 2**20))}[how]()
+        length = {"short": lambda: max(0, n - draw_(ints(1, 3))),
+                  "long": lambda: n + draw_(ints(1, 8)),
+                  "huge": lambda: bq.max_frame + draw_(ints(1, 2**20))}[how]()
         return prefix(min(length, 2**32 - 1)) + payload, labels
     return prefix(len(payload)) + payload, labels
 
 
-def _case_strategy(bq: BunqueueStrategies, max_frames: int = 6) -> Any:
-    return st.composite(lambda draw_, seed: _case(bq, draw_, seed, max_frames))
-
-
 def _case(bq: BunqueueStrategies, draw_: Any, seed: Any, max_frames: int) -> Case:
-    items = [_frame(bq, draw_, seed) for _ in range(draw_(_ints(1, max_frames)))]
+    items = [_frame(bq, draw_, seed) for _ in range(draw_(ints(1, max_frames)))]
     frames = [f for f, _ in items]
     labels = sorted({lab for _, ls in items for lab in ls})
-    if draw_(_ints(0, 9)) == 0:  # coalesce a duplicate of a frame (same reqId)
-        frames.append(frames[draw_(_ints(0, len(frames) - 1))])
+    if draw_(ints(0, 9)) == 0:  # coalesce a duplicate of a frame (same reqId)
+        frames.append(frames[draw_(ints(0, len(frames) - 1))])
         labels.append("duplicate")
-    close = draw_(_ints(0, 4)) == 0
-    if close and draw_(_BOOL):
-        frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
+    close = draw_(ints(0, 4)) == 0
+    if close and draw_(BOOL):
+        frames[-1] = frames[-1][:draw_(ints(1, max(1, len(frames[-1]) - 1)))]
         labels.append("truncated")
     splits = _segmentation(draw_, sum(map(len, frames)))
     case = Case("bunqueue", bq.profile.name, frames, splits, close, labels)
     # drawn last, so that the draws before it (and so every other case) are unchanged
-    mode = draw_(_ints(0, 255))
+    mode = draw_(ints(0, 255))
     if mode < 256 // INTERLEAVE_SHARE:
         _interleave(draw_, case)
     elif mode < 256 // INTERLEAVE_SHARE + 256 // TRICKLE_SHARE:
@@ -443,12 +370,12 @@ def bunqueue_strategies(profile: str) -> BunqueueStrategies:
 def _segmentation(draw_: Any, total: int) -> list[int]:
     """Write sizes: whole (empty list), one byte at a time, or sizes chosen by the case
     (hiredis' fuzzer style: a byte of the case picks each split)."""
-    how = draw_(_ints(0, 3))
+    how = draw_(ints(0, 3))
     if how <= 1:
         return []
     if how == 2:
         return [1] * min(total, 4096)
-    return [draw_(_ints(1, max(1, total))) for _ in range(draw_(_ints(1, 8)))]
+    return [draw_(ints(1, max(1, total))) for _ in range(draw_(ints(1, 8)))]
 
 
 def _trickle(draw_: Any, case: Case) -> None:
@@ -457,8 +384,8 @@ def _trickle(draw_: Any, case: Case) -> None:
     followed by a pause from :data:`TRICKLE_PAUSES_MS`, at most :data:`TRICKLE_TOTAL_MS` in
     all (see there for the bounds)."""
     total = max(1, len(case.stream))
-    n = draw_(_ints(2, TRICKLE_WRITES))
-    case.splits = [draw_(_pick((1, 2, 3, max(1, total // n), max(1, total // 2))))
+    n = draw_(ints(2, TRICKLE_WRITES))
+    case.splits = [draw_(pick((1, 2, 3, max(1, total // n), max(1, total // 2))))
                    for _ in range(n - 1)]
     case.pauses = _pauses(draw_, n - 1)
     case.labels = sorted({*case.labels, "trickle"})
@@ -467,7 +394,7 @@ def _trickle(draw_: Any, case: Case) -> None:
 def _pauses(draw_: Any, n: int, choices: tuple[int, ...] = TRICKLE_PAUSES_MS) -> list[int]:
     out, left = [], TRICKLE_TOTAL_MS
     for _ in range(n):
-        pause = min(draw_(_pick(choices)), left)
+        pause = min(draw_(pick(choices)), left)
         out.append(pause)
         left -= pause
     return out
@@ -482,11 +409,11 @@ def _interleave(draw_: Any, case: Case) -> None:
     used one connection only): the same request, the same reqId, on two connections. One
     such case in four waits 1 ms after each write, so that the server reads the pieces
     apart."""
-    n = draw_(_ints(2, MAX_CONNECTIONS))
-    conns = [draw_(_ints(0, n - 1)) for _ in case.frames]
-    if len(set(conns)) == 1 or draw_(_BOOL):
-        k = draw_(_ints(0, len(case.frames) - 1))
-        other = (conns[k] + draw_(_ints(1, n - 1))) % n
+    n = draw_(ints(2, MAX_CONNECTIONS))
+    conns = [draw_(ints(0, n - 1)) for _ in case.frames]
+    if len(set(conns)) == 1 or draw_(BOOL):
+        k = draw_(ints(0, len(case.frames) - 1))
+        other = (conns[k] + draw_(ints(1, n - 1))) % n
         case.frames = [*case.frames, case.frames[k]]
         conns.append(other)
         case.labels = sorted({*case.labels, "cross_duplicate"})
@@ -495,23 +422,23 @@ def _interleave(draw_: Any, case: Case) -> None:
     pieces: list[list[int]] = []
     for c in range(n):
         total = sum(len(f) for f, fc in zip(case.frames, conns) if fc == c)
-        how = draw_(_ints(0, 3)) if total else 0
+        how = draw_(ints(0, 3)) if total else 0
         if how == 0 or total < 2:
             sizes = [total] if total else []
         elif how == 1 and total <= INTERLEAVE_BYTEWISE_MAX:
             sizes = [1] * total
         else:
-            cuts = sorted({draw_(_ints(1, total - 1)) for _ in range(draw_(_ints(1, 4)))})
+            cuts = sorted({draw_(ints(1, total - 1)) for _ in range(draw_(ints(1, 4)))})
             sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
         pieces.append(sizes)
     splits, split_conns = [], []
     left = [list(reversed(p)) for p in pieces]
     while any(left):
-        c = draw_(_pick(tuple(i for i in range(n) if left[i])))
+        c = draw_(pick(tuple(i for i in range(n) if left[i])))
         splits.append(left[c].pop())
         split_conns.append(c)
     case.conns, case.splits, case.split_conns = conns, splits, split_conns
-    case.pauses = _pauses(draw_, len(splits) - 1, (1,)) if draw_(_ints(0, 3)) == 0 else []
+    case.pauses = _pauses(draw_, len(splits) - 1, (1,)) if draw_(ints(0, 3)) == 0 else []
     case.labels = sorted({*case.labels, f"interleave:{n}",
                           *(("trickle",) if case.pauses else ())})
 
@@ -524,9 +451,8 @@ class QuicxStrategies:
         self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
         self.encoder = QuicxEncoder(self.profile)
         self.spec = self.encoder.spec
-        self._valid = self.valid_frame()
-        self._frame = self.frame()
-        self._case = self.case()
+        self.grid = tuple(self.combinations())
+        self.sendable = self._sendable()
 
     def combinations(self) -> list[tuple[int, int, str]]:
         """(msg_type, version, length class): the exhaustive grid the issue asks for."""
@@ -550,54 +476,50 @@ class QuicxStrategies:
         cap = self.spec.max_payload_bytes
         return min(2**32 - 1, (cap + 1) if cap is not None and cap < 2**32 - 1 else 2**32 - 1)
 
-    def valid_frame(self) -> st.SearchStrategy[tuple[bytes, str]]:
+    def _sendable(self) -> dict[str, Any]:
         spec, enc = self.spec, self.encoder
-        sendable = {"MSG_SUBMIT": lambda d: enc.submit(d(_pick(("send_email", "x"))),
-                                                       d(_bin(0, 16))),
+        sendable = {"MSG_SUBMIT": lambda d: enc.submit(d(pick(("send_email", "x"))),
+                                                       d(binary(0, 16))),
                     "MSG_READY": lambda d: enc.ready(),
                     "MSG_HEARTBEAT": lambda d: enc.heartbeat(),
-                    "MSG_DONE": lambda d: enc.done(d(_ints(0, 2**32 - 1))),
-                    "MSG_FAILED": lambda d: enc.failed(d(_ints(0, 2**32 - 1)), d(_text(8)))}
-        names = sorted(n for n in sendable if n in spec.messages
-                       and not spec.messages[n].reserved
-                       and spec.messages[n].transport == spec.transport)
+                    "MSG_DONE": lambda d: enc.done(d(ints(0, 2**32 - 1))),
+                    "MSG_FAILED": lambda d: enc.failed(d(ints(0, 2**32 - 1)), d(text(8)))}
+        return {n: sendable[n] for n in sorted(sendable) if n in spec.messages
+                and not spec.messages[n].reserved
+                and spec.messages[n].transport == spec.transport}
 
-        @st.composite
-        def build(draw_: Any) -> tuple[bytes, str]:
-            name = draw_(_pick(tuple(names)))
-            return sendable[name](draw_), f"msg:{name}"
-        return build()
+    def valid_frame(self, draw_: Any) -> tuple[bytes, str]:
+        """A well-formed frame of a message a client sends."""
+        name = draw_(pick(tuple(self.sendable)))
+        return self.sendable[name](draw_), f"msg:{name}"
 
-    def frame(self) -> st.SearchStrategy[tuple[bytes, str]]:
-        grid = self.combinations()
+    def frame(self, draw_: Any) -> tuple[bytes, str]:
+        """A valid frame half the time, else a point of the grid with a random payload."""
+        if draw_(BOOL):
+            return self.valid_frame(draw_)
+        code, version, how = draw_(pick(self.grid))
+        payload = draw_(binary(0, 12))
+        length = self._length(code, how, payload)
+        raw = self.encoder.frame(code, payload[:length], version=version, length=length)
+        return raw, f"grid:{code:#04x}/v{version}/{how}"
 
-        @st.composite
-        def build(draw_: Any) -> tuple[bytes, str]:
-            if draw_(_BOOL):
-                return draw_(self._valid)
-            code, version, how = draw_(_pick(tuple(grid)))
-            payload = draw_(_bin(0, 12))
-            length = self._length(code, how, payload)
-            raw = self.encoder.frame(code, payload[:length], version=version, length=length)
-            return raw, f"grid:{code:#04x}/v{version}/{how}"
-        return build()
+    def case(self, draw_: Any, max_frames: int = 6) -> Case:
+        items = [self.frame(draw_) for _ in range(draw_(ints(1, max_frames)))]
+        frames = [f for f, _ in items]
+        close = True  # quicx cases always half-close (see runner)
+        labels = sorted({lab for _, lab in items})
+        if close and draw_(BOOL):
+            frames[-1] = frames[-1][:draw_(ints(1, max(1, len(frames[-1]) - 1)))]
+            labels.append("truncated")
+        splits = _segmentation(draw_, sum(map(len, frames)))
+        case = Case("quicx", self.profile.name, frames, splits, close, labels)
+        if draw_(ints(0, TRICKLE_SHARE - 1)) == 0:   # drawn last (see _case)
+            _trickle(draw_, case)
+        return case
 
-    def case(self, max_frames: int = 6) -> st.SearchStrategy[Case]:
-        @st.composite
-        def build(draw_: Any) -> Case:
-            items = draw_(st.lists(self._frame, min_size=1, max_size=max_frames))
-            frames = [f for f, _ in items]
-            close = True  # quicx cases always half-close (see runner)
-            labels = sorted({lab for _, lab in items})
-            if close and draw_(_BOOL):
-                frames[-1] = frames[-1][:draw_(_ints(1, max(1, len(frames[-1]) - 1)))]
-                labels.append("truncated")
-            splits = _segmentation(draw_, sum(map(len, frames)))
-            case = Case("quicx", self.profile.name, frames, splits, close, labels)
-            if draw_(_ints(0, TRICKLE_SHARE - 1)) == 0:   # drawn last (see _case)
-                _trickle(draw_, case)
-            return case
-        return build()
+    def case_strategy(self, max_frames: int = 6) -> Any:
+        """The hypothesis strategy of this profile's cases (the tests' ``@given``)."""
+        return composite(self.case, max_frames)
 
 
 @cache
@@ -605,35 +527,31 @@ def quicx_strategies(profile: str) -> QuicxStrategies:
     return QuicxStrategies(profile)
 
 
-def case_strategy(protocol: str, profile: str, seed: int | str) -> st.SearchStrategy[Case]:
+def case_strategy(protocol: str, profile: str, seed: int | str) -> Any:
+    """The hypothesis strategy of the cases :func:`make_case` draws for ``seed``: the same
+    generator functions under ``@st.composite`` (hypothesis' public API)."""
     if protocol == "bunqueue":
-        return bunqueue_strategies(profile)._case(seed)
-    return quicx_strategies(profile)._case
+        return bunqueue_strategies(profile).case_strategy(seed)
+    return quicx_strategies(profile).case_strategy()
 
 
 def warm(protocol: str, profile: str, seed: int | str) -> None:
-    """Fill ``seed``'s value pools and valid-message corpus (bunqueue; quicx draws through
-    hypothesis per case and has none), so that forked workers inherit them warm."""
+    """Fill ``seed``'s valid-message corpus (bunqueue; quicx has none), so that forked
+    workers inherit it."""
     if protocol != "bunqueue":
         return
     bq = bunqueue_strategies(profile)
     for j in range(bq.corpus_size):
         bq.corpus_message(seed, j)
-    for name, strategy in list(_POOLED.values()):
-        if ":" in name and not name.startswith(f"{bq.profile.name}:"):
-            continue  # another profile's pool
-        for k in range(POOL_SIZE):
-            key = (seed, name, k)
-            if key not in FastDraw._pools:
-                FastDraw._pools[key] = draw(strategy, f"{seed}:pool:{name}", k)
 
 
 def make_case(protocol: str, profile: str, seed: int | str, index: int) -> Case:
-    """Case ``index`` of the run seeded ``seed``: regenerated alone, without the others
-    (bunqueue through :class:`FastDraw`, quicx through hypothesis' own seeded draw)."""
+    """Case ``index`` of the run seeded ``seed``: regenerated alone, without the others, from
+    ``random.Random(f"{seed}:{index}")`` (:class:`~.gen.SeededDraw`)."""
+    draw_ = SeededDraw(seed, index)
     if protocol == "bunqueue":
-        case = _case(bunqueue_strategies(profile), FastDraw(seed, index), seed, 6)
+        case = _case(bunqueue_strategies(profile), draw_, seed, 6)
     else:
-        case = draw(case_strategy(protocol, profile, seed), seed, index)
+        case = quicx_strategies(profile).case(draw_)
     case.seed, case.index = seed, index
     return case
