@@ -7,7 +7,10 @@ refused; together they show the table is the only source of the session's transi
 
 from __future__ import annotations
 
+import logging
 import random
+import struct
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,11 +22,13 @@ from queuewire.client.bunqueue_session import (
     BunqueueEncodeError,
     BunqueueProtocolViolation,
     BunqueueRefused,
+    BunqueueReplyInvalid,
     BunqueueSession,
     BunqueueSessionStopped,
     BunqueueStateError,
     BunqueueTimeout,
     ConnectNow,
+    ErrorMatcher,
     LinkDown,
     PushedFrame,
     Ready,
@@ -34,6 +39,7 @@ from queuewire.client.bunqueue_session import (
 from queuewire.client.options import ClientConfigError, ConnectionOptions
 from queuewire.client.session import Closed, RequestState, Settled
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
+from queuewire.codecs.errors import ProtocolError
 from queuewire.spec import load_profile
 
 S, E = SessionState, SessionEvent
@@ -637,3 +643,460 @@ def test_the_reconnect_jitter_varies_the_delay_by_its_fraction():
         (down,) = [e for e in session.connect_failed("refused") if isinstance(e, LinkDown)]
         expected = o.reconnect_base_delay * (1 + fraction * o.reconnect_jitter) / 1000
         assert down.retry_at - clock.t == pytest.approx(expected)
+
+
+# ---------------------------------------- issue 31: survivors of a mutation run, by behaviour
+
+def _settled(events: list) -> list:
+    return [e.request for e in events if isinstance(e, Settled)]
+
+
+def test_a_session_built_with_defaults_speaks_bunqueue_v2_and_reports_nothing_yet():
+    session = BunqueueSession()
+    assert session.profile.name == "bunqueue/v2"
+    assert session.options == ConnectionOptions.from_profile("bunqueue/v2")
+    profile = load_profile("bunqueue/2.9.5")
+    other = BunqueueSession(profile, clock=Clock())
+    assert other.profile is profile
+    assert other.options == ConnectionOptions.from_profile(profile)
+    assert other.protocol_version is None and other.capabilities == ()
+    assert other.server_hello == {}
+    # the window before negotiation: the option's, one without pipelining
+    assert other.window == other.options.max_in_flight > 2
+    assert make(pipelining=False)[0].window == 1
+
+
+def test_req_ids_count_up_from_1_and_a_queued_command_keeps_the_one_it_was_given():
+    session, _, peer = make(ping_interval=0)
+    session.start()
+    session.connected()
+    early = session.send({"cmd": "Count", "queue": "q"})  # queued while negotiating
+    hello = peer.read(session)[0]
+    assert hello["reqId"] == "1"
+    assert early.state is RequestState.QUEUED and early.req_id == "2" and early.frame
+    session.receive_data(peer.reply(hello, protocolVersion=2, capabilities=["pipelining"]))
+    later = session.send({"cmd": "Count", "queue": "r"})
+    assert [(f["reqId"], f["queue"]) for f in peer.read(session)] == [("2", "q"), ("3", "r")]
+    assert (early.req_id, early.id, later.req_id, later.id) == ("2", 2, "3", 3)
+    assert early.frame == b"" and later.frame == b""  # a written frame is not kept
+
+
+def test_the_hello_answer_gives_version_capabilities_and_the_servers_fields():
+    session, _, peer = make(ping_interval=0, max_in_flight=7)
+    events = ready(session, peer, capabilities=["pipelining", 5, "x"], server="bq 2.9.5")
+    hello = {"protocolVersion": 2, "capabilities": ["pipelining", 5, "x"], "server": "bq 2.9.5"}
+    assert events == [Ready(2, ("pipelining", "x"), 7, hello)]
+    assert session.protocol_version == 2 and session.capabilities == ("pipelining", "x")
+    assert session.server_hello == hello  # without ok and reqId
+
+
+@pytest.mark.parametrize(("pipelining", "version", "caps", "window"), [
+    (True, 2, ["pipelining"], 4),
+    (True, 2, [], 1),                 # the server cannot pipeline
+    (True, 1, ["pipelining"], 1),     # below protocol version 2
+    (True, "2", ["pipelining"], 1),   # a version that is not an integer is no version
+    (False, 2, ["pipelining"], 1),    # the client's own option
+])
+def test_the_window_is_one_unless_both_sides_pipeline_at_version_2(pipelining, version, caps,
+                                                                   window):
+    session, _, peer = make(ping_interval=0, max_in_flight=4, pipelining=pipelining)
+    (event,) = ready(session, peer, protocolVersion=version, capabilities=caps)
+    assert event.window == window == session.window
+    assert event.protocol_version == session.protocol_version == (
+        version if type(version) is int else None)
+    commands = [session.send({"cmd": "Count", "queue": f"q{i}"}) for i in range(window + 2)]
+    assert len(peer.read(session)) == window
+    assert session.in_flight == window and session.pending == len(commands)
+
+
+def test_a_refused_hello_after_auth_goes_on_as_v1_and_reports_the_refusal(caplog):
+    session, _, peer = make(token="t", ping_interval=0)
+    session.start()
+    session.connected()
+    session.receive_data(peer.reply(peer.read(session)[0]))
+    hello = peer.read(session)[0]
+    assert hello["cmd"] == "Hello"
+    with caplog.at_level(logging.INFO, logger="queuewire.client.bunqueue"):
+        events = session.receive_data(peer.refuse(hello, "Unknown command: Hello"))
+    assert session.state is S.READY and session.protocol_version is None
+    refusal = "Hello refused by the server: Unknown command: Hello [BQ-ENV-5]"
+    assert events == [Ready(None, (), 1, {"refused": refusal})]
+    assert session.server_hello == {"refused": refusal}
+    (message,) = [r.getMessage() for r in caplog.records]
+    for part in ("Hello refused", refusal, "protocol v1", "one command at a time"):
+        assert part in message
+
+
+def test_a_refusal_names_the_command_the_message_and_the_rule():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    named = session.send({"cmd": "GetJob", "id": "nope"})
+    bare = session.send({"cmd": "GetJob", "id": "x"})
+    a, b = peer.read(session)
+    session.receive_data(peer.refuse(a, "Job not found")
+                         + peer.encoder.encode({"ok": False, "reqId": b["reqId"]}))
+    error = named.error
+    assert type(error) is BunqueueRefused  # not an auth error: only Auth's refusal is
+    assert (error.command, error.error, error.requirement) == ("GetJob", "Job not found",
+                                                              "BQ-JOB-13")
+    assert str(error) == "GetJob refused by the server: Job not found [BQ-JOB-13]"
+    # no error field: "refused", and no rule to cite
+    assert (bare.error.error, bare.error.error_name, bare.error.requirement) == (
+        "refused", None, None)
+    assert str(bare.error) == "GetJob refused by the server: refused"
+
+
+def test_a_refused_auth_closes_with_the_auth_error():
+    session, _, peer = make(token="wrong")
+    session.start()
+    session.connected()
+    events = session.receive_data(peer.refuse(peer.read(session)[0], "Invalid token"))
+    error = session.error
+    assert type(error) is BunqueueAuthError and error.command == "Auth"
+    assert events == [Closed("Auth refused", error)]
+    assert session.close_reason == "Auth refused"
+
+
+def test_an_answer_of_the_wrong_shape_fails_its_command_and_the_link_stays_up():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    frame = peer.read(session)[0]
+    events = session.receive_data(peer.reply(frame, count="x"))
+    assert _settled(events) == [command] and command.state is RequestState.REFUSED
+    error = command.error
+    assert type(error) is BunqueueReplyInvalid
+    assert (error.command, error.requirement) == ("Count", "BQ-CMD-Count")
+    assert "/count" in error.problem
+    assert error.reply == {"ok": True, "count": "x", "reqId": frame["reqId"]}
+    assert str(error).startswith("Count: ") and "[BQ-CMD-Count]" in str(error)
+    assert str(error).endswith(error.problem)
+    assert session.state is S.READY
+    plain = BunqueueReplyInvalid("Count", "bad")
+    assert plain.requirement is None and plain.reply == {}
+    assert str(plain) == "Count: the server's answer breaks the protocol: bad"
+
+
+def test_odd_req_ids_in_answers_are_late_answers():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    req_id = peer.read(session)[0]["reqId"]
+    events = session.receive_data(b"".join(
+        peer.encoder.encode({"ok": True, "count": 1, "reqId": r})
+        for r in ([req_id], int(req_id), "999")))
+    assert events == [] and session.late_answers == 3
+    assert command.state is RequestState.SENT and session.state is S.READY
+
+
+def test_answers_before_a_framing_error_count_then_the_link_goes_down():
+    session, clock, peer = make(ping_interval=0)
+    ready(session, peer)
+    answered = session.send({"cmd": "Count", "queue": "a"})
+    lost = session.send({"cmd": "Count", "queue": "b"})
+    first, _ = peer.read(session)
+    events = session.receive_data(peer.reply(first, count=1) + b"\xff\xff\xff\xff")
+    assert answered.state is RequestState.ANSWERED and answered.result["count"] == 1
+    error = lost.error
+    assert type(error) is BunqueueProtocolViolation
+    assert isinstance(error.protocol_error, ProtocolError)
+    assert str(error) == f"the server broke the protocol: {error.protocol_error}"
+    assert "BQ-FRAME-2" in str(error)
+    assert _settled(events) == [answered, lost]
+    (down,) = [e for e in events if isinstance(e, LinkDown)]
+    assert (down.reason, down.error) == (str(error), error) and down.retry_at > clock.t
+    assert BunqueueProtocolViolation("bad bytes").protocol_error is None
+
+
+def test_a_garbled_frame_is_skipped_and_the_frames_after_it_are_read(caplog):
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    first = session.send({"cmd": "Count", "queue": "a"})
+    second = session.send({"cmd": "Count", "queue": "b"})
+    a, b = peer.read(session)
+    garbled = struct.pack(">I", 1) + b"\xc1"  # a whole frame whose payload is no MessagePack
+    with caplog.at_level(logging.WARNING, logger="queuewire.client.bunqueue"):
+        events = session.receive_data(peer.reply(a, count=1) + garbled + peer.reply(b, count=2))
+    assert _settled(events) == [first, second]
+    assert (first.result["count"], second.result["count"]) == (1, 2)
+    assert session.state is S.READY
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "skipped a frame" in message and "BQ-FRAME-3" in message
+
+
+def test_a_lost_link_says_why_fails_what_was_written_and_when_it_retries():
+    session, clock, peer, _ = _backoff_session(0.0)
+    ready(session, peer)
+    written = session.send({"cmd": "Count", "queue": "q"})
+    peer.read(session)
+    events = session.receive_eof()
+    error = written.error
+    assert type(error) is BunqueueConnectionLost
+    assert str(error) == "Connection lost: the server closed the connection"
+    assert events == [Settled(written), LinkDown(str(error), error, events[-1].retry_at)]
+    assert events[-1].retry_at == pytest.approx(
+        clock.t + session.options.reconnect_base_delay / 1000.0)
+
+
+def test_connection_lost_wraps_what_the_shell_gives_and_keeps_a_client_error():
+    for given, text in ((OSError("reset"), "Connection lost: reset"),
+                        (None, "Connection lost")):
+        session, _, peer = make(ping_interval=0)
+        ready(session, peer)
+        (down,) = session.connection_lost(given)
+        assert type(down.error) is BunqueueConnectionLost and str(down.error) == text
+        assert down.reason == text
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    mine = BunqueueTimeout("the shell gave up")
+    (down,) = session.connection_lost(mine)
+    assert down.error is mine and down.reason == "the shell gave up"
+
+
+def test_a_failed_connect_names_the_address_or_keeps_a_client_error():
+    session, _, _ = make()
+    session.start()
+    (down,) = session.connect_failed("refused")
+    o = session.options
+    assert type(down.error) is BunqueueConnectionLost
+    assert str(down.error) == down.reason == f"cannot connect to {o.host}:{o.port}: refused"
+    session, _, _ = make()
+    session.start()
+    mine = BunqueueTimeout("connect timed out")
+    (down,) = session.connect_failed(mine)
+    assert down.error is mine and down.reason == "connect timed out"
+
+
+def test_reconnect_off_reports_the_link_down_and_the_close_with_the_same_error():
+    session, _, peer = make(reconnect=False, ping_interval=0)
+    ready(session, peer)
+    written = session.send({"cmd": "Count", "queue": "q"})
+    peer.read(session)
+    events = session.receive_eof()
+    error = written.error
+    assert isinstance(error, BunqueueConnectionLost)
+    assert events == [Settled(written), LinkDown(str(error), error, None),
+                      Closed(str(error), error)]
+    assert session.error is error and session.close_reason == str(error)
+
+
+def test_a_link_lost_while_stopping_closes_with_its_error():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    written = session.send({"cmd": "Count", "queue": "q"})
+    peer.read(session)
+    session.stop()
+    events = session.receive_eof()
+    error = written.error
+    assert isinstance(error, BunqueueConnectionLost)
+    assert events == [Settled(written), Closed(str(error), error)]
+    assert session.state is S.STOPPED
+
+
+def test_stopping_reports_closed_stopped_and_abort_reports_aborted():
+    session, _, _ = make()
+    assert session.stop() == [Closed("stopped", None)]  # nothing to drain
+    assert session.close_reason == "stopped" and session.error is None
+    # a stop drained by an answer
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    session.stop()
+    events = session.receive_data(peer.reply(peer.read(session)[0], count=1))
+    assert events == [Settled(command), Closed("stopped", None)]
+    # a stop drained by a timeout
+    session, clock, peer = make(ping_interval=0, command_timeout=1000)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    session.stop()
+    clock.t += 1.0
+    assert session.tick() == [Settled(command), Closed("stopped", None)]
+    assert isinstance(command.error, BunqueueTimeout)
+    # abort with and without an error
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    why = BunqueueConnectionLost("the pool is closing")
+    assert session.abort(why) == [Settled(command), Closed("aborted", why)]
+    assert command.error is why and session.error is why
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "Count", "queue": "q"})
+    assert session.abort() == [Settled(command), Closed("aborted", None)]
+    assert type(command.error) is BunqueueSessionStopped
+    assert str(command.error) == "Session stopped"  # document 003's words
+
+
+def test_a_command_after_stop_is_refused_naming_it_and_the_state():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    session.send({"cmd": "Count", "queue": "q"})
+    session.stop()
+    with pytest.raises(BunqueueStateError, match=r"^Stats: the session is stopping"):
+        session.send({"cmd": "Stats"})
+    session.abort()
+    with pytest.raises(BunqueueStateError, match=r"^Stats: the session is stopped"):
+        session.send({"cmd": "Stats"})
+
+
+def test_a_command_times_out_exactly_at_its_own_or_the_default_deadline():
+    session, clock, peer = make(command_timeout=1000, ping_interval=0)
+    ready(session, peer)
+    start = clock.t
+    long_poll = session.send({"cmd": "PULL", "queue": "q", "timeout": 5000}, timeout=6.5)
+    count = session.send({"cmd": "Count", "queue": "q"})
+    assert (long_poll.timeout, count.timeout) == (6.5, 1.0)
+    assert (long_poll.deadline - start, count.deadline - start) == (6.5, 1.0)
+    assert session.next_tick() == start + 1.0
+    clock.t = start + 1.0  # exactly the deadline
+    assert session.tick() == [Settled(count)]
+    assert type(count.error) is BunqueueTimeout
+    assert str(count.error).startswith("Command timeout")
+    assert "Count got no answer within 1 s" in str(count.error)
+    assert session.next_tick() == start + 6.5
+    clock.t = start + 6.4
+    assert session.tick() == [] and long_poll.state is RequestState.SENT
+
+
+def test_a_timed_out_backlogged_command_is_skipped_and_the_window_holds():
+    session, clock, peer = make(command_timeout=1000, ping_interval=0)
+    ready(session, peer, protocolVersion=1, capabilities=[])  # window 1
+    session.send({"cmd": "Count", "queue": "a"})
+    doomed = session.send({"cmd": "Count", "queue": "b"}, timeout=0.5)
+    kept = session.send({"cmd": "Count", "queue": "c"})
+    session.send({"cmd": "Count", "queue": "d"})
+    (a,) = peer.read(session)
+    clock.t += 0.5
+    assert session.tick() == [Settled(doomed)]  # timed out while waiting for the window
+    assert peer.read(session) == []  # and the window is still full
+    session.receive_data(peer.reply(a, count=0))
+    assert [f["queue"] for f in peer.read(session)] == ["c"]  # b skipped, d waits
+    assert kept.state is RequestState.SENT
+
+
+def test_an_unanswered_hello_is_a_dead_link_at_its_deadline_each_time():
+    session, clock, peer, _ = _backoff_session(0.0)
+    session.start()
+    for n in (1, 2):
+        session.connected()
+        start = clock.t
+        assert [f["cmd"] for f in peer.read(session)] == ["Hello"]
+        assert session.next_tick() == start + 1.0 * session.options.command_timeout / 1000
+        clock.t = session.next_tick() - 0.001
+        assert session.tick() == [] and session.state is S.NEGOTIATING
+        clock.t = start + session.options.command_timeout / 1000
+        (down,) = session.tick()
+        assert session.state is S.RECONNECTING and session.dead_links == n
+        timeout = session.options.command_timeout / 1000
+        assert down.reason == str(down.error)
+        assert down.reason == f"Connection lost: dead link: Hello got no answer within {timeout:g} s"
+        clock.t = down.retry_at
+        assert session.tick() == [ConnectNow(n)]
+        assert session.reconnects == n
+
+
+def test_a_dead_link_from_timeouts_cites_bq_client_4():
+    session, clock, peer = make(command_timeout=1000, max_command_timeouts=3, ping_interval=0)
+    ready(session, peer)
+    for _ in range(3):
+        session.send({"cmd": "Count", "queue": "q"})
+    clock.t += 1.0
+    down = next(e for e in session.tick() if isinstance(e, LinkDown))
+    assert down.reason == str(down.error)
+    assert down.reason.startswith("Connection lost: dead link: ")
+    assert "3 consecutive command timeouts" in down.reason
+    assert "maxCommandTimeouts 3, BQ-CLIENT-4" in down.reason
+
+
+def test_pings_come_every_interval_yield_to_earlier_deadlines_and_resume_after_a_reconnect():
+    session, clock, peer = make(command_timeout=1000, ping_interval=5000, max_ping_failures=3)
+    ready(session, peer)
+    start = clock.t
+    assert session.next_tick() == start + 5.0
+    count = session.send({"cmd": "Count", "queue": "q"})
+    assert session.next_tick() == start + 1.0  # the command's deadline comes first
+    session.receive_data(peer.reply(peer.read(session)[0], count=0))
+    assert count.state is RequestState.ANSWERED and session.next_tick() == start + 5.0
+    late = session.send({"cmd": "PULL", "queue": "q", "timeout": 9000}, timeout=9.5)
+    assert session.next_tick() == start + 5.0  # the Ping comes first
+    clock.t = start + 5.0
+    session.tick()
+    frames = peer.read(session)
+    assert [f["cmd"] for f in frames] == ["PULL", "Ping"]
+    session.receive_data(peer.reply(frames[1]))
+    assert session.next_tick() == start + 9.5  # the PULL's deadline; the next Ping at 10
+    session.receive_data(peer.reply(frames[0], job=None))
+    assert late.state is RequestState.ANSWERED
+    assert session.next_tick() == start + 10.0
+    # a new link pings again
+    session.receive_eof()
+    clock.t = session.next_tick()
+    session.tick()
+    session.connected()
+    session.receive_data(peer.reply(peer.read(session)[0], protocolVersion=2,
+                                    capabilities=["pipelining"]))
+    assert session.next_tick() == clock.t + 5.0
+    clock.t += 5.0
+    session.tick()
+    assert [f["cmd"] for f in peer.read(session)] == ["Ping"]
+
+
+def test_failed_pings_cite_bq_client_3_and_say_the_ping_timed_out():
+    session, clock, peer = make(command_timeout=1000, ping_interval=5000, max_ping_failures=2)
+    ready(session, peer)
+    events = []
+    for _ in range(2):
+        clock.t = session.next_tick()
+        session.tick()  # the Ping
+        clock.t = session.next_tick()
+        events = session.tick()  # its timeout
+    down = next(e for e in events if isinstance(e, LinkDown))
+    assert down.reason == str(down.error)
+    assert "2 consecutive failed pings" in down.reason
+    assert "maxPingFailures 2, BQ-CLIENT-3" in down.reason
+    assert down.reason.endswith("the Ping timed out")
+
+
+def test_the_backoff_has_no_floor_below_its_formula():
+    clock, rng = Clock(), _FixedUniform(-1.0)
+    opts = ConnectionOptions.from_profile(PROFILE, {"port": 6789, "reconnect_base_delay": 1,
+                                                    "reconnect_jitter": 0.5})
+    session = BunqueueSession(PROFILE, opts, clock=clock, rng=rng)
+    assert session.backoff_delay(0) == pytest.approx(0.0005)  # 1 ms x (1 - 0.5)
+
+
+def test_refusals_are_named_after_the_profiles_error_strings_most_specific_first():
+    matcher = ErrorMatcher(load_profile(PROFILE))
+    assert matcher.match("Unknown command: Frobnicate") == ("unknown_command", "BQ-ENV-5")
+    assert matcher.match("Lock token required for job 42") == ("lock_token_required",
+                                                               "BQ-LOCK-2")
+    assert matcher.match("Invalid request: line 1\nline 2") == ("invalid_request", "BQ-ENV-6")
+    assert matcher.match("Something else") == (None, None)
+    error = SimpleNamespace
+    profile = SimpleNamespace(model=SimpleNamespace(errors={
+        "generic": error(message="Invalid {what}", requirement="R-1"),
+        "specific": error(message="Invalid token for this queue", requirement="R-2"),
+    }))
+    matcher = ErrorMatcher(profile)
+    assert matcher.match("Invalid token for this queue") == ("specific", "R-2")
+    assert matcher.match("Invalid lock") == ("generic", "R-1")
+
+
+def test_a_deep_reply_is_read_and_a_command_too_deep_for_the_server_is_not_sent():
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    limit = load_profile(PROFILE).model.max_nesting_depth
+    deep: list = []
+    for _ in range(limit + 5):
+        deep = [deep]
+    command = session.send({"cmd": "Count", "queue": "q"})
+    events = session.receive_data(peer.reply(peer.read(session)[0], count=1, extra=deep))
+    assert _settled(events) == [command] and command.state is RequestState.ANSWERED
+    # frozensets go out as arrays: the check walks what the server will read, not the sets
+    nested: frozenset = frozenset()
+    for _ in range(limit + 5):
+        nested = frozenset({nested})
+    with pytest.raises(BunqueueEncodeError, match="BQ-MSGPACK-3") as raised:
+        session.send({"cmd": "PUSH", "queue": "q", "data": {"s": nested}})
+    assert f"max_nesting_depth {limit}" in str(raised.value)
+    assert peer.read(session) == [] and session.pending == 0
