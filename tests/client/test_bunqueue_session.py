@@ -1100,3 +1100,20 @@ def test_a_deep_reply_is_read_and_a_command_too_deep_for_the_server_is_not_sent(
         session.send({"cmd": "PUSH", "queue": "q", "data": {"s": nested}})
     assert f"max_nesting_depth {limit}" in str(raised.value)
     assert peer.read(session) == [] and session.pending == 0
+
+
+def test_a_ping_held_back_by_a_full_window_is_not_due_until_a_slot_frees():
+    """A Ping waits for room in the window; while it waits, next_tick() must not name its past
+    due time (tick() would do nothing, and a shell that re-arms its timer for next_tick() would
+    spin until the long poll is answered)."""
+    session, clock, peer = make(command_timeout=60000, ping_interval=1000)
+    ready(session, peer, protocolVersion=1, capabilities=[])  # window 1
+    pull = session.send({"cmd": "PULL", "queue": "q", "timeout": 30000}, timeout=90)
+    (frame,) = peer.read(session)
+    clock.t += 2
+    assert session.tick() == [] and peer.read(session) == []
+    assert session.next_tick() == pull.deadline  # not the Ping's time, now past
+    session.receive_data(peer.reply(frame, job=None))
+    assert session.next_tick() <= clock.t  # the slot is free: the Ping is due
+    session.tick()
+    assert [f["cmd"] for f in peer.read(session)] == ["Ping"]

@@ -644,7 +644,8 @@ class BunqueueSession(Session):
             heapq.heappop(deadlines)
         if deadlines:
             due = deadlines[0][0] if due is None else min(due, deadlines[0][0])
-        if self._next_ping is not None and state is _S.READY and self._ping is None:
+        if (self._next_ping is not None and state is _S.READY and self._ping is None
+                and len(self._inflight) < self._window):  # a full window holds the Ping back
             due = self._next_ping if due is None else min(due, self._next_ping)
         return due
 
