@@ -14,7 +14,6 @@ import re
 import resource
 import signal
 import struct
-from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -22,7 +21,6 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis_jsonschema import from_schema
 
 from queuewire.codecs.bunqueue import (
     UNDEFINED,
@@ -39,6 +37,7 @@ from queuewire.codecs.errors import (
     ProtocolError,
 )
 from queuewire.codecs.validation import BunqueueValidator, to_json_model
+from queuewire.fuzz.schema_gen import from_schema
 from queuewire.spec import load_profile
 
 PROFILE = load_profile("bunqueue/v2")
@@ -211,56 +210,21 @@ def test_accepts_bytearray_and_memoryview_chunks():
 SAFE = 2**53 - 1  # bunqueue numbers are JavaScript numbers (BQ-MSGPACK-7)
 
 
-_JS_SCALAR = {"type": ["string", "boolean", "null"]}
-# "Any JSON value a JavaScript peer can hold", shallow enough to keep generation fast.
-JS_ANY = {"anyOf": [
-    {"type": "integer", "minimum": -SAFE, "maximum": SAFE},
-    {"type": "number", "minimum": -SAFE, "maximum": SAFE},
-    _JS_SCALAR,
-    {"type": "array", "items": _JS_SCALAR, "maxItems": 3},
-    {"type": "object", "additionalProperties": _JS_SCALAR, "maxProperties": 3},
-]}
-_TYPED = ("type", "const", "enum", "$ref", "anyOf", "oneOf", "allOf", "not")
-
-
-def _js_numbers(node: Any, top: bool = True) -> Any:
-    """The schema as a strategy should see it: every number bounded to JavaScript's safe
-    integer range, every "any" value (untyped fields, open additionalProperties) drawn from
-    JS_ANY. Numbers beyond that range cannot cross the wire exactly (BQ-MSGPACK-7)."""
-    if isinstance(node, list):
-        return [_js_numbers(v, False) for v in node]
-    if not isinstance(node, Mapping):
-        return node
-    out = {}
-    for k, v in node.items():
-        if k in ("properties", "$defs"):
-            out[k] = {name: _js_numbers(sub, False) for name, sub in v.items()}
-        elif k in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
-            out[k] = _js_numbers(v, False)
-        else:
-            out[k] = v
-    types = out.get("type")
-    kinds = types if isinstance(types, list) else [types]
-    if "integer" in kinds or "number" in kinds:
-        out.setdefault("minimum", -SAFE)
-        out.setdefault("maximum", SAFE)
-    if "object" in kinds and "additionalProperties" not in out:
-        out["additionalProperties"] = JS_ANY
-    if not top and not any(k in out for k in _TYPED):
-        out.update(JS_ANY)
-    return out
-
-
+# Open objects also get undocumented keys (a peer may send more than the schema names): any
+# JSON value a JavaScript peer can hold, null included (integers within the safe range).
+EXTRA = {"anyOf": [{}, {"type": "null"}]}
 _STRATEGIES: dict[tuple[str, bool], st.SearchStrategy] = {}
 
 
 def message_strategy(cmd: str, reply: bool) -> st.SearchStrategy:
-    """Messages valid under the command's schema, drawn by hypothesis-jsonschema."""
+    """Messages valid under the command's schema, drawn by the fuzzer's schema generator
+    (its hypothesis side, so failures shrink); numbers within JavaScript's safe integer range,
+    which is all that crosses the wire exactly (BQ-MSGPACK-7)."""
     key = (cmd, reply)
     if key not in _STRATEGIES:
         command = MODEL.commands[cmd]
-        _STRATEGIES[key] = from_schema(_js_numbers(command.response if reply
-                                                   else command.request))
+        schema = command.response if reply else command.request
+        _STRATEGIES[key] = from_schema(schema, SAFE, extra=EXTRA).strategy
     return _STRATEGIES[key]
 
 

@@ -9,6 +9,7 @@ import hashlib
 import pathlib
 import re
 
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,12 +87,110 @@ def test_the_spec_pattern_becomes_its_alphabet():
     {"oneOf": [{"type": "string"}, {"type": "integer"}]},
     {"type": "string", "pattern": "^a(b|c)$"},
     {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 3}}},
-    {"type": "object", "additionalProperties": {"type": "integer"}},
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}}},
+    {"type": "object", "propertyNames": {"type": "integer"}, "additionalProperties": True},
+    {"type": "string", "anyOf": [{"minLength": 1}, {"maxLength": 0}]},
+    {"anyOf": []},
+    {"type": "string", "pattern": "^a+b$", "maxLength": 4},
+    {"type": "string", "pattern": "a+"},
+    {"type": "object", "required": ["a"], "propertyNames": {"pattern": "^b"}},
     {"type": "tuple"},
 ])
 def test_a_keyword_outside_the_subset_is_refused_at_compile_time(schema):
     with pytest.raises(UnsupportedSchema):
-        from_schema(schema, 2**53 - 1)
+        from_schema(schema, 2**53 - 1, extra={})
+
+
+def _replies(profile: str) -> list[tuple[str, str, dict]]:
+    model = load_profile(profile).model
+    return [(name, side, getattr(command, side)) for name, command in sorted(model.commands.items())
+            for side in ("response", "request")]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_reply_and_request_schema_yields_valid_values_seeded(profile):
+    """Reply schemas too (anyOf, additionalProperties as a schema, propertyNames, a pattern of
+    several pieces, type lists with null): what comes out validates with the jsonschema
+    library, with and without undocumented keys in the open objects."""
+    for name, side, schema in _replies(profile):
+        validator = jsonschema.Draft202012Validator(schema)
+        for extra in (None, {"anyOf": [{}, {"type": "null"}]}):
+            generator = from_schema(schema, 2**53 - 1, extra=extra)
+            draw = gen.SeededDraw(f"{name}:{side}", extra is None)
+            for _ in range(40):
+                value = draw(generator)
+                assert list(validator.iter_errors(value)) == [], (name, side, value)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_reply_and_request_schema_yields_valid_values_under_given(profile):
+    schemas = _replies(profile)
+
+    @settings(max_examples=200, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        name, side, schema = data.draw(st.sampled_from(schemas))
+        value = data.draw(from_schema(schema, 2**53 - 1, extra={}).strategy)
+        assert list(jsonschema.Draft202012Validator(schema).iter_errors(value)) == [], value
+    check()
+
+
+SCHEMAS = {
+    "additionalProperties as a schema, named by propertyNames": {
+        "type": "object", "required": ["7"], "propertyNames": {"pattern": "^-?[0-9]+$"},
+        "properties": {"7": {"type": "integer"}, "total": {"type": "integer"}},
+        "additionalProperties": {"type": "integer", "minimum": 0}},
+    "anyOf of a $ref and null": {
+        "$defs": {"J": {"type": "object", "properties": {"id": {"type": "string"}},
+                        "required": ["id"], "additionalProperties": False}},
+        "type": "object", "properties": {"job": {"anyOf": [{"$ref": "#/$defs/J"},
+                                                           {"type": "null"}]}},
+        "required": ["job"]},
+    "type lists with null": {"type": "object", "required": ["a", "b"], "properties": {
+        "a": {"type": ["number", "null"]}, "b": {"type": ["array", "null"], "items": {}}}},
+    "a pattern of several pieces": {"type": "string", "pattern": r"^v-?[0-9]{1,3}\.[a-c]*x?$"},
+    "an untyped additionalProperties": {"type": "object", "additionalProperties": {}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_each_supported_keyword_yields_valid_values_both_ways(name):
+    schema = SCHEMAS[name]
+    validator = jsonschema.Draft202012Validator(schema)
+    generator = from_schema(schema, 2**53 - 1)
+    draw = gen.SeededDraw(name, 0)
+    seeded = [draw(generator) for _ in range(300)]
+    for value in seeded:
+        assert list(validator.iter_errors(value)) == [], value
+    seen = []
+
+    @settings(max_examples=100, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(generator.strategy)
+    def check(value):
+        seen.append(value)
+        assert list(validator.iter_errors(value)) == [], value
+    check()
+    if "propertyNames" in schema:   # the undocumented keys come, and only valid names
+        assert any(len(v) > 1 for v in seeded) and any(len(v) > 1 for v in seen)
+        assert not any("total" in v for v in seeded + seen)  # a name it refuses never comes
+    if "anyOf" in name:             # both branches come
+        assert {v["job"] is None for v in seeded} == {True, False}
+    if "several" in name:
+        assert any("-" in v for v in seeded) and any(v.endswith("x") for v in seeded)
+
+
+def test_open_objects_get_undocumented_keys_only_when_asked():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    draw = gen.SeededDraw("open", 0)
+    closed = [draw(from_schema(schema, 100)) for _ in range(100)]
+    assert all(set(v) == {"a"} for v in closed)
+    opened = [draw(from_schema(schema, 100, extra={"type": "boolean"})) for _ in range(100)]
+    assert any(len(v) > 1 for v in opened)
+    assert all(isinstance(x, bool) for v in opened for k, x in v.items() if k != "a")
+    shut = {**schema, "additionalProperties": False}
+    assert all(set(draw(from_schema(shut, 100, extra={})) ) == {"a"} for _ in range(50))
 
 
 def test_values_lean_to_the_bounds():

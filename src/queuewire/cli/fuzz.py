@@ -1,8 +1,8 @@
 """``queuewire fuzz``: spec-driven fuzzing of a server over TCP, ``fuzz --client`` (a bunqueue
 or quicx client under test, driven through the testee contract, gets mutated and mis-framed
 replies), ``fuzz --stateful`` (step sequences against a model of the spec: the bunqueue job
-lifecycle, quicx dispatch) and ``fuzz replay`` (queuewire.fuzz). Needs hypothesis and
-hypothesis-jsonschema: ``pip install 'queuewire[fuzz]'``.
+lifecycle, quicx dispatch) and ``fuzz replay`` (queuewire.fuzz). Needs hypothesis (its public
+API, any version from 6.100): ``pip install 'queuewire[fuzz]'``.
 
 Client fuzzing joins two packages that must not import each other (the layers contract):
 ``queuewire.fuzz.replies`` makes the cases, the reply mutations and the verdicts, and
@@ -21,16 +21,14 @@ import click
 from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
 
-MISSING = ("queuewire fuzz needs hypothesis and hypothesis-jsonschema: "
-           "pip install 'queuewire[fuzz]'")
+MISSING = "queuewire fuzz needs hypothesis: pip install 'queuewire[fuzz]'"
 
 
 def _fuzz_modules() -> Any:
     try:
         from ..fuzz import campaign, case, runner
     except ImportError as exc:
-        if getattr(exc, "name", "") and exc.name.split(".")[0] in ("hypothesis",
-                                                                     "hypothesis_jsonschema"):
+        if getattr(exc, "name", "") and exc.name.split(".")[0] == "hypothesis":
             raise click.ClickException(MISSING) from None
         raise
     return case, runner, campaign
