@@ -723,7 +723,7 @@ def test_a_refused_hello_after_auth_goes_on_as_v1_and_reports_the_refusal(caplog
     assert events == [Ready(None, (), 1, {"refused": refusal})]
     assert session.server_hello == {"refused": refusal}
     (message,) = [r.getMessage() for r in caplog.records]
-    for part in ("Hello refused", refusal, "protocol v1", "one command at a time"):
+    for part in ("session: Hello refused (", refusal, "protocol v1", "one command at a time"):
         assert part in message
 
 
@@ -821,7 +821,7 @@ def test_a_garbled_frame_is_skipped_and_the_frames_after_it_are_read(caplog):
     assert (first.result["count"], second.result["count"]) == (1, 2)
     assert session.state is S.READY
     (message,) = [r.getMessage() for r in caplog.records]
-    assert "skipped a frame" in message and "BQ-FRAME-3" in message
+    assert message.startswith("bunqueue session: skipped a frame") and "BQ-FRAME-3" in message
 
 
 def test_a_lost_link_says_why_fails_what_was_written_and_when_it_retries():
