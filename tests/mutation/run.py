@@ -445,7 +445,7 @@ def table_row(s: dict) -> str:
     score = "n/a" if s["score"] is None else f"{s['score']:.1f} %"
     return (f"| `{short_name(s['module'])}` | {s['mutants']} | {s['killed']} | {s['survived']} | "
             f"{s['timeouts']} | {s['equivalent']} | {s['no_tests']} | {s['not_run']} | {score} | "
-            f"{s['wall_seconds']} s | {s['date']} |")
+            f"{s['wall_seconds']} s | {s['date']}, {s['source']} |")
 
 
 def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusion]) -> dict:
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         summaries = [run_module(m, args, exclusions) for m in modules]
     print("\n| module | mutants | killed | survived | timeouts | equivalent | no tests | not run "
-          "| score | wall | date |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "| score | wall | date, code |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
         print(table_row(s))
     return 0
