@@ -153,7 +153,7 @@ def test_every_bound_at_and_beyond_agrees(beyond):
 # -- random streams -----------------------------------------------------------------------------
 @settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-@given(case=BQ._case(seed=15), data=st.data())
+@given(case=BQ.case_strategy(seed=15), data=st.data())
 def test_random_streams_agree(case, data):
     stream = case.stream
     cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(stream) - 1)),
@@ -163,7 +163,7 @@ def test_random_streams_agree(case, data):
 
 @settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-@given(msg=BQ.valid(), data=st.data())
+@given(msg=BQ.valid().strategy, data=st.data())
 def test_random_valid_requests_agree(msg, data):
     changes = data.draw(st.dictionaries(
         st.sampled_from([*msg, "reqId", "x"]),
