@@ -5,7 +5,15 @@ working tree is never touched: mutmut writes its mutants/ there), within a time 
     python tests/mutation/run.py                          # every module of modules.toml
     python tests/mutation/run.py codecs/validation.py     # one (path below src/queuewire)
     python tests/mutation/run.py --ref HEAD ...           # a commit instead of the working tree
-    python tests/mutation/run.py --rescore                # equivalent.txt again, on the last reports
+    python tests/mutation/run.py --rescore                # equivalent/ again, on the last reports
+    python tests/mutation/run.py --open codecs/quicx.py   # only what the last report left open
+
+``--open`` runs only the mutants the module's last report left open (survived, or not run
+because the budget ended) and merges their new statuses into that report: the loop of writing
+a test for a survivor and checking that it kills it costs minutes, not the hours of a full run.
+When the module's source changed since that report, the mutants of every function whose text
+changed (or that is new) are run too, and their old statuses dropped: mutmut numbers mutants per
+function, so the mutants of an unchanged function are the same mutants.
 
 Per module it prints and writes reports/mutation/<module>.txt and .json: mutants, killed,
 survived, timeouts, "no tests" (no test of the module runs the function: listed apart, not in
@@ -13,8 +21,8 @@ the score), not run (the budget ended), equivalent (excluded, with the reason), 
 score = (killed + timeouts) / (killed + timeouts + survived) with equivalent mutants left
 out; then every survivor with file:line, its function and its diff.
 
-Equivalent mutants (they change no behaviour) are listed in equivalent.txt beside this file.
-An entry names the module and the function and quotes the removed and added lines of the
+Equivalent mutants (they change no behaviour) are listed in equivalent/<module>.txt beside this
+file (one file per module, named like its report). An entry names the module and the function and quotes the removed and added lines of the
 mutant's diff; it matches by that text, never by mutmut's mutant number, so it cannot point at
 another mutant after an edit. An entry that matches no surviving mutant is reported as stale.
 
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import fnmatch
 import json
 import os
 import re
@@ -44,7 +53,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MODULES = HERE / "modules.toml"
-EQUIVALENT = HERE / "equivalent.txt"
+EQUIVALENT = HERE / "equivalent"  # one <module with dots>.txt per module
 REPORTS = ROOT / "reports" / "mutation"
 
 # mutmut's statuses, grouped for the score. "segfault" is mutmut's name for a worker killed by
@@ -101,12 +110,12 @@ class Exclusion:
     removed: list[str]
     added: list[str]
     reason: str
-    where: str  # equivalent.txt:<line>
+    where: str  # <file>:<line>
     used: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
-# modules.toml and equivalent.txt
+# modules.toml and equivalent/
 
 
 def load_modules() -> list[dict]:
@@ -130,9 +139,11 @@ def slug_of(path: str) -> str:
 
 
 def load_exclusions(path: Path = EQUIVALENT) -> list[Exclusion]:
-    """Blocks separated by blank lines: ``<module> :: <function>``, then ``- <line>`` and
+    """Every ``*.txt`` of the directory ``path`` (or the one file ``path``). Blocks separated by blank lines: ``<module> :: <function>``, then ``- <line>`` and
     ``+ <line>`` (the diff's removed and added lines, compared stripped), then ``why: <reason>``.
     ``#`` starts a comment line."""
+    if path.is_dir():
+        return [e for file in sorted(path.glob("*.txt")) for e in load_exclusions(file)]
     if not path.is_file():
         return []
     out: list[Exclusion] = []
@@ -238,7 +249,8 @@ def configure(copy: Path, module: dict, tests: list[str]) -> None:
     pyproject.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
 
 
-def run_mutmut(copy: Path, budget: int, children: int, log: Path) -> tuple[float, bool]:
+def run_mutmut(copy: Path, budget: int, children: int, log: Path,
+               names: list[str] | None = None) -> tuple[float, bool]:
     """``mutmut run`` in the copy, niced, for at most ``budget`` seconds; on timeout it is
     interrupted (SIGINT: it stops its workers and keeps the results so far). Returns the wall
     time and whether the budget ended the run."""
@@ -247,7 +259,7 @@ def run_mutmut(copy: Path, budget: int, children: int, log: Path) -> tuple[float
                                                       env.get("PYTHONPATH")]))
     env.pop("QUEUEWIRE_SPEC_DIR", None)
     mutmut = Path(sys.executable).with_name("mutmut")
-    cmd = ["nice", "-n", "10", str(mutmut), "run", "--max-children", str(children)]
+    cmd = ["nice", "-n", "10", str(mutmut), "run", "--max-children", str(children), *(names or [])]
     start = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -385,6 +397,7 @@ def summarize(module: dict, mutants: list[Mutant], wall: float, timed_out: bool,
     name = short_name(module["path"])
     return {
         "module": module["path"],
+        "module_source": module.get("source_text"),
         "tests": module["tests"],
         "date": dt.date.today().isoformat(),
         "source": source,
@@ -419,7 +432,7 @@ def render(summary: dict) -> str:
            + ("  -- THE BUDGET ENDED THE RUN: the score covers only the mutants run" if s["budget_ended"]
               else "")]
     for e in s["stale_exclusions"]:
-        out.append(f"STALE equivalent.txt entry (matches no surviving mutant): {e}")
+        out.append(f"STALE equivalent/ entry (matches no surviving mutant): {e}")
     groups = [("SURVIVED", SURVIVED), ("NO TESTS (no test of this module runs the function)", NO_TESTS),
               ("NOT RUN", NOT_RUN), ("OTHER (suspicious)", None), ("EQUIVALENT (excluded)", {"equivalent"})]
     known = KILLED | TIMEOUT | SURVIVED | NO_TESTS | NOT_RUN | {"equivalent"}
@@ -448,23 +461,90 @@ def table_row(s: dict) -> str:
             f"{s['wall_seconds']} s | {s['date']}, {s['source']} |")
 
 
+def function_texts(source: str) -> dict[str, str]:
+    """``Class.method`` / ``function`` -> its source text (what mutmut mutates: top level and
+    one class deep)."""
+    out: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        items = node.body if isinstance(node, ast.ClassDef) else [node]
+        prefix = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
+        for item in items:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                out.setdefault(prefix + item.name, ast.get_source_segment(source, item) or "")
+    return out
+
+
+def mutant_pattern(module_path: str, function: str) -> str:
+    """mutmut's name for every mutant of one function (an fnmatch pattern)."""
+    dotted = module_path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    cls, _, func = function.rpartition(".")
+    return f"{dotted}.xǁ{cls}ǁ{func}__mutmut_*" if cls else f"{dotted}.x_{func}__mutmut_*"
+
+
+def open_names(slug: str, source: str) -> tuple[dict, list[str], set[str]]:
+    """The last report of a module, the names (or patterns) of the mutants to rerun: those it
+    left open (survived, not run, equivalent) in functions whose text is unchanged, and every
+    mutant of a function that changed or is new since; and the set of those functions."""
+    path = REPORTS / f"{slug}.json"
+    if not path.is_file():
+        raise SystemExit(f"--open: no report {path.relative_to(ROOT)} yet; run the module in full first")
+    old = json.loads(path.read_text(encoding="utf-8"))
+    if "module_source" not in old:
+        raise SystemExit(f"--open: {path.name} does not hold the source it mutated; run the module in full")
+    before, now = function_texts(old["module_source"]), function_texts(source)
+    changed = {f for f, text in now.items() if before.get(f) != text}
+    names = [m["name"] for m in old["mutant_list"]
+             if m["status"] in SURVIVED | NOT_RUN | {"equivalent"} and m["function"] not in changed]
+    names += [mutant_pattern(old["module"], f) for f in sorted(changed)]
+    return old, names, changed
+
+
+def merge_open(old: dict, names: list[str], changed: set[str], mutants: list[Mutant]) -> list[Mutant]:
+    """The rerun mutants' new statuses over the last report's statuses of the others (the
+    mutants of a changed function are all rerun)."""
+    rerun = set(names)
+    before = {m["name"]: m["status"] for m in old["mutant_list"]}
+    for m in mutants:
+        if m.name not in rerun and m.function not in changed:
+            m.status = before.get(m.name, m.status)
+    return mutants
+
+
 def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusion]) -> dict:
     name, slug = short_name(module["path"]), slug_of(module["path"])
     REPORTS.mkdir(parents=True, exist_ok=True)
     log = REPORTS / f"{slug}.log"
     budget = args.budget or module["budget"]
     copy = Path(tempfile.mkdtemp(prefix="qw-mutation-"))
+    old, names = None, None
     try:
         source = copy_tree(copy, args.ref)
+        text = (copy / module["path"]).read_text(encoding="utf-8")
+        changed: set[str] = set()
+        if args.open:
+            old, names, changed = open_names(slug, text)
+            if args.only:
+                names = [n for n in names if any(fnmatch.fnmatch(n, pat) for pat in args.only)]
+            if not names:
+                print(f"== {name}: nothing open to rerun", flush=True)
+                return old
+            source = (f"[{old['source']}] with {len(names)} open mutants"
+                      + (f" and the mutants of {len(changed)} changed functions" if changed else "")
+                      + f" rerun on the {source}")
         configure(copy, module, module["tests"])
-        print(f"== {name}: mutmut in {copy} ({source}), budget {budget} s, log {log}", flush=True)
-        wall, timed_out = run_mutmut(copy, budget, args.max_children, log)
+        what = f"{len(names)} open mutants or patterns" if names else "every mutant"
+        print(f"== {name}: mutmut ({what}) in {copy} ({source}), budget {budget} s, log {log}",
+              flush=True)
+        wall, timed_out = run_mutmut(copy, budget, args.max_children, log, names)
         mutants = collect(copy, module["path"])
     finally:
         if args.keep:
             print(f"   kept {copy}")
         else:
             shutil.rmtree(copy, ignore_errors=True)
+    if old is not None and names:
+        mutants = merge_open(old, names, changed, mutants)
+    module = {**module, "source_text": text}
     apply_exclusions(name, mutants, exclusions)
     summary = summarize({**module, "budget": budget}, mutants, wall, timed_out, source, exclusions)
     text = render(summary)
@@ -476,7 +556,7 @@ def run_module(module: dict, args: argparse.Namespace, exclusions: list[Exclusio
 
 
 def rescore(module: dict, exclusions: list[Exclusion]) -> dict:
-    """Apply equivalent.txt again to a module's last report, without running mutmut."""
+    """Apply equivalent/ again to a module's last report, without running mutmut."""
     name, slug = short_name(module["path"]), slug_of(module["path"])
     old = json.loads((REPORTS / f"{slug}.json").read_text(encoding="utf-8"))
     mutants = []
@@ -486,7 +566,8 @@ def rescore(module: dict, exclusions: list[Exclusion]) -> dict:
             m.status, m.reason = "survived", None
         mutants.append(m)
     apply_exclusions(name, mutants, exclusions)
-    summary = summarize({**module, "budget": old["budget_seconds"]}, mutants, old["wall_seconds"],
+    summary = summarize({**module, "budget": old["budget_seconds"], "source_text": old.get("module_source")},
+                        mutants, old["wall_seconds"],
                         old["budget_ended"], old["source"], exclusions)
     summary["date"] = old["date"]
     (REPORTS / f"{slug}.txt").write_text(render(summary), encoding="utf-8")
@@ -505,7 +586,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every survivor's diff")
     parser.add_argument("--rescore", action="store_true",
-                        help="apply equivalent.txt to the last reports again, without running mutmut")
+                        help="apply equivalent/ to the last reports again, without running mutmut")
+    parser.add_argument("--open", action="store_true",
+                        help="rerun only the mutants the last report left open (survived, not run) "
+                             "and merge them into it (with every mutant of a function changed since)")
+    parser.add_argument("--only", action="append", metavar="PATTERN",
+                        help="with --open: only the open mutants whose name matches this fnmatch "
+                             "pattern, e.g. '*_optional_type*' (repeatable)")
     args = parser.parse_args(argv)
 
     modules = load_modules()
@@ -516,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"not in {MODULES.name}: {', '.join(sorted(unknown))}")
         modules = [m for m in modules if short_name(m["path"]) in wanted]
+    if args.rescore and args.open:
+        parser.error("--rescore and --open exclude each other")
     if args.rescore:
         modules = [m for m in modules if (REPORTS / f"{slug_of(m['path'])}.json").is_file()]
         summaries = [rescore(m, exclusions) for m in modules]

@@ -1,10 +1,11 @@
 """The `make mutation` driver's own logic (tests/mutation/run.py), without running mutmut: a
-mutant's file line and changed lines from mutmut's function-relative diff, equivalent.txt
+mutant's file line and changed lines from mutmut's function-relative diff, equivalent/
 parsed and matched by diff text (not by mutant number), stale entries reported, and the score."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -134,3 +135,42 @@ def test_the_checked_in_lists_parse():
     names = {run.short_name(m["path"]) for m in modules}
     for entry in run.load_exclusions():
         assert entry.module in names, f"{entry.where}: {entry.module} is not in modules.toml"
+
+
+def test_open_reruns_only_what_the_last_report_left_open(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "REPORTS", tmp_path)
+    monkeypatch.setattr(run, "ROOT", tmp_path.parent)
+    source = "def f(x):\n    return x + 1\n\n\nclass C:\n    def g(self):\n        return 2\n"
+    rows = [("a", "killed", "f"), ("b", "survived", "f"), ("c", "not checked", "f"),
+            ("d", "no tests", "f"), ("e", "equivalent", "f"), ("g1", "survived", "C.g"),
+            ("g2", "killed", "C.g")]
+    old = {"module": "src/queuewire/m.py", "source": "commit abc", "module_source": source,
+           "mutant_list": [{"name": n, "status": s, "function": f} for n, s, f in rows]}
+    (tmp_path / "m.json").write_text(json.dumps(old))
+    report, names, changed = run.open_names("m", source)
+    assert (names, changed) == (["b", "c", "e", "g1"], set())
+    # the rerun's statuses for b, c, e, g1; the others keep the last report's (mutmut says
+    # "not checked" for every mutant it was not asked to run)
+    fresh = []
+    for (name, _, function), status in zip(rows, ["not checked", "killed", "survived", "not checked",
+                                                  "survived", "killed", "not checked"]):
+        m = _mutant(0, status, [], ["x"], function=function)
+        m.name = name
+        fresh.append(m)
+    merged = run.merge_open(report, names, changed, fresh)
+    assert [m.status for m in merged] == ["killed", "killed", "survived", "no tests", "survived",
+                                          "killed", "killed"]
+    # C.g edited since: every mutant of it is rerun (a pattern), f's open ones as before
+    report, names, changed = run.open_names("m", source.replace("return 2", "return 3"))
+    assert changed == {"C.g"}
+    assert names == ["b", "c", "e", "queuewire.m.xǁCǁg__mutmut_*"]
+    fresh[-1].status = "survived"  # g2, rerun because C.g changed
+    assert run.merge_open(report, names, changed, fresh)[-1].status == "survived"
+    with pytest.raises(SystemExit, match="no report"):
+        run.open_names("other", source)
+
+
+def test_function_texts_and_mutant_patterns():
+    texts = run.function_texts("def f():\n    pass\n\nclass K:\n    async def h(self):\n        pass\n")
+    assert set(texts) == {"f", "K.h"}
+    assert run.mutant_pattern("src/queuewire/codecs/quicx.py", "f") == "queuewire.codecs.quicx.x_f__mutmut_*"
