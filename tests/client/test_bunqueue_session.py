@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import struct
 from types import SimpleNamespace
 
@@ -40,7 +41,7 @@ from queuewire.client.options import ClientConfigError, ConnectionOptions
 from queuewire.client.session import Closed, RequestState, Settled
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
 from queuewire.codecs.errors import ProtocolError
-from queuewire.spec import load_profile
+from queuewire.spec import clear_cache, load_profile, spec_dir
 
 S, E = SessionState, SessionEvent
 PROFILE = "bunqueue/v2"
@@ -349,6 +350,44 @@ def test_an_unencodable_command_is_refused_before_anything_is_written():
     with pytest.raises(BunqueueEncodeError, match="BQ-MSGPACK-7"):
         session.send({"cmd": "PUSH", "queue": "q", "data": {"n": 2**60 + 1}})
     assert peer.read(session) == [] and session.pending == 0
+
+
+@pytest.fixture
+def small_frames(tmp_path, monkeypatch):
+    """A profile of our own, ``bunqueue/small``: bunqueue/v2 with 4 KiB frames (a spec copy
+    with one overlay, as a user's profile would be)."""
+    root = tmp_path / "spec"
+    shutil.copytree(spec_dir(), root)
+    (root / "overlays" / "small.yaml").write_text("limits:\n  max_frame_bytes:\n    value: 4096\n")
+    profiles = root / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace(
+        "\ndefaults:", "\n  bunqueue/small:\n    protocol: bunqueue\n    doc: 4 KiB frames.\n"
+        "    overlays: [overlays/small.yaml]\ndefaults:", 1))
+    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
+    clear_cache()
+    yield load_profile("bunqueue/small")
+    monkeypatch.undo()
+    clear_cache()
+
+
+def test_the_session_frames_both_ways_under_its_own_profile(small_frames):
+    """The limits are the session's profile's, not the default's: a command over its
+    max_frame_bytes is refused before it is written, and a reply frame declaring more is a
+    protocol violation that takes the link down (BQ-FRAME-2)."""
+    assert small_frames.model.max_frame_bytes == 4096
+    clock = Clock()
+    opts = ConnectionOptions.from_profile(small_frames, {"port": 6789, "ping_interval": 0})
+    session, peer = BunqueueSession(small_frames, opts, clock=clock), Peer(PROFILE)
+    ready(session, peer)
+    with pytest.raises(BunqueueEncodeError, match="max_frame_bytes"):
+        session.send({"cmd": "PUSH", "queue": "q", "data": {"blob": "x" * 5000}})
+    assert peer.read(session) == []
+    command = session.send({"cmd": "GetJob", "id": "1"})
+    [request] = peer.read(session)
+    events = session.receive_data(peer.reply(request, job={"id": "1", "data": {"blob": "x" * 5000}}))
+    [down] = [e for e in events if isinstance(e, LinkDown)]
+    assert isinstance(down.error, BunqueueProtocolViolation) and "max_frame_bytes" in str(down.error)
+    assert command.state is RequestState.LOST and command.error is down.error
 
 
 # ---------------------------------------------------------------------- timeouts, dead links

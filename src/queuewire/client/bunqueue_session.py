@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 import logging
 import random
 import re
@@ -282,9 +283,6 @@ class Command(Request):
     def cmd(self) -> str:
         return str(self.payload.get("cmd", "?"))
 
-    def __lt__(self, other: Command) -> bool:  # heap order when deadlines tie
-        return self.id < other.id
-
 
 @dataclass(frozen=True)
 class PushedFrame(Event):
@@ -343,7 +341,7 @@ class BunqueueSession(Session):
         self.options = options or ConnectionOptions.from_profile(self.profile)
         o = self.options
         self._encode = FrameEncoder(self.profile).encode
-        self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
+        self._decoder: FrameDecoder  # the replies of one link: a new one per connection
         self._shapes = ReplyShapes(self.profile)
         self._max_depth = self.profile.model.max_nesting_depth
         self._prefix_len = struct.calcsize(self.profile.model.len_format)
@@ -353,8 +351,9 @@ class BunqueueSession(Session):
         self._next_req = 1
         self._inflight: dict[str, Command] = {}   # written, by reqId
         self._backlog: deque[Command] = deque()   # accepted, not written yet
-        self._deadlines: list[tuple[float, Command]] = []  # heap; settled entries skipped
-        self._handshake: Command | None = None    # the Auth or Hello in flight
+        # heap of (deadline, order of arrival, command); settled entries are skipped
+        self._deadlines: list[tuple[float, int, Command]] = []
+        self._arrivals = itertools.count()
         self._timeouts_in_row = 0
         self._ping_failures = 0
         self._ping: Command | None = None
@@ -399,9 +398,9 @@ class BunqueueSession(Session):
         self._decoder = FrameDecoder(self.profile, check_depth=False)  # replies
         token = self.options.token
         if token:
-            self._handshake = self._internal({"cmd": "Auth", "token": token}, "auth")
+            self._internal({"cmd": "Auth", "token": token}, "auth")
         else:
-            self._handshake = self._internal(self._hello(), "hello")
+            self._internal(self._hello(), "hello")
         return []
 
     def connect_failed(self, error: Exception | str) -> list[Event]:
@@ -464,7 +463,6 @@ class BunqueueSession(Session):
         if self.state is _S.STOPPED:
             self._finish("stopped", None, events)
         else:
-            self._next_ping = None
             self._after_input(events)
         return events
 
@@ -492,13 +490,17 @@ class BunqueueSession(Session):
                                      f"it takes no new commands")
         timeout = self._timeout if timeout is None else timeout
         command = Command(payload=payload, timeout=timeout, deadline=self._clock() + timeout)
-        heapq.heappush(self._deadlines, (command.deadline, command))
         if state is _S.READY and len(self._inflight) < self._window and not self._backlog:
             self._write(command)  # raises BunqueueEncodeError before anything is queued
         else:
             self._check_encodable(command)
             self._backlog.append(command)
+        self._watch(command)
         return command
+
+    def _watch(self, command: Command) -> None:
+        """Put a command on the deadline heap (once it has been accepted)."""
+        heapq.heappush(self._deadlines, (command.deadline, next(self._arrivals), command))
 
     def _check_encodable(self, command: Command) -> None:
         """Give a queued command its reqId and frame now: encoded once, refused at once."""
@@ -509,13 +511,12 @@ class BunqueueSession(Session):
         self._next_req = number + 1
         req_id = str(number)  # a string (BQ-ENV-2), as the official client sends it
         message = {**command.payload, "reqId": req_id}
+        # a refused command is dropped: send raises before it is queued, written or watched
         try:
             frame = self._encode(message)
         except EncodeError as exc:
-            command.state = RequestState.LOST
             raise BunqueueEncodeError(str(exc)) from None
         if nests_too_deep(frame[self._prefix_len:], message, self._max_depth):
-            command.state = RequestState.LOST
             raise BunqueueEncodeError(too_deep_message(self._max_depth))
         command.id = number
         command.req_id = req_id
@@ -532,8 +533,8 @@ class BunqueueSession(Session):
     def _internal(self, payload: dict[str, Any], kind: str) -> Command:
         command = Command(payload=payload, timeout=self._timeout,
                           deadline=self._clock() + self._timeout, internal=kind)
-        heapq.heappush(self._deadlines, (command.deadline, command))
         self._write(command)
+        self._watch(command)
         return command
 
     def _hello(self) -> dict[str, Any]:
@@ -591,7 +592,6 @@ class BunqueueSession(Session):
             self._ping = None  # an answer, even a refusal, proves the link carries bytes
             self._ping_failures = 0
             return
-        self._handshake = None
         if self.state is not _S.NEGOTIATING:
             return
         if command.state is not RequestState.ANSWERED and kind == "hello":
@@ -604,7 +604,7 @@ class BunqueueSession(Session):
             self._finish(f"{command.cmd} refused", command.error, events)
             return
         if kind == "auth":
-            self._handshake = self._internal(self._hello(), "hello")
+            self._internal(self._hello(), "hello")
             return
         hello = command.result or {}
         version = hello.get("protocolVersion")
@@ -614,7 +614,7 @@ class BunqueueSession(Session):
             caps, list) else ()
         self.server_hello = {k: v for k, v in hello.items() if k not in ("ok", "reqId")}
         sequential = (not self.options.pipelining or "pipelining" not in self.capabilities
-                      or (self.protocol_version or 0) < 2)
+                      or self.protocol_version is None or self.protocol_version < 2)
         self._window = 1 if sequential else self.options.max_in_flight
         self._fire(_E.NEGOTIATED)
         self._attempt = 0
@@ -640,7 +640,7 @@ class BunqueueSession(Session):
             return None
         due = self._retry_at if state is _S.RECONNECTING else None
         deadlines = self._deadlines
-        while deadlines and deadlines[0][1].state not in (RequestState.QUEUED, RequestState.SENT):
+        while deadlines and deadlines[0][2].state not in (RequestState.QUEUED, RequestState.SENT):
             heapq.heappop(deadlines)
         if deadlines:
             due = deadlines[0][0] if due is None else min(due, deadlines[0][0])
@@ -655,12 +655,11 @@ class BunqueueSession(Session):
         now = self._clock()
         deadlines = self._deadlines  # commands time out in every state, backlogged ones too
         while deadlines and deadlines[0][0] <= now and self.state is not _S.STOPPED:
-            _, command = heapq.heappop(deadlines)
+            command = heapq.heappop(deadlines)[2]
             if command.state is RequestState.QUEUED or command.state is RequestState.SENT:
                 self._expire(command, events)
         if self.state is _S.RECONNECTING:
             if self._retry_at is not None and now >= self._retry_at:
-                self._retry_at = None
                 self._fire(_E.BACKOFF_ELAPSED)
                 self.reconnects += 1
                 events.append(ConnectNow(self._attempt))
@@ -685,7 +684,6 @@ class BunqueueSession(Session):
             self._ping_failed("the Ping timed out", events)
             return
         if kind:  # Auth or Hello unanswered: this link cannot negotiate
-            self._handshake = None
             self._dead(f"{command.cmd} got no answer within {self._timeout:g} s", events)
             return
         events.append(Settled(command))
@@ -716,9 +714,7 @@ class BunqueueSession(Session):
         """The link is gone: fail what was written, then reconnect (or stop)."""
         self._fire(event)
         self._outbox.clear()  # bytes for the dead socket must not reach the next one
-        self._handshake = self._ping = None
-        self._next_ping = None
-        self._timeouts_in_row = self._ping_failures = 0
+        self._ping = None
         inflight, self._inflight = self._inflight, {}
         for command in inflight.values():  # BQ-CLIENT-6: rejected at once
             command.error = error
@@ -749,7 +745,6 @@ class BunqueueSession(Session):
     def _finish(self, reason: str, error: Exception | None, events: list[Event]) -> None:
         """STOPPED: settle everything still pending, report Closed."""
         self.error, self.close_reason = error, reason
-        self._next_ping = self._retry_at = None
         self._outbox.clear()
         failure = error or BunqueueSessionStopped("Session stopped")
         pending = list(self._inflight.values()) + list(self._backlog)
