@@ -169,6 +169,24 @@ def test_heartbeats_wait_for_an_idle_socket_and_the_answer_deadline():
     assert isinstance(s.tick()[-1], Closed) and s.closed
 
 
+def test_the_heartbeat_answer_is_awaited_ten_seconds_by_default():
+    """``pong_timeout`` defaults to 10 s (the documented default every session inherits): the
+    session closes exactly 10 s after an unanswered heartbeat, and says so."""
+    clock = Clock()
+    s = ToySession(heartbeat_interval=5.0, clock=clock)
+    s.start()
+    s.connected()
+    clock.now += 5.0
+    assert s.tick() == [HeartbeatSent()]
+    assert s.next_tick() == clock.now + 10.0
+    clock.now += 9.99
+    assert s.tick() == [] and not s.closed
+    clock.now += 0.01
+    closed = s.tick()[-1]
+    assert isinstance(closed, Closed) and "no PONG within 10.0 s" in closed.reason
+    assert s.next_tick() is None and s.tick() == []  # nothing is due once closed
+
+
 def test_a_graceful_close_settles_pending_requests_with_session_stopped():
     """Document 003: stopping rejects pending requests with "Session stopped"."""
     s = ToySession()

@@ -350,7 +350,6 @@ class Session:
     def _close(self, event: Any, reason: str, error: Exception | None, events: list[Event]) -> None:
         self._fire(event)
         self.error, self.close_reason = error, reason
-        self._pong_due = None
         self._settle_all(error or self.stopped_error("Session stopped"), events)
         events.append(Closed(reason, error))
 
