@@ -80,9 +80,10 @@ def with_wait() -> str:
     return next(p for p in PROFILES if spec_of(p).allowed("MSG_WAIT", DAEMON, "worker"))
 
 
-def variant(profile: str, *, flags=None, directions=()):
-    """``profile`` with semantics ``flags`` set to other values and (message, sender, receiver)
-    ``directions`` added to its message table: a profile the spec's schema allows."""
+def variant(profile: str, *, flags=None, directions=(), without=()):
+    """``profile`` with semantics ``flags`` set to other values, (message, sender, receiver)
+    ``directions`` added to its message table and those in ``without`` taken out: a profile
+    the spec's schema allows."""
     base = load_profile(profile)
     spec = base.model
     semantics = dict(spec.semantics)
@@ -92,6 +93,10 @@ def variant(profile: str, *, flags=None, directions=()):
     for name, sender, receiver in directions:
         msg = messages[name]
         messages[name] = dataclasses.replace(msg, directions=msg.directions | {(sender, receiver)})
+    for name, sender, receiver in without:
+        msg = messages[name]
+        assert (sender, receiver) in msg.directions
+        messages[name] = dataclasses.replace(msg, directions=msg.directions - {(sender, receiver)})
     by_code = {code: messages.get(m.name, m) for code, m in spec.by_code.items()}
     model = dataclasses.replace(spec, semantics=semantics, messages=messages, by_code=by_code)
     return dataclasses.replace(base, name=f"{base.name}+variant", model=model)
@@ -221,6 +226,30 @@ def test_heartbeat_from_is_obeyed_even_where_the_message_table_allows_a_heartbea
     assert w.can_heartbeat and w.tick() == [HeartbeatSent()]
 
 
+def test_heartbeat_from_cannot_make_a_role_send_what_its_message_table_forbids():
+    """A profile whose ``heartbeat_from`` names a role its message table does not let send
+    MSG_HEARTBEAT: that role never probes either."""
+    base = next(p for p in PROFILES if not spec_of(p).allowed("MSG_HEARTBEAT", "producer", DAEMON))
+    profile = variant(base, flags={"heartbeat_from": [*spec_of(base).flag("heartbeat_from"), "producer"]})
+    clock = FakeClock()
+    s = opened(ProducerSession, profile, heartbeat_interval=1.0, clock=clock)
+    clock.now += 5.0
+    assert not s.can_heartbeat and s.next_tick() is None and s.tick() == []
+    assert s.data_to_send() == b""
+
+
+def test_a_role_that_may_not_send_msg_pong_leaves_a_daemon_heartbeat_unanswered():
+    """Where the daemon may probe a role but the profile does not let that role send MSG_PONG,
+    the heartbeat is taken (the session stays open) and nothing is sent; the other roles of
+    the same profile answer it."""
+    profile = variant("quicx/v1", without=[("MSG_PONG", "producer", DAEMON)])
+    enc = daemon(profile)
+    s = opened(ProducerSession, profile)
+    assert s.receive_data(enc.heartbeat()) == [] and s.data_to_send() == b"" and not s.closed
+    w = opened(WorkerSession, profile)
+    assert w.receive_data(enc.heartbeat()) == [] and w.data_to_send() == QuicxEncoder(profile).pong()
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_the_session_encodes_as_its_role(profile):
     """The session's encoder refuses what its role may not send (a producer sends no MSG_READY,
@@ -299,6 +328,21 @@ def test_a_decoder_error_closes_the_session_with_the_rule_it_broke(profile):
     assert b.state is RequestState.LOST and b.error is error and Settled(b) in events
     assert s.receive_data(enc.ok(3)) == [] and s.receive_eof() == [] and s.connection_lost() == []
     assert b.state is RequestState.LOST and s.error is error
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_bad_frame_after_the_answer_that_closed_a_stopping_session_is_not_a_second_close(profile):
+    """A stopping producer whose last answer and a bad frame come in one read: the answer
+    settles the submission and closes the session gracefully; the bad frame after it is not
+    looked at (one Closed, no error, nothing raised)."""
+    enc = daemon(profile)
+    s = opened(ProducerSession, profile)
+    sub = s.submit("t")
+    s.stop()
+    answer = enc.error("QUEUE_FULL", "full")
+    events = s.receive_data(answer + QuicxEncoder(profile).submit("x"))
+    assert events == [Settled(sub), Closed("stopped", None)]
+    assert s.closed and s.error is None and s.close_reason == "stopped"
 
 
 def test_a_state_error_the_daemon_causes_closes_with_a_violation_without_a_protocol_error():

@@ -394,8 +394,8 @@ class _RequestSession(_Session):
             events.append(Closed("stopped", None))
 
     def _close_quietly(self, events: list[Event]) -> None:
+        # stopped before the connection was up: no request can be pending (they need OPEN)
         self.close_reason = "stopped"
-        self._settle_all(QuicxSessionStopped("Session stopped"), events)
         events.append(Closed("stopped", None))
 
     def _require_open(self, what: str) -> None:
