@@ -8,7 +8,9 @@ Limit values, requirement ids and the places each limit is used come from the lo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,8 +20,16 @@ from hypothesis import strategies as st
 
 from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, encode_frame
 from queuewire.codecs.errors import MessageError, ProtocolError, Violation
-from queuewire.codecs.validation import BunqueueValidator, js_key, to_json_model
+from queuewire.codecs.validation import (
+    MESSAGE_CHARS,
+    BunqueueValidator,
+    iter_x_requirements,
+    js_key,
+    jsonable,
+    to_json_model,
+)
 from queuewire.spec import load_profile
+from queuewire.spec.bunqueue import DIALECT
 from queuewire.spec.instances import minimal, resolve
 
 PROFILE = load_profile("bunqueue/v2")
@@ -697,6 +707,9 @@ def test_messages_nested_to_the_decoder_limit_validate_without_recursion_error()
     (float("inf"), "Infinity"),
     (float("-inf"), "-Infinity"),
     (2**53, "9007199254740992"),
+    (-1.5, "-1.5"),
+    (-1e21, "-1e+21"),
+    (-1e-07, "-1e-7"),
 ])
 def test_js_key(key, text):
     assert js_key(key) == text
@@ -812,3 +825,337 @@ def test_an_undefined_member_of_job_data_counts_nothing_toward_its_size_limit():
     over = with_value("PUSH", ("data",), {"k": "a" * (n + 1), "u": UNDEFINED})
     assert [v.requirement for v in VALIDATOR.request_violations(over)] == [JOB_DATA.requirement]
     assert not VALIDATOR.request_is_valid(over)
+
+
+# =============================================================================================
+# Issue 31: what a violation says and where, the JSON size model, reply and event checks
+# =============================================================================================
+def _priority_message(value: str) -> str:
+    """The message of the one violation a string priority gives (it quotes the value)."""
+    (v,) = VALIDATOR.request_violations(with_value("PUSH", ("priority",), value))
+    return v.message
+
+
+def test_a_violation_message_is_cut_to_message_chars_ending_in_an_ellipsis():
+    """Messages quote the offending value, so a long value would make a verdict unreadable:
+    a message of at most MESSAGE_CHARS characters is kept whole, a longer one is cut to exactly
+    MESSAGE_CHARS, its last three characters "..."."""
+    template = _priority_message("a")
+    assert '"a"' in template
+
+    def full(n: int) -> str:  # the message before any cut, for a value of n characters
+        return template.replace('"a"', '"' + "a" * n + '"')
+
+    fits = MESSAGE_CHARS - (len(template) - 1)
+    assert len(full(fits)) == MESSAGE_CHARS
+    assert _priority_message("a" * fits) == full(fits)
+    cut = _priority_message("a" * (fits + 1))
+    assert cut == full(fits + 1)[:MESSAGE_CHARS - 3] + "..."
+    assert len(cut) == MESSAGE_CHARS
+    assert len(_priority_message("a" * 10_000)) == MESSAGE_CHARS
+
+
+def test_envelope_violations_say_what_is_wrong_and_where():
+    """The violations that are not schema errors carry their own path and text: a message
+    that is not a map is wrong as a whole (path ""), a missing or unknown cmd at /cmd; an ok
+    reply to an unknown command is wrong as a whole. validate_request's error carries the first
+    violation's text."""
+    def said(violations: tuple[Violation, ...]) -> list[tuple[str, str]]:
+        return [(v.path, v.message) for v in violations]
+
+    assert said(VALIDATOR.request_violations([1])) == [("", "request is not a map")]
+    assert said(VALIDATOR.reply_violations("Ping", [1])) == [("", "reply is not a map")]
+    assert said(VALIDATOR.request_violations({"queue": "q"})) == [
+        ("/cmd", "request has no string cmd")]
+    assert said(VALIDATOR.request_violations({"cmd": "NOPE"})) == [
+        ("/cmd", "unknown command 'NOPE'")]
+    assert said(VALIDATOR.reply_violations("NOPE", {"ok": True})) == [
+        ("", "unknown command 'NOPE'")]
+    for msg in ({"cmd": "NOPE"}, [1], {"cmd": "PUSH", "queue": "q", "data": 1, "priority": "x"}):
+        with pytest.raises(MessageError) as info:
+            VALIDATOR.validate_request(msg)
+        first = VALIDATOR.request_violations(msg)[0]
+        assert info.value.detail == first.message
+        assert first.message in str(info.value)
+
+
+def test_null_in_a_top_level_field_is_bq_env_7_only_where_the_field_is_optional():
+    """A null in an optional top-level field typed inline (uniqueKey) is BQ-ENV-7, a SHOULD,
+    not the field's own rule; a null in a required field (queue, through QueueName) is that
+    field's MUST."""
+    null_rule = ERRORS["null_optional"].requirement
+    props = MODEL.commands["PUSH"].request["properties"]
+    assert "uniqueKey" not in MODEL.commands["PUSH"].required_fields
+    assert props["uniqueKey"]["x-requirement"] != null_rule
+    optional = with_value("PUSH", ("uniqueKey",), None)
+    assert [(v.requirement, v.level, v.path) for v in VALIDATOR.request_violations(optional)] == [
+        (null_rule, PROFILE.requirements[null_rule].level, "/uniqueKey")]
+    assert not VALIDATOR.request_is_valid(optional)
+    required = with_value("PUSH", ("queue",), None)
+    rid = rule_at("PUSH", ("queue",), "type")
+    assert [(v.requirement, v.level, v.path) for v in VALIDATOR.request_violations(required)] == [
+        (rid, PROFILE.requirements[rid].level, "/queue")]
+    assert PROFILE.requirements[rid].level == "MUST"
+
+
+def test_a_violation_under_a_definition_without_a_rule_cites_the_nearest_field_rule():
+    """JobId states no requirement of its own; a wrong job id inside GetJob's reply cites the
+    rule of the field that holds it (job), not the command's generic one."""
+    assert "x-requirement" not in MODEL.definitions["JobId"]
+    job_rule = MODEL.commands["GetJob"].response["properties"]["job"]["x-requirement"]
+    assert job_rule != MODEL.commands["GetJob"].requirement
+    job = minimal(dict(MODEL.commands["GetJob"].response))["job"]
+    reply = {"ok": True, "job": {**job, "id": 5}}
+    assert [(v.requirement, v.path) for v in VALIDATOR.reply_violations("GetJob", reply)] == [
+        (job_rule, "/job/id")]
+
+
+def _json_len(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (what JSON.stringify writes)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def test_job_data_holding_undefined_is_measured_as_json_stringify_writes_it():
+    """Data holding ``undefined`` cannot be encoded as it is, so its size is measured on what
+    JSON.stringify writes: an undefined array item as null, an undefined member not at all,
+    NaN and Infinity as null, every other number as its digits. At the limit it is valid, one
+    byte over it breaks the job data rule, and the fast path agrees."""
+    def data(n: int) -> list:
+        return ["a" * n, UNDEFINED, 1234.5, float("nan"), {"u": UNDEFINED, "f": -0.25},
+                float("-inf")]
+
+    stringified = ["", None, 1234.5, None, {"f": -0.25}, None]  # data(0) as JSON.stringify
+    n = JOB_DATA.max - _json_len(stringified)
+    at_limit = with_value("PUSH", ("data",), data(n))
+    assert VALIDATOR.request_violations(at_limit) == ()
+    assert VALIDATOR.request_is_valid(at_limit)
+    over = with_value("PUSH", ("data",), data(n + 1))
+    assert [(v.requirement, v.path, v.message) for v in VALIDATOR.request_violations(over)] == [
+        (JOB_DATA.requirement, "/data",
+         f"value is {JOB_DATA.max + 1} bytes as JSON, more than {JOB_DATA.max}")]
+    assert not VALIDATOR.request_is_valid(over)
+
+
+def test_reply_is_valid_judges_a_success_reply_by_default_and_an_error_reply_with_ok_false(
+        bq_minimal):
+    error = {"ok": False, "error": "x"}
+    for cmd in ("PUSH", "GetJob", "Ping"):
+        good = bq_minimal(cmd, reply=True)
+        assert VALIDATOR.reply_is_valid(cmd, good) is True
+        assert VALIDATOR.reply_is_valid(cmd, good, ok=True) is True
+        assert VALIDATOR.reply_is_valid(cmd, good, ok=False) is False
+        assert VALIDATOR.reply_is_valid(cmd, error, ok=False) is True
+        assert VALIDATOR.reply_is_valid(cmd, error) is False
+        assert VALIDATOR.reply_is_valid(cmd, {**good, "ok": "yes"}) is False
+    assert VALIDATOR.reply_is_valid("NOPE", {"ok": True}) is False
+    assert VALIDATOR.reply_is_valid("NOPE", error, ok=False) is True
+
+
+def test_error_reply_fields_are_known_in_replies_only(bq_minimal):
+    """``error`` is a field of the shared error reply: documented beside any reply's own
+    fields, undocumented in a request."""
+    request = {**bq_minimal("PUSH"), "error": "x"}
+    assert VALIDATOR.extra_fields("PUSH", request) == ["error"]
+    assert VALIDATOR.undocumented_fields("PUSH", request) == {"error": False}
+    reply = {**bq_minimal("PUSH", reply=True), "error": None}
+    assert "error" not in MODEL.commands["PUSH"].response["properties"]
+    assert VALIDATOR.extra_fields("PUSH", reply, reply=True) == []
+    assert VALIDATOR.undocumented_fields("PUSH", reply, reply=True) == {}
+
+
+def test_undocumented_fields_are_found_through_refs_any_of_and_list_items(bq_minimal):
+    """Objects typed by a definition (GetJob's job), by anyOf [Job, null] (PULL's job) or as
+    list items (GetJobs' jobs) are looked into; an undefined member is skipped, not the end of
+    its object; an unknown command or a message that is not a map has none."""
+    job = bq_minimal("GetJob", reply=True)["job"]
+    extra = {**job, "gone": UNDEFINED, "zz": 1}
+    assert VALIDATOR.undocumented_fields("GetJob", {"ok": True, "job": extra}, reply=True) == {
+        "job.zz": False}
+    assert VALIDATOR.undocumented_fields(
+        "PULL", {"ok": True, "job": {**job, "zz": None}}, reply=True) == {"job.zz": True}
+    assert VALIDATOR.undocumented_fields(
+        "GetJobs", {"ok": True, "jobs": [job, extra]}, reply=True) == {"jobs[].zz": False}
+    request = {"cmd": "PUSH", "queue": "q", "ttl": UNDEFINED, "zz": 1, "data": {"free": 1}}
+    assert VALIDATOR.undocumented_fields("PUSH", request) == {"zz": False}
+    assert VALIDATOR.undocumented_fields("NOPE", {"cmd": "NOPE", "zz": 1}) == {}
+    assert VALIDATOR.undocumented_fields("PUSH", [("zz", 1)]) == {}
+
+
+def test_request_size_checks_name_the_job_data_paths():
+    assert VALIDATOR.request_size_checks("PUSH") == (
+        (("data",), JOB_DATA.max, JOB_DATA.requirement),)
+    assert VALIDATOR.request_size_checks("PUSHB") == (
+        (("jobs", "*", "data"), JOB_DATA.max, JOB_DATA.requirement),)
+    assert VALIDATOR.request_size_checks("Ping") == ()
+    assert VALIDATOR.request_size_checks("NOPE") == ()
+
+
+def test_jsonable_keeps_undefined_visible_and_tags_binary_and_timestamps():
+    when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    value = {"a": UNDEFINED, "l": [1, UNDEFINED], 1: b"\x01\xff", (1, 2): when,
+             "n": None, "d": {None: "x"}}
+    assert jsonable(value) == {
+        "a": {"$undefined": True}, "l": [1, {"$undefined": True}], "1": {"$binary": "01ff"},
+        "1,2": {"$timestamp": when.isoformat()}, "n": None, "d": {"null": "x"}}
+    assert jsonable(UNDEFINED) == {"$undefined": True}
+    assert jsonable(bytearray(b"\x02")) == {"$binary": "02"}
+
+
+def test_iter_x_requirements_yields_every_cited_id_parents_first():
+    tree = {"x-requirement": "R-0", "a": {"requirement": "R-1", "x-requirement": "R-2",
+                                          "b": [{"requirement": "R-3"}, {"requirement": 5}]},
+            "c": ["R-9", {"x-requirement": None}]}
+    assert list(iter_x_requirements(tree)) == ["R-0", "R-2", "R-1", "R-3"]
+    cited = set(iter_x_requirements(json.loads(json.dumps(MODEL.commands["PUSH"].request,
+                                                          default=dict))))
+    assert {JOB_DATA.requirement, LIMITS["priority"].requirement} <= cited
+
+
+# =============================================================================================
+# Pushed job events (bunqueue/2.9.5 has them, bunqueue/v2 not)
+# =============================================================================================
+EVENTS_PROFILE = load_profile("bunqueue/2.9.5")
+EVENTS = EVENTS_PROFILE.tree["job_events"]
+EVENT_VALIDATOR = BunqueueValidator(EVENTS_PROFILE)
+
+
+def _event_frame(**event: Any) -> dict:
+    return {"type": "event", "event": {"eventType": next(iter(EVENTS["types"])), "queue": "q",
+                                       "jobId": "j", "timestamp": 1.0, **event}}
+
+
+def test_event_frames_are_judged_by_the_job_events_schema_citing_its_requirement():
+    """A pushed frame is checked against job_events.frame with the definitions it uses; each
+    broken rule cites job_events' requirement at its level, and event_is_valid agrees."""
+    rid = EVENTS["requirement"]
+    level = EVENTS_PROFILE.requirements[rid].level
+    for kind in EVENTS["types"]:
+        good = _event_frame(eventType=kind)
+        assert EVENT_VALIDATOR.event_violations(good) == ()
+        assert EVENT_VALIDATOR.event_is_valid(good) is True
+    for bad, path in ((_event_frame(eventType="nope"), "/event/eventType"),
+                      (_event_frame(jobId=5), "/event/jobId"),
+                      ({"type": "event"}, "")):
+        violations = EVENT_VALIDATOR.event_violations(bad)
+        assert [(v.requirement, v.level, v.path) for v in violations] == [(rid, level, path)]
+        assert EVENT_VALIDATOR.event_is_valid(bad) is False
+
+
+def test_an_event_frame_that_is_not_a_map_or_from_a_profile_without_events():
+    (v,) = EVENT_VALIDATOR.event_violations([1])
+    rid = ERRORS["not_a_map"].requirement
+    assert (v.requirement, v.path, v.message) == (rid, "", "event frame is not a map")
+    assert EVENT_VALIDATOR.event_is_valid([1]) is False
+    assert "job_events" not in PROFILE.tree
+    (v,) = VALIDATOR.event_violations(_event_frame())
+    rid = ERRORS["unknown_command"].requirement
+    assert (v.requirement, v.path, v.message) == (rid, "", "this profile pushes no job events")
+    assert VALIDATOR.event_is_valid(_event_frame()) is False
+
+
+# =============================================================================================
+# Schema shapes bunqueue/v2 does not use (oneOf, allOf, chains of $refs, a $ref beside its own
+# properties, a rule the profile does not define), each in a profile of its own
+# =============================================================================================
+RULES = sorted(PROFILE.requirements)  # ids the crafted schemas cite; their levels are the profile's
+
+
+def crafted(properties: Mapping, *, defs: Mapping | None = None, required: tuple = (),
+            requirement: str | None = None) -> BunqueueValidator:
+    """A validator of bunqueue/v2 cut down to one command, ``Crafted``: its success reply is an
+    object of ``properties`` (``defs`` its $defs), its request Ping's, its own rule
+    ``requirement`` (Ping's when None)."""
+    ping = MODEL.commands["Ping"]
+    response: dict = {"$schema": DIALECT, "type": "object", "required": list(required),
+                      "properties": dict(properties)}
+    if defs:
+        response["$defs"] = dict(defs)
+    command = dataclasses.replace(ping, name="Crafted", response=response,
+                                  requirement=requirement or ping.requirement)
+    model = dataclasses.replace(MODEL, commands={"Crafted": command})
+    return BunqueueValidator(dataclasses.replace(PROFILE, model=model))
+
+
+def test_undocumented_fields_see_the_properties_of_every_one_of_and_all_of_branch():
+    v = crafted({
+        "one": {"oneOf": [{"type": "object", "properties": {"a": {}}}, {"type": "null"}]},
+        "all": {"allOf": [{"$ref": "#/$defs/Base"}, {"properties": {"c": {}}}]},
+    }, defs={"Base": {"type": "object", "properties": {"b": {}}}})
+    reply = {"ok": True, "one": {"a": 1, "x": 1}, "all": {"b": 1, "c": 2, "y": None}}
+    assert v.undocumented_fields("Crafted", reply, reply=True) == {"one.x": False, "all.y": True}
+
+
+def _ref_chain(hops: int) -> BunqueueValidator:
+    """``obj`` reaches the object schema that documents ``known`` through ``hops`` $refs."""
+    defs: dict = {f"R{i}": {"$ref": f"#/$defs/R{i + 1}"} for i in range(1, hops)}
+    defs[f"R{hops}"] = {"type": "object", "properties": {"known": {}}}
+    return crafted({"obj": {"$ref": "#/$defs/R1"}}, defs=defs)
+
+
+def test_undocumented_fields_follow_a_chain_of_at_most_16_refs():
+    """A $ref is followed to its target, and the target's own $ref on, at most 16 times, so
+    that a cycle of $refs ends; an object further away is not looked into."""
+    reply = {"ok": True, "obj": {"known": 1, "zz": 1}}
+    assert _ref_chain(1).undocumented_fields("Crafted", reply, reply=True) == {"obj.zz": False}
+    assert _ref_chain(16).undocumented_fields("Crafted", reply, reply=True) == {"obj.zz": False}
+    assert _ref_chain(17).undocumented_fields("Crafted", reply, reply=True) == {}
+    cycle = crafted({"obj": {"$ref": "#/$defs/R1"}},
+                    defs={"R1": {"$ref": "#/$defs/R2"}, "R2": {"$ref": "#/$defs/R1"}})
+    assert cycle.undocumented_fields("Crafted", reply, reply=True) == {}
+
+
+def test_null_optional_is_read_from_the_object_schema_that_lists_the_property():
+    """Whether a null field is optional (BQ-ENV-7) is read from the ``required`` of the schema
+    that holds its ``properties``: a $ref beside its own properties and required judges those
+    by its own list (not its target's), the target's fields by the target, an allOf branch's
+    by that branch. A null in a required field is the command's rule."""
+    null_rule = ERRORS["null_optional"].requirement
+    own = RULES[0]
+    v = crafted({
+        "obj": {"$ref": "#/$defs/Base", "required": ["mine"],
+                "properties": {"mine": {"type": "integer"}}},
+        "all": {"allOf": [{"type": "object", "required": ["must"],
+                           "properties": {"must": {"type": "integer"},
+                                          "may": {"type": "integer"}}}]},
+    }, defs={"Base": {"type": "object", "required": ["base"],
+                      "properties": {"base": {"type": "integer"}, "opt": {"type": "integer"}}}},
+        requirement=own)
+    reply = {"ok": True, "obj": {"mine": None, "base": None, "opt": None},
+             "all": {"must": None, "may": None}}
+    cited = {x.path: (x.requirement, x.level) for x in v.reply_violations("Crafted", reply)}
+    judged = {rid: (rid, PROFILE.requirements[rid].level) for rid in (own, null_rule)}
+    assert cited == {"/obj/mine": judged[own], "/obj/base": judged[own],
+                     "/obj/opt": judged[null_rule],
+                     "/all/must": judged[own], "/all/may": judged[null_rule]}
+    assert v.reply_is_valid("Crafted", reply) is False
+
+
+def test_a_violation_cites_the_nearest_rule_on_its_schema_path_else_on_its_instance_path():
+    """The rule cited is the deepest x-requirement along the failing keyword's schema path
+    (into allOf branches too); where that path states none (a definition without a rule), the
+    deepest along the instance path's properties; else the command's own rule."""
+    outer, inner, branch, own = RULES[1:5]
+    v = crafted({
+        "outer": {"type": "object", "x-requirement": outer, "properties": {
+            "inner": {"$ref": "#/$defs/Plain", "x-requirement": inner},
+            "plain": {"$ref": "#/$defs/Plain"},
+            "list": {"type": "array", "items": {"$ref": "#/$defs/Plain"}}}},
+        "all": {"allOf": [{"type": "object", "properties": {
+            "b": {"type": "integer", "x-requirement": branch}, "c": {"type": "integer"}}}]},
+        "top": {"$ref": "#/$defs/Plain"},
+    }, defs={"Plain": {"type": "integer"}}, requirement=own)
+    reply = {"ok": True, "outer": {"inner": "s", "plain": "s", "list": ["s"]},
+             "all": {"b": "s", "c": "s"}, "top": "s"}
+    cited = {x.path: (x.requirement, x.level) for x in v.reply_violations("Crafted", reply)}
+    expected = {"/outer/inner": inner, "/outer/plain": outer, "/outer/list/0": outer,
+                "/all/b": branch, "/all/c": own, "/top": own}
+    assert cited == {path: (rid, PROFILE.requirements[rid].level)
+                     for path, rid in expected.items()}
+
+
+def test_a_rule_the_profile_does_not_define_is_judged_at_must():
+    rid = "QW-TEST-NOT-A-RULE"
+    assert rid not in PROFILE.requirements
+    v = crafted({"n": {"type": "integer"}}, required=("n",), requirement=rid)
+    assert [(x.requirement, x.level, x.path) for x in v.reply_violations("Crafted", {"ok": True})
+            ] == [(rid, "MUST", "")]

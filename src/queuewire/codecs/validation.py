@@ -280,19 +280,22 @@ def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
 
 
 def _optional_type(root: Mapping, schema_path: list) -> bool:
-    """Whether a schema error is the ``type`` of a property its object does not require."""
+    """Whether a schema error is the ``type`` of a property its object does not require.
+
+    ``schema_path`` is jsonschema-rs's: the location of the failing keyword in ``root``, a
+    ``$ref``'s target named where it stands (``$defs/Job/properties/...``), so the walk follows
+    no ``$ref``. The object is the schema that holds ``properties`` (a ``$ref`` beside its own
+    ``properties`` and ``required`` is judged by its own ``required``, not its target's)."""
     if len(schema_path) < 3 or schema_path[-1] != "type" or schema_path[-3] != "properties":
         return False
     node: Any = root
     for part in schema_path[:-3]:
-        node = _resolve(root, node) if isinstance(node, Mapping) else node
         if isinstance(node, Mapping):
             node = node.get(part)
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
         else:
             return False
-    node = _resolve(root, node) if isinstance(node, Mapping) else None
     return isinstance(node, Mapping) and schema_path[-2] not in (node.get("required") or ())
 
 
