@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import shutil
+import struct
 import tracemalloc
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from queuewire.codecs.quicx import (
     decode,
     encode,
 )
-from queuewire.spec import load_profile, profile_names
+from queuewire.spec import clear_cache, load_profile, profile_names, spec_dir
 from queuewire.spec.quicx import DAEMON, MessageType, QuicxSpec
 from queuewire.vectors import file_name
 from queuewire.vectors.quicx import check_vector, document, render
@@ -484,3 +486,389 @@ def test_decoder_arguments():
         dec.feed(b"")
     everything = QuicxDecoder(BASE, None)
     assert [m.name for m in everything.feed(enc.task(1, "t") + enc.ready())] == ["MSG_TASK", "MSG_READY"]
+
+
+# ------------------------------------------------------------------ what an error says
+
+def _refusal(profile, role, frame, *, max_payload=None, prefix=b""):
+    dec = QuicxDecoder(profile, role, max_payload=max_payload)
+    with pytest.raises(ProtocolError) as info:
+        dec.feed(prefix + frame)
+    return dec, info.value
+
+
+def _header_refusals():
+    """(id, profile, role, max_payload, frame, kind, detail, header field at fault): one row
+    per header rule, in the order the decoder checks them, with the detail it must give."""
+    v1, v103 = model(BASE), model(OVERLAY)
+    e1, e103 = QuicxEncoder(BASE), QuicxEncoder(OVERLAY)
+    ready, done1 = v1.message("MSG_READY"), v1.message("MSG_DONE")
+    unknown = max(v1.by_code) + 1
+    wait, stats = v103.message("MSG_WAIT"), v103.message("MSG_STATS")
+    submit, done = v103.message("MSG_SUBMIT"), v103.message("MSG_DONE")
+    cap = v103.max_payload_bytes
+    bad_version = max(v1.accepted_versions) + 1
+    task, failed, ok = v1.message("MSG_TASK"), v1.message("MSG_FAILED"), v1.message("MSG_OK")
+    short = 2
+    return [
+        ("version", BASE, DAEMON, None, e1.frame(ready.code, version=bad_version), "bad_version",
+         f"version {bad_version:#04x} is not accepted ({sorted(v1.accepted_versions)})", "version"),
+        ("unknown", BASE, DAEMON, None, e1.frame(unknown, b"x"), "unknown_type",
+         f"opcode {unknown:#04x} is no message of {BASE}", "msg_type"),
+        ("reserved", OVERLAY, DAEMON, None, e103.frame(wait.code), "reserved_type",
+         f"opcode {wait.code:#04x} (MSG_WAIT) is reserved in {OVERLAY}", "msg_type"),
+        ("transport", OVERLAY, DAEMON, None, e103.frame(stats.code), "not_on_tcp",
+         f"MSG_STATS is carried on {stats.transport}, not {v103.transport}", "msg_type"),
+        ("direction", BASE, "producer", None, e1.frame(ready.code), "wrong_direction",
+         "MSG_READY is not sent to producer", "msg_type"),
+        ("direction-two-roles", BASE, ["worker", "producer"], None, e1.frame(ready.code),
+         "wrong_direction", "MSG_READY is not sent to producer/worker", "msg_type"),
+        ("too-large", OVERLAY, DAEMON, None, e103.frame(submit.code, bytes(cap + 1)),
+         "payload_too_large", f"MSG_SUBMIT claims {cap + 1} bytes, more than {cap}", "len_payload"),
+        ("local-cap", BASE, DAEMON, 16, e1.frame(ready.code, bytes(17)), "payload_too_large",
+         "MSG_READY claims 17 bytes, more than 16", "len_payload"),
+        # a length right at the cap is within it: the body size rule is the one broken
+        ("at-the-cap", OVERLAY, DAEMON, None, e103.frame(done.code, bytes(cap)), "done_body_size",
+         f"MSG_DONE body is {done.fixed_size} bytes, length is {cap}", "len_payload"),
+        ("forbidden", BASE, DAEMON, None, e1.frame(ready.code, bytes(short)), "payload_forbidden",
+         f"MSG_READY has no payload but length is {short}", "len_payload"),
+        ("required", BASE, DAEMON, None, e1.frame(v1.message("MSG_SUBMIT").code), "payload_required",
+         "MSG_SUBMIT needs a payload but length is 0", "len_payload"),
+        ("fixed-size", BASE, DAEMON, None, e1.frame(done1.code, bytes(short)), "done_body_size",
+         f"MSG_DONE body is {done1.fixed_size} bytes, length is {short}", "len_payload"),
+        ("fixed-size-client", BASE, "producer", None, e1.frame(ok.code, bytes(short)), "payload_size",
+         f"MSG_OK body is {ok.fixed_size} bytes, length is {short}", "len_payload"),
+        # no fixed size: the minimum is the rule, and the detail names it
+        ("minimum", BASE, DAEMON, None, e1.frame(failed.code, bytes(short)), "payload_size",
+         f"MSG_FAILED needs at least {failed.min_size} bytes, length is {short}", "len_payload"),
+        ("minimum-client", BASE, "worker", None, e1.frame(task.code, bytes(short)), "payload_size",
+         f"MSG_TASK needs at least {task.min_size} bytes, length is {short}", "len_payload"),
+    ]
+
+
+REFUSALS = _header_refusals()
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_header_refusals_name_the_rule_they_apply(case):
+    """Each header rule gives its own kind and a detail naming the message, the value on the
+    wire and the bound it breaks (what a daemon logs and answers in MSG_ERROR's text), at the
+    offset of the header field at fault; ``as_dict`` is that error, MSG_ERROR code included."""
+    _, profile, role, cap, frame, kind, detail, at = case
+    spec = model(profile)
+    prefix = QuicxEncoder(profile).frame(spec.message("MSG_HEARTBEAT").code, version=spec.version)
+    dec, exc = _refusal(profile, role, frame, max_payload=cap, prefix=prefix)
+    assert (exc.kind, exc.detail) == (kind, detail)
+    assert exc.offset == len(prefix) + spec.header_offsets[at]
+    reply = exc.reaction == "reply"
+    code = spec.error_replies[kind] if reply else None
+    assert (exc.error_code, exc.error_name) == (code, spec.error_names.get(code))
+    assert exc.as_dict() == {"kind": kind, "requirement": exc.requirement, "reaction": exc.reaction,
+                             "error_code": code, "message": detail, "offset": exc.offset,
+                             "path": None, "violations": []}
+    assert (dec.failed is None) == reply
+
+
+def test_a_closed_decoder_repeats_its_error():
+    """After a ``close`` error every later call raises it again (same class, kind, offset),
+    its detail saying the decoder was closed by it."""
+    spec = model(BASE)
+    enc = QuicxEncoder(BASE)
+    prefix = enc.ok(1)
+    dec, first = _refusal(BASE, "producer", enc.frame(spec.message("MSG_READY").code), prefix=prefix)
+    assert first.reaction == "close" and dec.failed is first
+    for again in (lambda: dec.feed(enc.ok(2)), lambda: dec.feed_rows(b""), dec.eof):
+        with pytest.raises(MessageError) as info:
+            again()
+        exc = info.value
+        assert (type(exc), exc.kind, exc.offset) == (type(first), first.kind, len(prefix) + 1)
+        assert exc.detail == f"decoder closed by an earlier error: {first.detail}"
+        assert (exc.error_code, exc.reaction, exc.requirement) == (None, "close", first.requirement)
+
+
+def test_truncation_says_how_far_into_the_frame_the_stream_ended():
+    """``truncated`` points at the frame the stream ended in and counts the bytes of it that
+    arrived, including a refused frame whose payload was being skipped."""
+    enc = QuicxEncoder(OVERLAY)
+    spec = model(OVERLAY)
+    prefix = enc.heartbeat() + enc.done(1)
+    frame = enc.submit("t", b"abcdef")
+    dec = QuicxDecoder(OVERLAY, DAEMON)
+    assert len(dec.feed(prefix + frame[:9])) == 2
+    with pytest.raises(FramingError) as info:
+        dec.eof()
+    assert (info.value.offset, info.value.detail) == (len(prefix), "stream ended 9 bytes into a frame")
+    # a refused frame: its header is consumed at once, the bytes of its payload as they come
+    big = enc.frame(spec.message("MSG_SUBMIT").code, length=spec.max_payload_bytes + 10)
+    dec = QuicxDecoder(OVERLAY, DAEMON)
+    with pytest.raises(FramingError):
+        dec.feed(prefix + big + bytes(4))
+    assert dec.feed(bytearray(3)) == [] and dec.offset == len(prefix + big) + 7 and dec.in_frame
+    with pytest.raises(FramingError) as info:
+        dec.eof()
+    assert (info.value.offset, info.value.detail) == (len(prefix), f"stream ended {len(big) + 7} bytes into a frame")
+
+
+def test_feed_after_eof_is_a_usage_error():
+    dec = QuicxDecoder(BASE, DAEMON)
+    dec.eof()
+    for call in (dec.feed, dec.feed_rows):
+        with pytest.raises(ValueError, match=r"^feed\(\) after eof\(\)$"):
+            call(QuicxEncoder(BASE).ready())
+
+
+def test_feed_without_bytes_resumes_after_a_refused_frame():
+    """``feed()`` and ``feed_rows()`` with no argument feed nothing new: they decode what a
+    ``reply`` error left buffered behind the refused frame."""
+    enc = QuicxEncoder(BASE)
+    bad = enc.frame(model(BASE).message("MSG_READY").code, b"zz")
+    for rows in (False, True):
+        dec = QuicxDecoder(BASE, DAEMON)
+        feed = dec.feed_rows if rows else dec.feed
+        with pytest.raises(FramingError):
+            feed(bad + enc.done(5))
+        got = feed()
+        assert got == ([(model(BASE).message("MSG_DONE").code, 5)] if rows
+                       else [decode(BASE, enc.done(5))[0]._replace(offset=len(bad))])
+        assert dec.offset == len(bad + enc.done(5)) and not dec.in_frame
+
+
+# ------------------------------------------------------------------ bytes-like input
+
+def test_any_bytes_like_input_decodes_like_bytes():
+    """``feed`` takes bytes, bytearray and memoryview (any item format: the view's raw bytes),
+    whole or cut anywhere, into an empty or a partly filled buffer, and while the payload of
+    a refused frame is being dropped: the frames, their offsets and the decoder's state are
+    those of the same bytes fed as ``bytes``, and what it returns is bytes, never a view."""
+    spec = model(OVERLAY)
+    enc = QuicxEncoder(OVERLAY)
+    refused = enc.frame(spec.message("MSG_SUBMIT").code, bytes(spec.max_payload_bytes + 3))
+    stream = (enc.ready() + enc.submit("t", b"\x00\xff" * 5) + refused + enc.done(9)
+              + enc.failed(4, "no") + refused + enc.heartbeat())
+    assert len(stream) % 2 == 0
+
+    def kinds(data):
+        return [bytes(data), bytearray(data), memoryview(data),
+                memoryview(bytearray(data)).cast("H") if len(data) % 2 == 0 else memoryview(data)]
+
+    def outcome(chunks):
+        """What a daemon gets (going on after each refused frame), state after each call."""
+        dec, out = QuicxDecoder(OVERLAY, DAEMON), []
+        for chunk in chunks:
+            while True:
+                try:
+                    frames = dec.feed(chunk)
+                    break
+                except FramingError as exc:
+                    frames = exc.frames
+                    out.append((exc.kind, exc.offset))
+                    chunk = b""
+                finally:
+                    out.append([(m.name, m.fields, m.raw, m.offset) for m in frames])
+                    out.append((dec.offset, dec.buffered, dec.in_frame))
+                    for m in frames:
+                        assert type(m.raw) is bytes
+                        assert all(type(v) in (int, str, bytes) for v in m.fields.values())
+        return out
+
+    cuts = [[stream], [stream[:4], stream[4:40], stream[40:]],
+            [stream[i:i + 2] for i in range(0, len(stream), 2)],
+            [stream[:len(refused) + 30], stream[len(refused) + 30:]]]
+    for chunks in cuts:
+        expected = outcome(chunks)
+        names = [f[0] for part in expected if isinstance(part, list) for f in part]
+        assert names == ["MSG_READY", "MSG_SUBMIT", "MSG_DONE", "MSG_FAILED", "MSG_HEARTBEAT"]
+        for i in range(1, 4):
+            assert outcome([kinds(c)[i] for c in chunks]) == expected
+
+
+# ------------------------------------------------------------------ the encoder's answers
+
+def _encoder_refusals():
+    """(id, call, detail): each refusal of the encoder, with the detail it gives."""
+    e1, e103 = QuicxEncoder(BASE), QuicxEncoder(OVERLAY)
+    v1, v103 = model(BASE), model(OVERLAY)
+    task_type = next(f for f in v1.message("MSG_SUBMIT").layout if f.id == "task_type")
+    reason = next(f for f in v103.message("MSG_FAILED").layout if f.id == "reason")
+    cap = v103.max_payload_bytes
+    header = {"version": v1.version, "msg_type": 0x100, "len_payload": 0}
+    return [
+        ("unknown", lambda: e1.encode("MSG_NOPE"), f"no message 'MSG_NOPE' in {BASE}"),
+        ("reserved", e103.wait, f"MSG_WAIT is reserved in {OVERLAY}"),
+        ("transport", e103.stats,
+         f"MSG_STATS is carried on {v103.message('MSG_STATS').transport} in {OVERLAY}"),
+        ("role", lambda: QuicxEncoder(BASE, "worker").submit("t"),
+         f"worker does not send MSG_SUBMIT in {BASE}"),
+        ("unknown-fields", lambda: e1.encode("MSG_READY", zz=1, task_id=2),
+         "MSG_READY has no field(s) ['task_id', 'zz']"),
+        ("missing", lambda: e1.encode("MSG_OK"), "MSG_OK.task_id is missing"),
+        ("length-disagrees", lambda: e1.encode("MSG_SUBMIT", len_type=3, task_type="ab", payload=b""),
+         "MSG_SUBMIT.len_type=3 but task_type is 2 bytes"),
+        ("over-the-cap", lambda: e103.submit("t", bytes(cap)),
+         f"MSG_SUBMIT payload is {cap + 2} bytes, more than {cap}"),
+        ("not-an-integer", lambda: e1.ok(True), "MSG_OK.task_id must be an integer"),
+        ("out-of-range", lambda: e1.ok(-1), "MSG_OK.task_id=-1 does not fit u4be"),
+        ("not-text", lambda: e1.submit(b"t"), "MSG_SUBMIT.task_type must be text"),
+        ("not-encodable", lambda: e1.submit("\ud800"),
+         "MSG_SUBMIT.task_type: 'utf-8' codec can't encode character '\\ud800' in position 0: "
+         "surrogates not allowed"),
+        ("not-bytes", lambda: e1.submit("t", "p"), "MSG_SUBMIT.payload must be bytes"),
+        ("over-max-size", lambda: e1.submit("x" * (task_type.max_bytes + 1)),
+         f"MSG_SUBMIT.task_type is {task_type.max_bytes + 1} bytes, more than "
+         f"{task_type.max_bytes} ({task_type.max_size})"),
+        ("over-max-size-1.0.3", lambda: e103.failed(1, "é" * reason.max_bytes),
+         f"MSG_FAILED.reason is {2 * reason.max_bytes} bytes, more than {reason.max_bytes} "
+         f"({reason.max_size})"),
+        ("header", lambda: e1.frame(0x100), f"header {header}: "),
+    ]
+
+
+ENCODER_REFUSALS = _encoder_refusals()
+
+
+@pytest.mark.parametrize("case", ENCODER_REFUSALS, ids=[c[0] for c in ENCODER_REFUSALS])
+def test_encoder_refusals_say_what_is_wrong(case):
+    """The detail of each refusal names the message, the field and the rule (a caller's
+    programming error is found from it): the same from ``encode`` and ``encode_checked``."""
+    _, call, detail = case
+    with pytest.raises(EncodeError) as info:
+        call()
+    exc = info.value
+    assert exc.detail.startswith(detail) if detail.endswith(": ") else exc.detail == detail
+    assert (exc.kind, exc.reaction, exc.error_code, exc.offset) == ("encode_error", "raise", None, None)
+
+
+def test_error_for_answers_a_reply_error_with_its_code_and_detail():
+    """The MSG_ERROR a daemon sends for a ``reply`` error carries its code and its detail as
+    the message; an error that is not answered (``close``) is refused, saying why."""
+    spec = model(BASE)
+    enc = QuicxEncoder(BASE, DAEMON)
+    _, exc = _refusal(BASE, DAEMON, enc.frame(spec.message("MSG_READY").code, b"zz"))
+    (msg,) = decode(BASE, enc.error_for(exc), role="worker")
+    assert msg.fields == {"error_code": exc.error_code, "message": exc.detail}
+    dec = QuicxDecoder(BASE, DAEMON)
+    dec.feed(enc.heartbeat()[:3])
+    with pytest.raises(FramingError) as info:
+        dec.eof()
+    with pytest.raises(EncodeError) as refused:
+        enc.error_for(info.value)
+    assert refused.value.detail == "truncated is not answered with MSG_ERROR (reaction close)"
+
+
+def test_convenience_builders_default_to_empty_fields():
+    """``submit``, ``task``, ``failed`` and ``error`` leave the payload, reason and message
+    empty unless given, ``pong`` and ``stats_response`` build their messages: each is the
+    frame ``encode`` builds from the spec's field names."""
+    for profile in PROFILES:
+        spec, enc = model(profile), QuicxEncoder(profile)
+        pairs = [(enc.submit("t"), ("MSG_SUBMIT", {"task_type": "t", "payload": b""})),
+                 (enc.task(3, "t"), ("MSG_TASK", {"task_id": 3, "task_type": "t", "payload": b""})),
+                 (enc.failed(4), ("MSG_FAILED", {"task_id": 4, "reason": ""})),
+                 (enc.error("QUEUE_FULL"), ("MSG_ERROR", {"error_code": spec.error_code("QUEUE_FULL"),
+                                                          "message": ""})),
+                 (enc.pong(), ("MSG_PONG", {}))]
+        if spec.allowed("MSG_STATS_RESPONSE"):
+            stats = {f.id: i + 1 for i, f in enumerate(spec.message("MSG_STATS_RESPONSE").layout)}
+            pairs.append((enc.stats_response(**stats), ("MSG_STATS_RESPONSE", stats)))
+        for frame, (name, fields) in pairs:
+            assert frame == encode(profile, name, **fields)
+            (msg,) = decode(profile, frame, role=None)
+            assert msg.name == name and {k: msg.fields[k] for k in fields} == fields
+    assert model(BASE).allowed("MSG_STATS_RESPONSE")
+
+
+def test_allowed_matches_sender_and_receiver_on_their_own():
+    """``allowed`` with only a sender, or only a receiver, checks that side alone."""
+    for profile in PROFILES:
+        spec = model(profile)
+        for msg in sendable(profile):
+            for role in spec.roles:
+                assert allowed(profile, msg.name, sender=role) == any(s == role for s, _ in msg.directions)
+                assert allowed(profile, msg.name, receiver=role) == any(r == role for _, r in msg.directions)
+                assert allowed(profile, msg.name, role, DAEMON) == ((role, DAEMON) in msg.directions)
+    assert not allowed(BASE, "MSG_SUBMIT", sender="worker")
+    assert not allowed(BASE, "MSG_SUBMIT", receiver="worker")
+
+
+# ------------------------------------------------------------------ a profile of our own
+
+CUSTOM = "quicx/custom"
+CUSTOM_OVERLAY = """\
+header:
+  fields:
+    - {id: len_payload, type: u4be, requirement: QX-HDR-5}
+    - {id: version, type: u1, requirement: QX-HDR-2}
+    - {id: msg_type, type: u1, enum: messages, requirement: QX-HDR-4}
+versions: {current: 0x02, accepted: [0x01, 0x02]}
+messages:
+  MSG_READY: {errors: {direction: inbound_error}}
+  MSG_STATS: {transport: tcp}
+  MSG_STATS_RESPONSE: {transport: tcp}
+"""
+
+
+@pytest.fixture
+def custom_profile(tmp_path, monkeypatch):
+    """``quicx/custom``: quicx/1.0.3 with the header's length first, two accepted versions,
+    MSG_STATS on TCP (its response has a fixed-size bytes field) and a direction error kind of
+    its own for MSG_READY: a spec copy with one more overlay, as a user's profile would be."""
+    root = tmp_path / "spec"
+    shutil.copytree(spec_dir(), root)
+    (root / "overlays" / "custom.yaml").write_text(CUSTOM_OVERLAY)
+    profiles = root / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace(
+        "\ndefaults:", f"\n  {CUSTOM}:\n    protocol: quicx\n    doc: ours.\n"
+        "    overlays: [overlays/quicx-1.0.3.yaml, overlays/custom.yaml]\ndefaults:", 1))
+    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
+    clear_cache()
+    yield load_profile(CUSTOM)
+    monkeypatch.undo()
+    clear_cache()
+
+
+def test_the_codec_follows_a_profile_with_another_header(custom_profile):
+    """Nothing in the codec assumes quicx's header order or its single version: under a
+    profile whose header starts with the length, every message encodes with the header in
+    that order, decodes back (Message or rows, whole or byte by byte, either version), and
+    each refusal points at the header field it is about."""
+    spec = custom_profile.model
+    assert [f.id for f in spec.header] == ["len_payload", "version", "msg_type"]
+    enc = QuicxEncoder(custom_profile)
+    head = bytes(range(73))
+    frames = [enc.submit("t", b"p"), enc.ready(), enc.failed(2, "r"), enc.error(1, "m"), enc.stats(),
+              enc.encode("MSG_STATS_RESPONSE", header=head, size_classes=b"\x01\x02")]
+    assert [struct.unpack_from(">LBB", f) for f in frames] == [
+        (len(f) - 6, spec.version, spec.message(n).code) for f, n in zip(frames, [
+            "MSG_SUBMIT", "MSG_READY", "MSG_FAILED", "MSG_ERROR", "MSG_STATS", "MSG_STATS_RESPONSE"])]
+    older = struct.pack(">LBB", 4, min(spec.accepted_versions), spec.message("MSG_DONE").code) + b"\0\0\0\7"
+    stream = b"".join(frames) + older
+    dec = QuicxDecoder(custom_profile, None)
+    msgs = dec.feed(stream)
+    assert [m.name for m in msgs] == ["MSG_SUBMIT", "MSG_READY", "MSG_FAILED", "MSG_ERROR", "MSG_STATS",
+                                      "MSG_STATS_RESPONSE", "MSG_DONE"]
+    assert msgs[5].fields == {"header": head, "size_classes": b"\x01\x02"} and msgs[6].fields == {"task_id": 7}
+    assert [m.offset for m in msgs] == [stream.index(m.raw) for m in msgs]
+    bytewise = QuicxDecoder(custom_profile, None)
+    assert [m for i in range(len(stream)) for m in bytewise.feed(stream[i:i + 1])] == msgs
+    assert QuicxDecoder(custom_profile, None).feed_rows(stream) == [(m.code, *m.fields.values()) for m in msgs]
+    with pytest.raises(EncodeError) as info:
+        enc.encode("MSG_STATS_RESPONSE", header=head[:-1], size_classes=b"")
+    assert info.value.detail == "MSG_STATS_RESPONSE.header must be 73 bytes, got 72"
+    assert enc.stats_response(header=head, size_classes=b"") == enc.encode_checked(
+        "MSG_STATS_RESPONSE", header=head, size_classes=b"")
+    off = spec.header_offsets
+    ready = spec.message("MSG_READY").code
+    refusals = [  # (frame, receiver, kind, offset)
+        (struct.pack(">LBB", 0, 3, ready), DAEMON, "bad_version", off["version"]),
+        (struct.pack(">LBB", 0, spec.version, 0x7F), DAEMON, "unknown_type", off["msg_type"]),
+        (struct.pack(">LBB", 1, spec.version, ready), DAEMON, "payload_forbidden", off["len_payload"]),
+        # a client refuses an off-direction message as wrong_direction, whatever the kind
+        # the profile gives it for the daemon
+        (enc.ready(), "producer", "wrong_direction", off["msg_type"]),
+        (enc.error(1, "m"), DAEMON, "inbound_error", off["msg_type"]),
+    ]
+    for frame, role, kind, at in refusals:
+        first = enc.heartbeat() if role == DAEMON else enc.ok(1)
+        with pytest.raises(ProtocolError) as info:
+            QuicxDecoder(custom_profile, role).feed(first + frame)
+        assert (info.value.kind, info.value.offset) == (kind, len(first) + at)
