@@ -22,9 +22,10 @@ score = (killed + timeouts) / (killed + timeouts + survived) with equivalent mut
 out; then every survivor with file:line, its function and its diff.
 
 Equivalent mutants (they change no behaviour) are listed in equivalent/<module>.txt beside this
-file (one file per module, named like its report). An entry names the module and the function and quotes the removed and added lines of the
-mutant's diff; it matches by that text, never by mutmut's mutant number, so it cannot point at
-another mutant after an edit. An entry that matches no surviving mutant is reported as stale.
+file (one file per module, named like its report). An entry names the module and the function
+and quotes the removed and added lines of the mutant's diff; it matches by that text, never by
+mutmut's mutant number, so it cannot point at another mutant after an edit. An entry that
+matches no surviving mutant is reported as stale.
 
 The mutants are only what mutmut 3 mutates: the bodies of functions and methods (not code at
 module or class level, not functions with decorators other than staticmethod/classmethod, and
@@ -139,7 +140,8 @@ def slug_of(path: str) -> str:
 
 
 def load_exclusions(path: Path = EQUIVALENT) -> list[Exclusion]:
-    """Every ``*.txt`` of the directory ``path`` (or the one file ``path``). Blocks separated by blank lines: ``<module> :: <function>``, then ``- <line>`` and
+    """Every ``*.txt`` of the directory ``path`` (or the one file ``path``). Blocks separated
+    by blank lines: ``<module> :: <function>``, then ``- <line>`` and
     ``+ <line>`` (the diff's removed and added lines, compared stripped), then ``why: <reason>``.
     ``#`` starts a comment line."""
     if path.is_dir():

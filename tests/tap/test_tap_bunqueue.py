@@ -60,7 +60,7 @@ async def test_reference_workload_has_no_false_verdict_and_every_request_is_pair
         await server.stop()
     totals = summary["totals"]
     assert summary["requirements"] == [], summary["requirements"]  # no finding at any level
-    assert totals["findings"] == {"FAIL": 0, "WARN": 0, "INFO": 0}
+    assert totals["findings"] == {"FAIL": 0, "NON-STRICT": 0, "INFO": 0}
     assert totals["requests"] > 0 and totals["paired"] == totals["requests"]
     assert totals["unanswered"] == 0 and totals["gaps"] == 0
     commands = summary["commands"]
@@ -162,7 +162,7 @@ async def test_request_and_reply_checks_cite_their_requirements():
     assert any(k == "reqid_in_flight" for k, _ in found)
     assert ("reqid_unknown", "BQ-ENV-2") in found
     levels = {f["kind"]: f["level"] for f in summary["findings"]}
-    assert levels["reqid_unknown"] == "WARN" and levels["unanswered"] == "INFO"
+    assert levels["reqid_unknown"] == "NON-STRICT" and levels["unanswered"] == "INFO"
 
 
 @pytest.mark.asyncio
@@ -285,7 +285,7 @@ async def test_many_connections_at_once():
     assert all(sizes)
     assert summary["totals"]["connections"] == 60
     assert summary["totals"]["requests"] == 1200
-    assert summary["totals"]["findings"]["FAIL"] == 0 and summary["totals"]["findings"]["WARN"] == 0
+    assert summary["totals"]["findings"]["FAIL"] == 0 and summary["totals"]["findings"]["NON-STRICT"] == 0
 
 
 class _BrokenAnalyzer(Analyzer):

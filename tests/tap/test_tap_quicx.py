@@ -49,7 +49,7 @@ async def test_reference_workload_has_no_false_verdict(profile, tmp_path):
     assert len(results) == 11 and len(seen) == 10
     totals = summary["totals"]
     assert summary["requirements"] == [], summary["requirements"]
-    assert totals["findings"] == {"FAIL": 0, "WARN": 0, "INFO": 0}
+    assert totals["findings"] == {"FAIL": 0, "NON-STRICT": 0, "INFO": 0}
     commands = summary["commands"]
     assert commands["MSG_SUBMIT"]["requests"] == 11
     # MSG_OK pairs every submission; where results are forwarded, DONE/FAILED pair again
@@ -115,4 +115,4 @@ async def test_direction_rules_and_byte_exact_pass_through(tmp_path):
     assert ("unknown_type", "c2s", "QX-ERR-3") in found
     assert ("wrong_direction", "s2c", "QX-DIR-1") in found       # MSG_SUBMIT to a client
     levels = {f["kind"]: f["level"] for f in summary["findings"]}
-    assert levels["wrong_direction"] == "WARN"                   # a decision: never a FAIL
+    assert levels["wrong_direction"] == "NON-STRICT"                   # a decision: never a FAIL

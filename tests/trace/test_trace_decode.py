@@ -109,19 +109,19 @@ def test_injected_violations_carry_the_tap_s_requirement_ids(tmp_path, rotate):
     assert figures == tap_figures(tap)
     ids = {(r["level"], r["requirement"]) for r in summary["requirements"]}
     assert ("FAIL", "BQ-ENV-2") in ids          # reqId must be a string
-    assert any(lv == "WARN" and rid == "BQ-ENV-2" for lv, rid in ids)  # reply to nothing
+    assert any(lv == "NON-STRICT" and rid == "BQ-ENV-2" for lv, rid in ids)  # reply to nothing
     assert summary["verdict"] == "FAIL"
     kinds = {r["kind"] for r in summary["requirements"]}
     assert {"request_schema", "reqid_unknown", "unanswered"} <= kinds
     assert summary["totals"]["unanswered"] == 1
     violations = _table(tmp_path / "out", "violations").to_pylist()
     assert len(violations) == sum(summary["totals"]["violations"].values())
-    assert all(v["level"] in ("FAIL", "WARN", "INFO") and v["message"] for v in violations)
+    assert all(v["level"] in ("FAIL", "NON-STRICT", "INFO") and v["message"] for v in violations)
 
 
 def test_a_rotated_recording_analyses_like_the_unrotated_one(tmp_path):
     """The loose ends of every file boundary: pairs split across files are joined, a reply
-    to nothing stays a WARN, an unanswered request stays INFO, whatever the rotation."""
+    to nothing stays a NON-STRICT, an unanswered request stays INFO, whatever the rotation."""
     conns = _violating_bunqueue()
     base = record_chunks(tmp_path / "whole", "bunqueue", BQ, conns)
     whole = trace_figures(_local(tmp_path / "whole", tmp_path / "o1"))

@@ -25,7 +25,7 @@ def _conn(i: int, frames: int, commands: dict[str, int], client: str | None = No
     return {"conn_id": i, "client": client or f"127.0.0.1:{5000 + i}", "upstream": "127.0.0.1:6789",
             "opened_ns": T0 + i * SEC, "closed_ns": T0 + (i + 2) * SEC, "close_reason": "eof",
             "frames": frames, "requests": sum(commands.values()), "pairs": sum(commands.values()),
-            "errors": 0, "violations": {"FAIL": 0, "WARN": 0, "INFO": 0}, "commands": commands}
+            "errors": 0, "violations": {"FAIL": 0, "NON-STRICT": 0, "INFO": 0}, "commands": commands}
 
 
 def rich() -> dict:
@@ -37,7 +37,7 @@ def rich() -> dict:
         "totals": {"connections": 3, "frames": {"c2s": 10, "s2c": 9},
                    "bytes": {"c2s": 1000, "s2c": 900}, "gaps": 0, "requests": 10, "pairs": 9,
                    "split_pairs": 1, "errors": 2, "unanswered": 1,
-                   "violations": {"FAIL": 4, "WARN": 1, "INFO": 2}},
+                   "violations": {"FAIL": 4, "NON-STRICT": 1, "INFO": 2}},
         "commands": {
             "PULL": {"requests": 3, "pairs": 3, "errors": 1, "error_rate": 1 / 3,
                      "latency_us": {"p50": 20.0, "p95": 60.0, "p99": 64.0, "max": 64.0, "mean": 30.0}},
@@ -56,7 +56,7 @@ def rich() -> dict:
             {"level": "INFO", "requirement": "BQ-X-9", "kind": "silence", "count": 2, "text": "quiet"},
             {"level": "FAIL", "requirement": "BQ-ENV-2", "kind": "request_schema", "count": 4,
              "text": "a frame MUST carry an id & a <type>"},
-            {"level": "WARN", "requirement": "BQ-ENV-5", "kind": "reply", "count": 1, "text": "should"},
+            {"level": "NON-STRICT", "requirement": "BQ-ENV-5", "kind": "reply", "count": 1, "text": "should"},
         ],
         "versions": [{"version": "2", "frames": 3}, {"version": "v<9>", "frames": 1}],
         "latency_histogram": {
@@ -65,8 +65,8 @@ def rich() -> dict:
             HOSTILE: [{"le_us": 8, "count": 1}],
         },
         "violations_over_time": [
-            {"t_ns": T0, "FAIL": 1, "WARN": 0, "INFO": 2},
-            {"t_ns": T0 + 3 * SEC, "FAIL": 3, "WARN": 1, "INFO": 0},
+            {"t_ns": T0, "FAIL": 1, "NON-STRICT": 0, "INFO": 2},
+            {"t_ns": T0 + 3 * SEC, "FAIL": 3, "NON-STRICT": 1, "INFO": 0},
         ],
         "bucket_ns": SEC,
         "violations_sample": [
@@ -83,7 +83,7 @@ def empty() -> dict:
             "elapsed_s": 0.0, "verdict": "PASS",
             "totals": {"connections": 0, "frames": {"c2s": 0, "s2c": 0}, "bytes": {"c2s": 0, "s2c": 0},
                        "gaps": 0, "requests": 0, "pairs": 0, "split_pairs": 0, "errors": 0,
-                       "unanswered": 0, "violations": {"FAIL": 0, "WARN": 0, "INFO": 0}},
+                       "unanswered": 0, "violations": {"FAIL": 0, "NON-STRICT": 0, "INFO": 0}},
             "commands": {}, "connections": [], "requirements": [], "versions": [],
             "latency_histogram": {}, "violations_over_time": [], "bucket_ns": SEC,
             "violations_sample": []}
@@ -148,7 +148,7 @@ def test_rich_page_parses_and_shows_everything():
     for name in ("PUSH", "PULL", "ACK", HOSTILE):
         assert name in text, name
     for needle in ("bunqueue/v2", "spark", "local[2]", "captures/b.pcapng", "BQ-ENV-2", "BQ-ENV-5",
-                   "127.0.0.1:5001", "FAIL cites a MUST", "WARN a SHOULD", "INFO what the documents"):
+                   "127.0.0.1:5001", "FAIL cites a MUST", "NON-STRICT a SHOULD", "INFO what the documents"):
         assert needle in text, needle
     # the verdict badge: FAIL, in the FAIL colour, in the heading
     h1 = re.search(r"<h1>(.*?)</h1>", page, flags=re.S).group(1)
@@ -222,7 +222,7 @@ def test_violations_over_time_stack_by_level_on_a_utc_axis():
     assert len(by_x) == 2  # two buckets with violations, 4 slots on the axis
     heights = {(r.get("x"), r.get("data-level")): float(r.get("height")) for r in segs}
     stacks = sorted(by_x.values(), key=lambda rs: float(rs[0].get("x")))
-    tallest = sum(float(r.get("height")) for r in stacks[1])   # 3 FAIL + 1 WARN
+    tallest = sum(float(r.get("height")) for r in stacks[1])   # 3 FAIL + 1 NON-STRICT
     first = sum(float(r.get("height")) for r in stacks[0])     # 1 FAIL + 2 INFO
     assert first / tallest == pytest.approx(3 / 4, abs=0.01)
     for r in segs:
@@ -240,13 +240,13 @@ def test_violations_over_time_stack_by_level_on_a_utc_axis():
 
 def test_many_time_buckets_are_merged_without_losing_counts():
     summary = rich()
-    summary["violations_over_time"] = [{"t_ns": T0 + i * SEC, "FAIL": 0, "WARN": i % 3, "INFO": 1}
+    summary["violations_over_time"] = [{"t_ns": T0 + i * SEC, "FAIL": 0, "NON-STRICT": i % 3, "INFO": 1}
                                        for i in range(1000)]
     svg = svgs(render_html(summary))["vtime"]
     segs = bars(svg, "seg")
     assert len({r.get("x") for r in segs}) <= MAX_TIME_BARS
     assert sum(int(r.get("data-count")) for r in segs if r.get("data-level") == "INFO") == 1000
-    assert sum(int(r.get("data-count")) for r in segs if r.get("data-level") == "WARN") == \
+    assert sum(int(r.get("data-count")) for r in segs if r.get("data-level") == "NON-STRICT") == \
         sum(i % 3 for i in range(1000))
     assert "buckets merged" in "".join(t.text or "" for t in svg.iter("text"))
 
@@ -334,7 +334,7 @@ def test_zero_counts_draw_no_bars_and_divide_by_nothing():
     summary = empty()
     summary["commands"] = {"PUSH": {"requests": 0, "pairs": 0, "errors": 0, "latency_us": {}}}
     summary["latency_histogram"] = {"PUSH": [{"le_us": 16, "count": 0}]}
-    summary["violations_over_time"] = [{"t_ns": T0, "FAIL": 0, "WARN": 0, "INFO": 0}]
+    summary["violations_over_time"] = [{"t_ns": T0, "FAIL": 0, "NON-STRICT": 0, "INFO": 0}]
     summary["connections"] = [_conn(1, 0, {"PUSH": 0})]
     summary["bucket_ns"] = 0
     page = render_html(summary)

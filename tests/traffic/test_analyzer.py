@@ -147,7 +147,7 @@ def test_pushed_job_events_are_judged_against_the_profile_s_event_frame():
     assert a.feed(1, "s2c", good, 2) == []
     found = a.feed(1, "s2c", bad, 3)
     assert found and {f.requirement for f in found} == {"BQ-EVENT-102"}
-    assert {f.kind for f in found} == {"event_schema"} and {f.level for f in found} == {"WARN"}
+    assert {f.kind for f in found} == {"event_schema"} and {f.level for f in found} == {"NON-STRICT"}
     assert a.summary()["totals"]["paired"] == 0
     v2 = Analyzer("bunqueue", "bunqueue/v2")
     v2.open(1, 1)

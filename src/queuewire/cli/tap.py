@@ -98,7 +98,7 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
 
     Both directions are decoded with the codecs of --protocol; requests are paired with
     their replies (bunqueue: reqId; quicx: order and task id) and every finding cites a
-    requirement id: FAIL for a MUST the documents state, WARN for a SHOULD, INFO for what
+    requirement id: FAIL for a MUST the documents state, NON-STRICT for a SHOULD, INFO for what
     they leave open. A frame that cannot be decoded is reported and still passed on. The
     summary is printed when the tap stops (Ctrl-C, SIGTERM or --duration); the exit status
     is 1 if any finding is a FAIL, else 0.

@@ -129,7 +129,7 @@ def analyze(captures: tuple[str, ...], out_dir: str, engine: str, master: str | 
     analyse them together (pcap captures: convert them first with `trace import-pcap`).
     Frames are judged under --profile, or the profile they were recorded under, by the
     tap's own decoder, with the conformance runner's requirement ids: FAIL for a MUST the
-    documents state, WARN for a SHOULD, INFO for what they leave open. Prints the summary;
+    documents state, NON-STRICT for a SHOULD, INFO for what they leave open. Prints the summary;
     the exit status is 1 when a FAIL was found, else 0.
     """
     from ..traffic.trace_format import TraceError
@@ -176,7 +176,7 @@ def _print(summary: dict, out_dir: str, *, html: bool) -> None:
                   f"{t['frames']['c2s'] + t['frames']['s2c']} frames, {t['requests']} requests, "
                   f"{t['pairs']} paired ({t['split_pairs']} across files), {t['errors']} error "
                   f"replies, {t['unanswered']} unanswered, {t['gaps']} gap(s); violations "
-                  f"FAIL {v['FAIL']}, WARN {v['WARN']}, INFO {v['INFO']} "
+                  f"FAIL {v['FAIL']}, NON-STRICT {v['NON-STRICT']}, INFO {v['INFO']} "
                   f"[dim]({summary['engine']}, {summary['elapsed_s']} s)[/]")
     if summary["commands"]:
         table = Table("command", "requests", "pairs", "errors", "p50 µs", "p95 µs", "p99 µs",

@@ -25,13 +25,12 @@ from typing import Any
 
 import yaml
 
-from ..spec import Profile, load_profile, profile_names
+from ..spec import LEVELS, Profile, load_profile, profile_names
 from . import httpapi
 from .model import Case
 
 CASE_KEYS = {"id", "title", "requirements", "command", "profiles", "info", "tags", "steps",
              "logic", "params", "cleanup", "exclusive"}
-LEVELS = ("MUST", "SHOULD", "MAY")
 BUILTIN_VARS = {"queue", "queue2", "queue3", "token", "now", "uuid", "profile"}
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

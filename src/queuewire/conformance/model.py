@@ -40,24 +40,15 @@ check messages and errors the same forms become ``<auth token redacted>``.
 from __future__ import annotations
 
 import base64
-import enum
 import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Level = Literal["MUST", "SHOULD", "MAY"]
-
-
-class Verdict(enum.StrEnum):
-    PASS = "PASS"
-    NON_STRICT = "NON-STRICT"  # a SHOULD (or MAY) not followed
-    FAIL = "FAIL"  # a MUST violated
-    UNIMPLEMENTED = "UNIMPLEMENTED"  # the target does not know the command
-    INFO = "INFO"  # observation only
-    ERROR = "ERROR"  # the run itself broke
-
+# the judge's vocabulary: a case's verdict and a requirement's level are named once, there
+from ..judge import Verdict
+from ..spec.model import Level
 
 # Order used by reports (worst first) and by exit-code logic.
 VERDICT_ORDER: tuple[Verdict, ...] = (Verdict.FAIL, Verdict.ERROR, Verdict.UNIMPLEMENTED,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-_COLOURS = {"FAIL": "red", "WARN": "yellow", "INFO": "cyan", "PASS": "green"}
+_COLOURS = {"FAIL": "red", "NON-STRICT": "yellow", "INFO": "cyan", "PASS": "green"}
 
 
 def _when(ns: int | None) -> str:
@@ -38,17 +38,17 @@ def print_console(summary: dict[str, Any], console: Any) -> None:
         f"[{_COLOURS[verdict]}]{verdict}[/]  {t['connections']} connection(s), "
         f"{t['frames']['c2s']} frames client->server, {t['frames']['s2c']} server->client, "
         f"{t['requests']} requests, {t['paired']} paired, {t['unanswered']} unanswered, "
-        f"{t['gaps']} gap(s); findings: [red]{f['FAIL']} FAIL[/], [yellow]{f['WARN']} WARN[/], "
+        f"{t['gaps']} gap(s); findings: [red]{f['FAIL']} FAIL[/], [yellow]{f['NON-STRICT']} NON-STRICT[/], "
         f"[cyan]{f['INFO']} INFO[/]")
     if summary["commands"]:
         table = Table(title="per command", title_justify="left")
-        for col in ("command", "requests", "paired", "error replies", "FAIL", "WARN", "INFO",
+        for col in ("command", "requests", "paired", "error replies", "FAIL", "NON-STRICT", "INFO",
                     "p50 us", "p99 us", "max us"):
             table.add_column(col, justify="left" if col == "command" else "right")
         for cmd, st in summary["commands"].items():
             lat = st["latency"]
             table.add_row(cmd, str(st["requests"]), str(st["paired"]), str(st["errors"]),
-                          str(st["findings"]["FAIL"]), str(st["findings"]["WARN"]),
+                          str(st["findings"]["FAIL"]), str(st["findings"]["NON-STRICT"]),
                           str(st["findings"]["INFO"]), _us(lat["p50_us"]), _us(lat["p99_us"]),
                           _us(lat["max_us"]))
         console.print(table)
@@ -66,7 +66,7 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
 th{background:#f3f3f3;text-align:left}td.n{text-align:right}
-.FAIL{color:#b00;font-weight:bold}.WARN{color:#a60}.INFO{color:#06a}.PASS{color:#080;font-weight:bold}
+.FAIL{color:#b00;font-weight:bold}.NON-STRICT{color:#a60}.INFO{color:#06a}.PASS{color:#080;font-weight:bold}
 code{font-size:12px}
 """
 
@@ -94,19 +94,19 @@ def write_html(summary: dict[str, Any], path: str | Path) -> None:
              f"{t['frames']['s2c']} server&rarr;client; {t['requests']} requests, {t['paired']} "
              f"paired, {t['unanswered']} unanswered, {t['events']} unsolicited frame(s), "
              f"{t['gaps']} gap(s). Findings: <span class='FAIL'>{t['findings']['FAIL']} FAIL</span>, "
-             f"<span class='WARN'>{t['findings']['WARN']} WARN</span>, "
+             f"<span class='NON-STRICT'>{t['findings']['NON-STRICT']} NON-STRICT</span>, "
              f"<span class='INFO'>{t['findings']['INFO']} INFO</span>. FAIL cites a MUST the "
-             f"documents state; WARN a SHOULD (a reading or a queuewire decision); INFO what the "
+             f"documents state; NON-STRICT a SHOULD (a reading or a queuewire decision); INFO what the "
              f"documents are silent on.</p>"]
     rows = []
     for cmd, st in summary["commands"].items():
         lat = st["latency"]
         rows.append([e(cmd), str(st["requests"]), str(st["paired"]), str(st["errors"]),
-                     str(st["findings"]["FAIL"]), str(st["findings"]["WARN"]),
+                     str(st["findings"]["FAIL"]), str(st["findings"]["NON-STRICT"]),
                      str(st["findings"]["INFO"]), _us(lat["p50_us"]), _us(lat["p99_us"]),
                      _us(lat["max_us"])])
     parts.append("<h2>Per command</h2>" + _table(
-        ["command", "requests", "paired", "error replies", "FAIL", "WARN", "INFO", "p50 µs",
+        ["command", "requests", "paired", "error replies", "FAIL", "NON-STRICT", "INFO", "p50 µs",
          "p99 µs", "max µs"], rows, set(range(1, 10))))
     rows = [[f"<span class='{r['level']}'>{r['level']}</span>", e(r["requirement"] or "-"),
              e(r["kind"]), e(r["command"] or "-"), str(r["count"]), e(r["text"] or "")]
@@ -118,12 +118,12 @@ def write_html(summary: dict[str, Any], path: str | Path) -> None:
              e(c["close_reason"] or "open"), f"{c['frames']['c2s']} / {c['frames']['s2c']}",
              f"{c['bytes']['c2s']:,} / {c['bytes']['s2c']:,}", str(c["requests"]),
              str(c["paired"]), str(c["unanswered"]), str(c["gaps"]),
-             f"{c['findings']['FAIL']} / {c['findings']['WARN']} / {c['findings']['INFO']}"]
+             f"{c['findings']['FAIL']} / {c['findings']['NON-STRICT']} / {c['findings']['INFO']}"]
             for c in summary["connections"]]
     parts.append("<h2>Per connection</h2>" + _table(
         ["conn", "client", "upstream", "opened", "closed", "frames c&rarr;s / s&rarr;c",
          "bytes c&rarr;s / s&rarr;c", "requests", "paired", "unanswered", "gaps",
-         "FAIL / WARN / INFO"], rows, {0, 7, 8, 9, 10}))
+         "FAIL / NON-STRICT / INFO"], rows, {0, 7, 8, 9, 10}))
     rows = [[f"<span class='{f['level']}'>{f['level']}</span>", e(f["requirement"] or "-"),
              str(f["conn_id"]), e(f["direction"]), e(f["command"] or "-"), e(f["kind"]),
              f"<code>{e(f['message'])}</code>", _when(f["t_ns"])]

@@ -45,9 +45,9 @@ from typing import Any
 import pyarrow as pa
 
 from ..codecs.errors import ProtocolError
+from ..judge import Verdict, requirement_verdict
 from ..spec import Profile, SpecError, load_profile, profile_names
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
-from ..traffic.model import INFO, verdict_of
 from ..traffic.trace_format import TraceError, load_json, parse_header, scan, trace_format
 
 #: Rows per yielded batch: large enough that Arrow's per-batch cost vanishes, small enough
@@ -80,7 +80,7 @@ SCHEMA = pa.schema([
     ("paired", pa.string()),         # frames completing a pair: the request's command
     ("sent_ns", pa.int64()),         # ... and when the request was complete
     ("answer", pa.string()),         # ... and what answered (reply, MSG_OK, ...); orphans
-    ("level", pa.string()),          # violations: FAIL | WARN | INFO
+    ("level", pa.string()),          # violations: FAIL | NON-STRICT | INFO
     ("requirement", pa.string()),    # violations
     ("message", pa.string()),        # violations
     ("payload", pa.binary()),        # orphans: the answer frame, judged after the join
@@ -314,7 +314,7 @@ class _FileRun:
                     kind == "gap" and detail not in reasons):
                 self._refuse(n, values, types, dirs, reasons)
             if rec_conn != self.conn_id:
-                self._report(INFO, None, "none", None, "trace_conn_mismatch",
+                self._report(Verdict.INFO, None, "none", None, "trace_conn_mismatch",
                              f"record {n} has conn_id {rec_conn}, the file's meta "
                              f"{self.conn_id}")
             if kind == "gap" and detail == missing:
@@ -337,7 +337,7 @@ class _FileRun:
             if rows.n + len(rows.frames) >= limit:
                 yield from rows.batches()
         if pos < end:
-            self._report(INFO, None, "none", None, "trace_truncated",
+            self._report(Verdict.INFO, None, "none", None, "trace_truncated",
                          f"the file ends inside a record ({end - pos} byte(s) after record {n})")
         for key, command, sent in self.judge.open_ends():
             rows.add("opens", run=self.run_id, conn_id=self.conn_id, seq=self.seq,
@@ -385,7 +385,7 @@ class _FileRun:
         self.rows.frames.append((self.run_id, self.conn_id, self.seq, n, direction, t,
                                  0, "gap", None, None, None,
                                  None, "missing", None, None, None, None))
-        self._report(INFO, None, direction, None, "capture_gap",
+        self._report(Verdict.INFO, None, direction, None, "capture_gap",
                      f"{lost} byte(s) {direction} are missing from the capture; the "
                      "direction's later bytes are recorded unframed (framing_lost)")
 
@@ -397,7 +397,7 @@ class _FileRun:
         items, error = stream.eof()
         self._items(direction, items, t, n)
         if error is not None:
-            self._report(verdict_of(self.profile, error.requirement), error.requirement,
+            self._report(requirement_verdict(self.profile, error.requirement), error.requirement,
                          direction, None, error.kind, error.detail)
 
     def _items(self, direction: str, items: list, t: int, n: int) -> None:
@@ -410,7 +410,7 @@ class _FileRun:
                                None, None, None, item.gap, None, None, None, None))
                 if item.error is not None:
                     err: ProtocolError = item.error
-                    self._report(verdict_of(self.profile, err.requirement), err.requirement,
+                    self._report(requirement_verdict(self.profile, err.requirement), err.requirement,
                                  direction, None, err.kind, err.detail)
                 continue
             self.answered = None

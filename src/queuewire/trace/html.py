@@ -6,7 +6,7 @@ HTML document and :func:`write_html` writes it. The page: a header with the verd
 what was analysed (protocol, profile, engine, inputs, elapsed time); the totals as cards; a
 table per command sorted by requests (pairs, error replies, error rate, latency percentiles); a
 latency histogram per command (the top HIST_COMMANDS by pairs); violations over time as stacked
-FAIL/WARN/INFO bars on a UTC time axis; the commands of each connection as horizontal stacked
+FAIL/NON-STRICT/INFO bars on a UTC time axis; the commands of each connection as horizontal stacked
 bars (the top CONN_BARS connections by frames) with a legend; the violations by requirement,
 with the verdict policy in a sentence; the sample of violations; the protocol versions seen;
 and the connections (at most CONN_ROWS rows).
@@ -25,8 +25,8 @@ Rules: every string taken from the summary is escaped with :func:`html.escape`, 
 names, addresses, command names and messages come from recorded traffic, that is from whoever
 sent the bytes; verdict and level names become CSS classes only through a fixed table. No
 missing key, empty list, ``None`` value or zero count raises or divides by zero: an empty chart
-or table says so in words. Every cap is stated where it applies. Only the standard library is
-imported.
+or table says so in words. Every cap is stated where it applies. Only the standard library and
+the verdict vocabulary (:mod:`queuewire.judge`) are imported.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..judge import FINDING_VERDICTS
+
 HIST_COMMANDS = 12   # latency histograms drawn (commands with the most pairs)
 CONN_BARS = 30       # connections in the commands-per-connection chart (most frames)
 CONN_ROWS = 200      # rows of the connections table
@@ -45,13 +47,12 @@ MESSAGE_CAP = 400    # characters of a violation message shown
 MAX_TIME_BARS = 240  # bars of the violations-over-time chart; more buckets are merged
 MAX_LOG2_FILL = 48   # at most this many log2 buckets are filled between first and last edge
 
-LEVELS = ("FAIL", "WARN", "INFO")
-COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "WARN": "#bf8700", "INFO": "#0969da"}
+COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NON-STRICT": "#bf8700", "INFO": "#0969da"}
 GREY = "#57606a"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22")
 
-POLICY = ("The verdict policy: FAIL cites a MUST the protocol documents state; WARN a SHOULD, "
+POLICY = ("The verdict policy: FAIL cites a MUST the protocol documents state; NON-STRICT a SHOULD, "
           "or a reading of the documents (a queuewire decision where they are unclear); INFO "
           "what the documents are silent on. Only FAIL makes the verdict FAIL.")
 
@@ -333,17 +334,17 @@ def _time_bins(rows: list[dict], bucket_ns: int) -> tuple[int, int, int, list[di
     slots = (times[-1] - t0) // bucket_ns + 1
     k = max(1, math.ceil(slots / MAX_TIME_BARS))
     width = bucket_ns * k
-    bins = [dict.fromkeys(LEVELS, 0) for _ in range(math.ceil(slots / k))]
+    bins = [dict.fromkeys(FINDING_VERDICTS, 0) for _ in range(math.ceil(slots / k))]
     for t, r in points:
         b = bins[(t - t0) // width]
-        for lvl in LEVELS:
+        for lvl in FINDING_VERDICTS:
             b[lvl] += _int(r.get(lvl))
     return t0, width, k, bins
 
 
 def _violations_over_time(summary: dict) -> str:
     rows = _list(summary.get("violations_over_time"))
-    if not any(_num(r.get("t_ns")) is not None and sum(_int(r.get(lvl)) for lvl in LEVELS)
+    if not any(_num(r.get("t_ns")) is not None and sum(_int(r.get(lvl)) for lvl in FINDING_VERDICTS)
                for r in rows):
         return '<p class="empty">No violations recorded over time.</p>'
     t0, width_ns, merged_by, bins = _time_bins(rows, _int(summary.get("bucket_ns")))
@@ -351,7 +352,7 @@ def _violations_over_time(summary: dict) -> str:
     width, height, left, right, top, bottom = 900, 230, 52, 40, 10, 50
     pw, ph = width - left - right, height - top - bottom
     peak = max(sum(b.values()) for b in bins)
-    total = {lvl: sum(b[lvl] for b in bins) for lvl in LEVELS}
+    total = {lvl: sum(b[lvl] for b in bins) for lvl in FINDING_VERDICTS}
     day0, day1 = _when(t0, "%Y-%m-%d"), _when(end - 1, "%Y-%m-%d")
     if width_ns < 1_000_000_000:
         fmt = "%H:%M:%S.%f"
@@ -365,13 +366,13 @@ def _violations_over_time(summary: dict) -> str:
         return s[:-3] if fmt.endswith("%f") else s
 
     parts = [_svg_open("vtime", width, height, "violations over time",
-                       f"{total['FAIL']} FAIL, {total['WARN']} WARN and {total['INFO']} INFO "
+                       f"{total['FAIL']} FAIL, {total['NON-STRICT']} NON-STRICT and {total['INFO']} INFO "
                        f"violations in {len(bins)} time buckets of {_span(width_ns / 1e9)} from "
                        f"{_when(t0)} UTC; the busiest bucket holds {peak}.")]
     slot = pw / len(bins)
     for i, b in enumerate(bins):
         x, y = left + i * slot, top + ph
-        for lvl in LEVELS:
+        for lvl in FINDING_VERDICTS:
             if not b[lvl]:
                 continue
             h = b[lvl] / peak * ph
@@ -392,7 +393,7 @@ def _violations_over_time(summary: dict) -> str:
     parts.append(f'<text x="{left + pw / 2:g}" y="{height - 6}" text-anchor="middle">time (UTC, '
                  f"{_e(days)}); each bar {_e(_span(width_ns / 1e9))}{merged}</text></svg>")
     legend = "".join(f'<span><span class="sw" style="background:{COLOR[lvl]}"></span>{lvl} '
-                     f"({total[lvl]:,})</span>" for lvl in LEVELS)
+                     f"({total[lvl]:,})</span>" for lvl in FINDING_VERDICTS)
     return f'<figure>{"".join(parts)}<div class="legend">{legend}</div></figure>'
 
 
@@ -489,7 +490,7 @@ def _totals(summary: dict) -> str:
     fc, fs = _int(frames.get("c2s")), _int(frames.get("s2c"))
     bc, bs = _int(size.get("c2s")), _int(size.get("s2c"))
     viol = " · ".join(f'<span style="color:{COLOR[lvl]}">{_n(v.get(lvl))} {lvl}</span>'
-                      for lvl in LEVELS)
+                      for lvl in FINDING_VERDICTS)
     cards = [_card("connections", _n(t.get("connections"))),
              _card("frames", f"{fc + fs:,}", f"client→server {fc:,} · server→client {fs:,}"),
              _card("bytes", _e(_bytes(bc + bs)), f"c→s {_e(_bytes(bc))} · s→c {_e(_bytes(bs))}"),
@@ -498,7 +499,7 @@ def _totals(summary: dict) -> str:
              _card("error replies", _n(t.get("errors"))),
              _card("unanswered", _n(t.get("unanswered"))),
              _card("gaps", _n(t.get("gaps")), "bytes that could not be framed"),
-             _card("violations", f"{sum(_int(v.get(lvl)) for lvl in LEVELS):,}", viol)]
+             _card("violations", f"{sum(_int(v.get(lvl)) for lvl in FINDING_VERDICTS):,}", viol)]
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
@@ -526,7 +527,7 @@ def _commands(summary: dict, colours: dict[str, str]) -> str:
 
 
 def _requirements(summary: dict) -> str:
-    rank = {lvl: i for i, lvl in enumerate(LEVELS)}
+    rank = {lvl: i for i, lvl in enumerate(FINDING_VERDICTS)}
     reqs = sorted(_list(summary.get("requirements")),
                   key=lambda r: (rank.get(r.get("level"), 3), -_int(r.get("count")),
                                  str(r.get("requirement") or "")))
@@ -539,7 +540,8 @@ def _requirements(summary: dict) -> str:
 
 def _sample(summary: dict) -> str:
     sample = _list(summary.get("violations_sample"))
-    total = sum(_int(_dict(_dict(summary.get("totals")).get("violations")).get(lvl)) for lvl in LEVELS)
+    violations = _dict(_dict(summary.get("totals")).get("violations"))
+    total = sum(_int(violations.get(lvl)) for lvl in FINDING_VERDICTS)
     rows = []
     for v in sample:
         msg = str(v.get("message") or "")
@@ -576,12 +578,12 @@ def _connections(summary: dict) -> str:
                      _e(lasted), _e(c.get("close_reason") or "open"), _n(c.get("frames")),
                      _n(c.get("requests")), _n(c.get("pairs")), _n(c.get("errors")),
                      " / ".join(f'<span style="color:{COLOR[lvl]}">{_n(v.get(lvl))}</span>'
-                                for lvl in LEVELS), top])
+                                for lvl in FINDING_VERDICTS), top])
     note = (f'<p class="dim">{len(conns) - CONN_ROWS:,} more connection(s) left out (the first '
             f"{CONN_ROWS} by id are shown; all are in the Parquet tables).</p>"
             if len(conns) > CONN_ROWS else "")
     return _table(["conn", "client", "upstream", "opened (UTC)", "lasted", "closed by", "frames",
-                   "requests", "pairs", "errors", "FAIL / WARN / INFO", "commands"], rows,
+                   "requests", "pairs", "errors", "FAIL / NON-STRICT / INFO", "commands"], rows,
                   {0, 6, 7, 8, 9}, "No connections recorded.") + note
 
 

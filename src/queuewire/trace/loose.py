@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ..judge import Verdict, requirement_verdict
 from ..spec import Profile
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, PROTOCOLS
-from ..traffic.model import INFO, WARN, verdict_of
 
 Row = dict[str, Any]
 
@@ -115,7 +115,7 @@ def settle(protocol: str, profile: Profile, matched: list[tuple[Row, Row]],
         last = max(rows, key=lambda o: (o["seq"], o["t_ns"]))
         violations.append({"table": "violations", "run": run, "conn_id": conn_id,
                            "seq": last["seq"], "t_ns": last["t_ns"], "direction": "none",
-                           "level": INFO, "requirement": None, "kind": "unanswered",
+                           "level": Verdict.INFO, "requirement": None, "kind": "unanswered",
                            "command": None,
                            "message": f"{len(rows)} request(s) unanswered when the "
                                       f"connection's recording ended ({names})"})
@@ -137,7 +137,7 @@ def judge_split(protocol: str, profile: Profile, command: str, payload: bytes) -
     ok = msg.get("ok") is True
     if command not in proto.commands or proto.reply_is_valid(command, ok, msg):
         return []
-    return [{"level": verdict_of(profile, v.requirement), "requirement": v.requirement,
+    return [{"level": requirement_verdict(profile, v.requirement), "requirement": v.requirement,
              "kind": "reply_schema", "command": command, "message": str(v)}
             for v in proto.validator.reply_violations(command, msg)]
 
@@ -177,7 +177,7 @@ def loose_finding(protocol: str, key: str, answer: str) -> dict:
     tag, _, rest = key.partition(":")
     table = _LOOSE_ANSWERS if protocol == "bunqueue" else _LOOSE_QUICX
     requirement, kind, text = table.get(tag, (None, "answer_unpaired", "{answer} unpaired"))
-    # as the tap: an answer that pairs with nothing cites a reading (WARN) or nothing (INFO)
-    level = WARN if requirement else INFO
+    # as the tap: an answer that pairs with nothing cites a reading (NON-STRICT) or nothing (INFO)
+    level = Verdict.NON_STRICT if requirement else Verdict.INFO
     return {"level": level, "requirement": requirement, "kind": kind, "command": None,
             "message": text.format(key=rest, answer=answer)}

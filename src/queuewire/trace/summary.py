@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..judge import FINDING_VERDICTS
 from ..spec import Profile
 
 FORMAT = "queuewire-trace-summary"
@@ -27,7 +28,6 @@ TIME_BUCKETS = 60
 #: Violations listed in full in the summary (all of them are in violations/ Parquet).
 SAMPLE = 200
 PERCENTILES = (0.5, 0.95, 0.99)
-LEVELS = ("FAIL", "WARN", "INFO")
 
 #: name -> columns of each aggregate table
 AGGREGATES: dict[str, tuple[str, ...]] = {
@@ -171,7 +171,7 @@ def build_summary(aggs: dict[str, pd.DataFrame], *, profile: Profile, engine: st
                           "opened_ns": None, "closed_ns": None, "close_reason": None,
                           "files": 0, "frames": {"c2s": 0, "s2c": 0},
                           "bytes": {"c2s": 0, "s2c": 0}, "gaps": 0, "requests": 0, "pairs": 0,
-                          "errors": 0, "violations": dict.fromkeys(LEVELS, 0), "commands": {}}
+                          "errors": 0, "violations": dict.fromkeys(FINDING_VERDICTS, 0), "commands": {}}
         return c
     for r in aggs["conns"].to_dict("records"):
         c = conn(r)
@@ -191,7 +191,7 @@ def build_summary(aggs: dict[str, pd.DataFrame], *, profile: Profile, engine: st
     for r in aggs["conn_commands"].to_dict("records"):
         conn(r)["commands"][str(r["command"])] = _int(r["n"])
     connections = [per[k] for k in sorted(per)]
-    levels = dict.fromkeys(LEVELS, 0)
+    levels = dict.fromkeys(FINDING_VERDICTS, 0)
     requirements = []
     for r in aggs["requirements"].to_dict("records"):
         rid = _opt(r["requirement"])
@@ -200,7 +200,7 @@ def build_summary(aggs: dict[str, pd.DataFrame], *, profile: Profile, engine: st
                              "count": _int(r["n"]),
                              "text": profile.requirements[rid].text
                              if rid in profile.requirements else None})
-    requirements.sort(key=lambda x: (LEVELS.index(x["level"]), -x["count"],
+    requirements.sort(key=lambda x: (FINDING_VERDICTS.index(x["level"]), -x["count"],
                                      x["requirement"] or "", x["kind"] or ""))
     histogram: dict[str, list] = {}
     for r in aggs["histogram"].sort_values(["command", "le_us"]).to_dict("records"):
@@ -209,7 +209,7 @@ def build_summary(aggs: dict[str, pd.DataFrame], *, profile: Profile, engine: st
     vt: dict[int, dict[str, int]] = {}
     width = bucket_ns(None, None)
     for r in aggs["violations_time"].to_dict("records"):
-        vt.setdefault(_int(r["bucket"]), dict.fromkeys(LEVELS, 0))[r["level"]] = _int(r["n"])
+        vt.setdefault(_int(r["bucket"]), dict.fromkeys(FINDING_VERDICTS, 0))[r["level"]] = _int(r["n"])
         width = _int(r["width"])
     times = sorted(vt)
     totals = {

@@ -8,9 +8,9 @@ cuts each direction of a connection into whole frames by the protocol's length f
 from the spec) and hands each to the codec's decoder, so every byte lands in exactly one
 frame or gap; ``bunqueue`` and ``quicx`` pair requests with replies (reqId; order and task
 id) and judge both directions with the codecs' typed errors and the validator, each finding
-at the level of the requirement it cites (``model.verdict_of``: MUST -> FAIL, SHOULD -> WARN,
-else INFO); ``analyzer`` is the core (``feed(conn_id, direction, bytes, t_ns)`` -> findings
-and pairs, bounded aggregates per connection and per command); ``trace_format`` loads the
-recording format of ``spec/trace.yaml`` and reads trace files, ``record`` writes them
-(sharded by connection, rotated by size).
+at the level of the requirement it cites (:func:`queuewire.judge.requirement_verdict`: MUST
+-> FAIL, SHOULD -> NON-STRICT, else INFO); ``analyzer`` is the core (``feed(conn_id,
+direction, bytes, t_ns)`` -> findings and pairs, bounded aggregates per connection and per
+command); ``trace_format`` loads the recording format of ``spec/trace.yaml`` and reads trace
+files, ``record`` writes them (sharded by connection, rotated by size).
 """

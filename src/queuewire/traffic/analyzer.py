@@ -18,9 +18,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..judge import FINDING_VERDICTS, Verdict, requirement_verdict
 from ..spec import Profile, default_profile, load_profile
 from .bunqueue import BunqueueProtocol
-from .model import FAIL, INFO, LEVELS, CommandStats, ConnStats, Finding, Pair, verdict_of
+from .model import CommandStats, ConnStats, Finding, Pair
 from .quicx import QuicxProtocol
 
 PROTOCOLS = {"bunqueue": BunqueueProtocol, "quicx": QuicxProtocol}
@@ -64,7 +65,7 @@ class Analyzer:
         self.findings: list[Finding] = []
         self.finding_counts: dict[tuple, int] = {}
         self.commands: dict[str, CommandStats] = {}
-        self.levels = dict.fromkeys(LEVELS, 0)
+        self.levels = dict.fromkeys(FINDING_VERDICTS, 0)
         self.started_ns: int | None = None
         self.last_ns = 0
         self._events: list = []
@@ -92,7 +93,7 @@ class Analyzer:
             self.started_ns = t_ns
         stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns,
                           closed_ns=t_ns, close_reason="upstream_refused")
-        self._finding(stats, Finding(INFO, None, conn_id, "none", None, "upstream_refused",
+        self._finding(stats, Finding(Verdict.INFO, None, conn_id, "none", None, "upstream_refused",
                                      f"the upstream {upstream} refused the connection: {error}",
                                      t_ns))
         self._keep_closed(stats)
@@ -125,7 +126,7 @@ class Analyzer:
                     sink("gap", conn_id, direction, t_ns, item.raw, item.gap)
                 if item.error is not None:
                     err = item.error
-                    self._report(conn, verdict_of(self.profile, err.requirement), err.requirement,
+                    self._report(conn, requirement_verdict(self.profile, err.requirement), err.requirement,
                                  direction, None, err.kind, err.detail)
                 continue
             frames += 1
@@ -174,7 +175,7 @@ class Analyzer:
         if self.sink is not None:
             self.sink("gap", conn_id, direction, t_ns,
                       json.dumps({"missing_bytes": missing_bytes}).encode(), "missing")
-        self._report(conn, INFO, None, direction, None, "capture_gap",
+        self._report(conn, Verdict.INFO, None, direction, None, "capture_gap",
                      f"{missing_bytes} byte(s) {direction} are missing from the capture; the "
                      "direction's later bytes are recorded unframed (framing_lost)")
         return events
@@ -186,7 +187,7 @@ class Analyzer:
         items, error = stream.eof()
         self._items(conn, direction, items, t_ns)
         if error is not None:
-            level = verdict_of(self.profile, error.requirement)
+            level = requirement_verdict(self.profile, error.requirement)
             self._report(conn, level, error.requirement, direction, None, error.kind, error.detail)
         del conn.streams[direction]
 
@@ -205,7 +206,7 @@ class Analyzer:
         stats.unanswered = len(left)
         if left:
             names = ", ".join(sorted(set(left)))
-            self._report(conn, INFO, None, "none", None, "unanswered",
+            self._report(conn, Verdict.INFO, None, "none", None, "unanswered",
                          f"{len(left)} request(s) unanswered when the connection closed ({names})")
         stats.closed_ns, stats.close_reason = t_ns, reason
         if self.sink is not None:
@@ -296,7 +297,7 @@ class Analyzer:
         return {
             "protocol": self.protocol, "profile": self.profile.name,
             "started_ns": self.started_ns, "last_ns": self.last_ns,
-            "verdict": FAIL if self.levels[FAIL] else "PASS",
+            "verdict": Verdict.FAIL if self.levels[Verdict.FAIL] else Verdict.PASS,
             "totals": totals,
             "commands": {k: v.as_dict() for k, v in sorted(self.commands.items())},
             "requirements": [
@@ -304,7 +305,7 @@ class Analyzer:
                  "text": self.profile.requirements[rid].text
                  if rid in self.profile.requirements else None}
                 for (lv, rid, kind, cmd), n in sorted(
-                    self.finding_counts.items(), key=lambda kv: (LEVELS.index(kv[0][0]), -kv[1]))],
+                    self.finding_counts.items(), key=lambda kv: (FINDING_VERDICTS.index(kv[0][0]), -kv[1]))],
             "findings": [f.as_dict() for f in self.findings],
             "findings_dropped": max(0, sum(self.levels.values()) - len(self.findings)),
             "connections": [c.as_dict() for c in conns],

@@ -10,10 +10,10 @@ job event when it has the profile's ``job_events`` frame type (BQ-EVENT-102), it
 against that frame's schema; otherwise it
 answers, in order, a request that had no reqId or a frame the server could not read (which
 bunqueue answers without reqId). What the documents do not settle is never a FAIL: a reqId
-already in flight on the connection is a WARN (replies are matched by reqId, BQ-PIPE-3: two
+already in flight on the connection is NON-STRICT (replies are matched by reqId, BQ-PIPE-3: two
 requests with one reqId cannot be told apart, a reading; a FAIL where the profile has
 BQ-PIPE-4, document 000's "unique reqId identifiers"), a reply whose reqId no request
-carried is a WARN citing BQ-ENV-2 (either the echo was altered, or it answers nothing), and a
+carried is NON-STRICT citing BQ-ENV-2 (either the echo was altered, or it answers nothing), and a
 reply nothing can be paired with, or requests still unanswered at close (a client may close
 with long polls parked), are INFO.
 """
@@ -28,9 +28,9 @@ from typing import Any
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.validation import BunqueueValidator
+from ..judge import Verdict, requirement_verdict
 from ..spec import Profile
 from .framing import Item, Stream
-from .model import INFO, WARN, verdict_of
 
 #: (level, requirement, direction, command, kind, message) -> None
 Report = Callable[[str, "str | None", str, "str | None", str, str], None]
@@ -57,7 +57,7 @@ class BunqueueProtocol:
         self.event_requirement = (profile.tree.get("job_events") or {}).get("requirement")
         self.commands = frozenset(spec.commands)
         # the stated rule where the profile has it (000: "unique reqId identifiers"), else
-        # BQ-PIPE-3's "match by reqId" read as needing one (a reading: WARN)
+        # BQ-PIPE-3's "match by reqId" read as needing one (a reading: NON-STRICT)
         self.unique_reqid = "BQ-PIPE-4" if "BQ-PIPE-4" in profile.requirements else "BQ-PIPE-3"
 
     def reply_is_valid(self, cmd: str, ok: bool, msg: dict) -> bool:
@@ -118,7 +118,7 @@ class BunqueueConn:
         self._is_valid = proto.validator.request_is_valid
 
     def _error(self, direction: str, cmd: str | None, exc: ProtocolError) -> None:
-        level = verdict_of(self.proto.profile, exc.requirement)
+        level = requirement_verdict(self.proto.profile, exc.requirement)
         self._report(level, exc.requirement, direction, cmd, exc.kind, exc.detail)
 
     # -- client to server
@@ -135,7 +135,7 @@ class BunqueueConn:
         if not self._is_valid(msg):
             validator = self.proto.validator
             for v in validator.request_violations(msg):
-                level = verdict_of(self.proto.profile, v.requirement)
+                level = requirement_verdict(self.proto.profile, v.requirement)
                 self._report(level, v.requirement, "c2s", name, "request_schema", str(v))
         req_id = msg.get("reqId", UNDEFINED)
         if req_id is UNDEFINED:
@@ -148,7 +148,7 @@ class BunqueueConn:
             self.in_flight[key] = entry
             return name
         rid = self.proto.unique_reqid
-        level = verdict_of(self.proto.profile, rid) if rid != "BQ-PIPE-3" else WARN
+        level = requirement_verdict(self.proto.profile, rid) if rid != "BQ-PIPE-3" else Verdict.NON_STRICT
         self._report(level, rid, "c2s", name, "reqid_in_flight",
                      f"reqId {req_id!r} is already in flight on this connection (its "
                      "replies cannot be told apart)")
@@ -172,7 +172,7 @@ class BunqueueConn:
                 validator = self.proto.validator
                 if not validator.event_is_valid(msg):
                     for v in validator.event_violations(msg):
-                        level = verdict_of(self.proto.profile, v.requirement)
+                        level = requirement_verdict(self.proto.profile, v.requirement)
                         self._report(level, v.requirement, "s2c", "(job event)", "event_schema",
                                      str(v))
                 return False
@@ -182,7 +182,7 @@ class BunqueueConn:
                                  item.raw)
                     self._orphans += 1
                     return True
-                self._report(INFO, None, "s2c", None, "reply_unpaired",
+                self._report(Verdict.INFO, None, "s2c", None, "reply_unpaired",
                              "a frame without reqId that answers no request seen without one")
                 return False
             cmd, sent = self._no_id.popleft()
@@ -194,7 +194,7 @@ class BunqueueConn:
             if self._orphan is not None:
                 self._orphan(match_key(key), t_ns, "reply", msg.get("ok") is True, item.raw)
                 return True
-            self._report(WARN, "BQ-ENV-2", "s2c", None, "reqid_unknown",
+            self._report(Verdict.NON_STRICT, "BQ-ENV-2", "s2c", None, "reqid_unknown",
                          f"a reply with reqId {req_id!r}, which no request in flight carries")
             return False
         if type(held) is deque:
@@ -210,7 +210,7 @@ class BunqueueConn:
         ok = msg.get("ok") is True
         if cmd in self.proto.commands and not self.proto.reply_is_valid(cmd, ok, msg):
             for v in self.proto.validator.reply_violations(cmd, msg):
-                level = verdict_of(self.proto.profile, v.requirement)
+                level = requirement_verdict(self.proto.profile, v.requirement)
                 self._report(level, v.requirement, "s2c", cmd, "reply_schema", str(v))
         self._pair(cmd, key, sent, t_ns, ok, "reply")
 

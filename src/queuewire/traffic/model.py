@@ -1,12 +1,12 @@
 """What the tap reports: findings with requirement ids, request/reply pairs, and the bounded
 aggregates (per connection, per command) they add up to.
 
-Verdict levels follow the project policy (spec/README.md, "Levels and basis"): a finding
-that cites a MUST the documents state is FAIL, one that cites a SHOULD (a reading or a
-queuewire decision) is WARN, and what the documents are silent on, or allow (MAY), is INFO.
-:func:`verdict_of` derives the level from the cited requirement in the profile, so no
-module decides a level on its own. Latencies are kept as a fixed log-linear histogram per
-command (plus exact count, sum and max), so memory does not grow with traffic.
+A finding's level is a verdict of the one vocabulary (:mod:`queuewire.judge`): FAIL for a
+MUST the documents state, NON-STRICT for a SHOULD (a reading or a queuewire decision), INFO
+for a MAY or what the documents are silent on, derived from the cited requirement by
+:func:`queuewire.judge.requirement_verdict`, so no module decides a level on its own.
+Latencies are kept as a fixed log-linear histogram per command (plus exact count, sum and
+max), so memory does not grow with traffic.
 """
 
 from __future__ import annotations
@@ -14,27 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import Profile
-
-FAIL, WARN, INFO = "FAIL", "WARN", "INFO"
-LEVELS = (FAIL, WARN, INFO)
-_BY_REQUIREMENT = {"MUST": FAIL, "SHOULD": WARN, "MAY": INFO}
-
-
-def verdict_of(profile: Profile, requirement: str | None) -> str:
-    """FAIL for a MUST, WARN for a SHOULD, INFO for a MAY or no requirement at all."""
-    req = profile.requirements.get(requirement) if requirement else None
-    if req is None:
-        return INFO
-    level = _BY_REQUIREMENT.get(req.level or "", INFO)
-    if level == FAIL and req.basis not in (None, "stated"):
-        level = WARN  # lint forbids it; never let a reading FAIL a peer
-    return level
+from ..judge import FINDING_VERDICTS, Verdict
 
 
 @dataclass(slots=True)
 class Finding:
-    level: str                 # FAIL | WARN | INFO
+    level: Verdict             # FAIL | NON-STRICT | INFO
     requirement: str | None
     conn_id: int
     direction: str             # c2s | s2c | none
@@ -117,7 +102,7 @@ class CommandStats:
     requests: int = 0
     paired: int = 0
     errors: int = 0            # paired with an error reply
-    findings: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    findings: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINDING_VERDICTS, 0))
     latency: Latency = field(default_factory=Latency)
 
     def as_dict(self) -> dict[str, Any]:
@@ -140,7 +125,7 @@ class ConnStats:
     paired: int = 0
     unanswered: int = 0
     events: int = 0            # frames that answer nothing by design (pushed events, ...)
-    findings: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    findings: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINDING_VERDICTS, 0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"conn_id": self.conn_id, "client": self.client, "upstream": self.upstream,

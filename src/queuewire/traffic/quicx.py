@@ -25,11 +25,11 @@ from typing import Any
 
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
+from ..judge import Verdict, requirement_verdict
 from ..spec import Profile
 from ..spec.quicx import DAEMON, struct_format
 from .bunqueue import OrphanFn, PairFn, Report
 from .framing import Item, Stream
-from .model import INFO, WARN, verdict_of
 
 # What answers what, by message name (the spec's keys). The answer pops the oldest pending
 # request of its kinds on the connection.
@@ -98,7 +98,7 @@ class QuicxConn:
         self._results_seen = 0                # results sent by this worker (re-arms READY)
 
     def _error(self, direction: str, exc: ProtocolError, name: str | None) -> None:
-        self._report(verdict_of(self.proto.profile, exc.requirement), exc.requirement,
+        self._report(requirement_verdict(self.proto.profile, exc.requirement), exc.requirement,
                      direction, name, exc.kind, exc.detail)
 
     def _push(self, name: str, t_ns: int) -> None:
@@ -146,7 +146,7 @@ class QuicxConn:
                 sent = self._heartbeats["s2c"].popleft()
                 self._pair(_HEARTBEAT, None, sent, t_ns, True, _PONG)
             else:
-                self._report(INFO, None, "c2s", name, "pong_unpaired",
+                self._report(Verdict.INFO, None, "c2s", name, "pong_unpaired",
                              "MSG_PONG without a MSG_HEARTBEAT from the daemon pending")
         elif name in _RESULTS:
             task_id = msg.fields["task_id"]
@@ -156,7 +156,7 @@ class QuicxConn:
                                                 item.raw):
                 return None
             if given is None:
-                self._report(WARN, "QX-DONE-3", "c2s", name, "task_unknown",
+                self._report(Verdict.NON_STRICT, "QX-DONE-3", "c2s", name, "task_unknown",
                              f"{name} for task {task_id}, which the daemon did not give "
                              "this connection (or it was already answered)")
                 self._push(_REFUSED, t_ns)  # the daemon answers it with MSG_ERROR
@@ -175,7 +175,7 @@ class QuicxConn:
             if not self._heartbeats["c2s"]:
                 if self._orphaned("h", t_ns, name, True, item.raw):
                     return True
-                self._report(INFO, None, "s2c", name, "pong_unpaired",
+                self._report(Verdict.INFO, None, "s2c", name, "pong_unpaired",
                              "MSG_PONG without a MSG_HEARTBEAT pending")
                 return False
             sent = self._heartbeats["c2s"].popleft()
@@ -191,7 +191,7 @@ class QuicxConn:
                                                item.raw):
                 return False
             if sent is None:
-                self._report(INFO, None, "s2c", name, "result_unpaired",
+                self._report(Verdict.INFO, None, "s2c", name, "result_unpaired",
                              f"{name} for task {task_id}, not accepted on this connection")
                 return False
             self._pair("MSG_SUBMIT", task_id, sent, t_ns, name == "MSG_DONE", name)
@@ -201,7 +201,7 @@ class QuicxConn:
             if entry is None and self._orphaned("q", t_ns, name, False, item.raw):
                 return True
             if entry is None:
-                self._report(INFO, None, "s2c", name, "error_unpaired",
+                self._report(Verdict.INFO, None, "s2c", name, "error_unpaired",
                              "MSG_ERROR while nothing from this client was pending")
                 return False
             self._pair(entry[1], entry[0], entry[2], t_ns, False, name)
@@ -218,7 +218,7 @@ class QuicxConn:
                     self._tasks[msg.fields["task_id"]] = t_ns
                 return True
             else:
-                self._report(INFO, None, "s2c", name, "answer_unpaired",
+                self._report(Verdict.INFO, None, "s2c", name, "answer_unpaired",
                              f"{name} while no {' or '.join(kinds)} was pending")
         if name == "MSG_TASK":
             self._tasks[msg.fields["task_id"]] = t_ns

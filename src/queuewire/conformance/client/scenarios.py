@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ...spec import Profile
+from ...spec import LEVELS, Profile
 
 __all__ = ["ACTIONS", "BEHAVIOURS", "ERROR_TYPES", "Expectation", "Judgement", "Scenario",
            "ScenarioError", "load_scenarios", "select_scenarios"]
@@ -43,7 +43,6 @@ BEHAVIOURS = {"bunqueue": {"auth_token", "reorder", "coalesce", "split", "delay"
 SCENARIO_KEYS = {"id", "title", "requirements", "server", "options", "actions", "expect",
                  "judge", "profiles"}
 EXPECT_KEYS = {"action", "ok", "error_type", "error_contains", "value", "requirement", "level"}
-LEVELS = ("MAY", "SHOULD", "MUST")
 
 
 class ScenarioError(ValueError):
@@ -108,7 +107,8 @@ def _level(profile: Profile, where: str, rid: Any, given: Any) -> str:
         raise ScenarioError(f"{where}: requirement {rid!r} is not defined in {profile.name}")
     if given is None:
         return req.level
-    if given not in LEVELS or LEVELS.index(given) > LEVELS.index(req.level):
+    # LEVELS runs from the strongest (MUST) down: a scenario may lower a level, never raise it
+    if given not in LEVELS or LEVELS.index(given) < LEVELS.index(req.level):
         raise ScenarioError(f"{where}: level {given!r} is not at most {rid}'s {req.level}")
     return str(given)
 

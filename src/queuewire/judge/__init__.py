@@ -1,0 +1,27 @@
+"""The judge: what queuewire's tools say about a peer, in one vocabulary.
+
+Rules
+-----
+* One :class:`~queuewire.judge.verdicts.Verdict` vocabulary for every tool: ``conform``
+  (server and client), the fuzz oracles, the tap and the trace pipeline say ``FAIL``,
+  ``NON-STRICT`` and ``INFO`` for the same thing. A case's verdict adds ``PASS``,
+  ``UNIMPLEMENTED`` and ``ERROR``.
+* One mapping from a requirement's level and basis to a verdict
+  (:func:`~queuewire.judge.verdicts.verdict_for`): a MUST the documents state FAILs, a SHOULD
+  or a reading or a queuewire decision is NON-STRICT, a MAY or silence is INFO. No module
+  decides a level on its own (spec/README.md, "Levels and basis").
+
+Design
+------
+The judge sits between the codecs and the tools (import-linter's layers in pyproject.toml):
+it reads the spec's requirements and nothing above it, and every tool imports its verdicts
+from here.
+
+Seams
+-----
+:mod:`queuewire.judge.verdicts` is the vocabulary and the mapping.
+"""
+
+from .verdicts import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
+
+__all__ = ["FINDING_VERDICTS", "Verdict", "requirement_verdict", "verdict_for"]
