@@ -544,8 +544,11 @@ async def test_a_worker_of_the_other_profile_is_cut_off_and_its_task_requeued(se
             await until(lambda: server.stats().workers_total == 0)
             stats = server.stats()
             assert stats.done == 0 and stats.queue_depth == 1  # ... and the task is never lost
-            # ... but requeued once per connection it was handed to, no more, no less
-            assert stats.requeued == len(task_cuts()) >= 1
+            # ... but requeued once per connection it was handed to, no more, no less: each
+            # connection the task cut off, and the one the abort closed if the daemon had handed
+            # it the task before the worker read it
+            assert len(task_cuts()) <= stats.requeued <= len(task_cuts()) + 1
+            assert task_cuts()
             if not spec.flag("wait_when_empty"):  # held READY: only the task cuts it off
                 assert task_cuts() == cuts()
     await run(scenario())
