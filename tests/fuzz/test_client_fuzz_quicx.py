@@ -61,7 +61,7 @@ def test_the_crash_oracle_fires_and_the_failure_replays(tmp_path):
     result = fuzz("--testee", broken("crash"), "--max-examples", "1", "--seed", SEED,
                   "--artifacts", str(tmp_path))
     assert result.exit_code == 1, result.output
-    assert "[QX-HDR-7 MUST] crash" in result.output
+    assert "[QX-HDR-7 FAIL] crash" in result.output
     [path] = [str(p) for p in tmp_path.iterdir()]
     doc = json.loads(open(path).read())
     assert doc["format"] == "queuewire-client-fuzz-transcript/1" and doc["wire"]
@@ -77,7 +77,7 @@ def test_the_hang_oracle_fires_and_the_failure_replays(tmp_path):
     result = fuzz("--testee", broken("hang"), "--max-examples", "1", "--seed", SEED,
                   "--bound", "0.5", "--artifacts", str(tmp_path))
     assert result.exit_code == 1, result.output
-    assert "[QX-HDR-7 MUST] hang" in result.output
+    assert "[QX-HDR-7 FAIL] hang" in result.output
     [path] = [str(p) for p in tmp_path.iterdir()]
     still = CliRunner().invoke(main, ["fuzz", "replay", path, "--testee", broken("hang"),
                                       "--bound", "0.5"])
@@ -194,6 +194,6 @@ def test_a_worker_that_runs_a_broken_task_is_caught_on_the_wire(tmp_path):
     still = CliRunner().invoke(main, ["fuzz", "replay", str(path), "--testee",
                                       broken("trusting")])
     assert still.exit_code == 1 and "STILL FAILING" in still.output, still.output
-    assert "[QX-TASK-4 MUST] accepted_broken_reply" in still.output
+    assert "[QX-TASK-4 FAIL] accepted_broken_reply" in still.output
     fixed = CliRunner().invoke(main, ["fuzz", "replay", str(path), "--testee", ADAPTER])
     assert fixed.exit_code == 0 and "FIXED" in fixed.output, fixed.output

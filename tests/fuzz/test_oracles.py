@@ -117,7 +117,7 @@ async def test_each_oracle_fires_shrinks_and_replays(mode, tmp_path):
     assert stats.failures >= 1, mode
     original, small, path, findings = stats.failed[0]
     assert {f.kind for f in findings if f.fails} & MODES[mode], findings
-    assert all(f.requirement and f.level == "MUST" for f in findings if f.fails)
+    assert all(f.requirement and f.level == "FAIL" for f in findings if f.fails)
     case, doc = read_transcript(path)
     if mode == "crash":  # a dead server cannot judge smaller cases: kept whole, said so
         assert small.as_dict() == original.as_dict() and "not shrunk" in doc["note"]
@@ -186,4 +186,4 @@ def test_close_reaction_demands_a_close():
     # demand both the close and an answer to every command, not their order (a reading)
     lost = judge.judge(exp, [], closed=True, timed_out=False)
     assert [(f.requirement, f.level, f.kind) for f in lost] == [
-        ("BQ-PIPE-1", "SHOULD", "lost_before_close")]
+        ("BQ-PIPE-1", "NON-STRICT", "lost_before_close")]

@@ -102,7 +102,7 @@ def test_getstate_echoing_an_id_of_the_wrong_type_is_info():
                       [{"ok": True, "id": bad_id, "state": "waiting", "reqId": "1"}])
         assert not failing(found), found
         kinds = {(f.requirement, f.level, f.kind) for f in found}
-        assert ("BQ-ENV-6", "SHOULD", "accepted_invalid") in kinds
+        assert ("BQ-ENV-6", "NON-STRICT", "accepted_invalid") in kinds
         assert ("BQ-CMD-GetState", "INFO", "echoed_invalid") in kinds
     # a valid request answered with another id's type is still the command's shape
     found = judge([frame({"cmd": "GetState", "id": "j1", "reqId": "1"})],
@@ -138,7 +138,7 @@ def test_a_reqid_that_is_no_string_may_be_left_out_of_the_reply(rid):
     found = judge(frames, [refused])
     assert not failing(found), found
     assert [(f.requirement, f.level, f.kind) for f in found] == [
-        ("BQ-ENV-2", "SHOULD", "reqid_not_echoed")]
+        ("BQ-ENV-2", "NON-STRICT", "reqid_not_echoed")]
     assert judge(frames, [{**refused, "reqId": rid}]) == []      # echoed: nothing to say
     assert ("BQ-PIPE-1", "lost_reply") in failing(judge(frames, [], timed_out=True))
     # beside a request of its own in the no-reqId group (case 312: Dlq with reqId [7, 5]
@@ -175,7 +175,7 @@ def test_a_too_deep_frame_may_be_read_and_answered_as_its_request():
     refused = {"ok": False, "error": BQ.model.errors["invalid_command_format"].message}
     assert not judge([move], [refused])                    # refused, as the spec's decoder
     lost = judge([move], [], timed_out=True)
-    assert [(f.requirement, f.level) for f in lost] == [("BQ-MSGPACK-3", "MAY")]
+    assert [(f.requirement, f.level) for f in lost] == [("BQ-MSGPACK-3", "INFO")]
     # with a non-string reqId, echoed (case 316: StorageStatus, reqId [])
     status = deep({"cmd": "StorageStatus", "reqId": []}, 256)
     assert not failing(judge([status], [valid("StorageStatus", reqId=[])]))
@@ -206,7 +206,7 @@ def test_a_frame_error_lost_to_a_demanded_close_is_a_reading():
         length=BQ.model.max_frame_bytes + 1, max=BQ.model.max_frame_bytes)}
     found = judge([trailing, trailing, huge], [too_large], closed=True)
     assert [(f.requirement, f.level, f.kind) for f in found] == [
-        ("BQ-MSGPACK-1", "SHOULD", "lost_before_close")]
+        ("BQ-MSGPACK-1", "NON-STRICT", "lost_before_close")]
     assert judge([trailing, huge], [too_large], closed=True) == []  # it may be that one's
     # alone, the trailing bytes must be answered: unanswered, that is still a failure
     found = judge([trailing], [], timed_out=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from ..judge import Verdict
 from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
 
@@ -385,7 +386,7 @@ async def _client_run(profile_name: str, testee_cmd: str, cwd: str | None, *, se
             played, findings = await _client_case(server, testee, case, profile, bound)
             stats["cases"] += 1
             stats["kinds"].add(case.recipe["kind"])
-            stats["nonstrict"] += sum(1 for f in findings if not f.fails and f.level != "INFO")
+            stats["nonstrict"] += sum(1 for f in findings if f.level is Verdict.NON_STRICT)
             if any(f.fails for f in findings):
                 rids = {f.requirement for f in findings if f.fails}
                 small, final = case, (played, findings)

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 # the judge's vocabulary: a case's verdict and a requirement's level are named once, there
-from ..judge import Verdict
+from ..judge import Verdict, verdict_for
 from ..spec.model import Level
 
 # Order used by reports (worst first) and by exit-code logic.
@@ -435,9 +435,10 @@ def verdict_of(checks: Sequence[Check], *, error: str | None = None,
         return Verdict.ERROR
     if unimplemented:
         return Verdict.UNIMPLEMENTED
-    if any(not c.ok and c.level == "MUST" for c in checks):
+    failed = {verdict_for(c.level) for c in checks if not c.ok}  # the judge's mapping
+    if Verdict.FAIL in failed:
         return Verdict.FAIL
-    if any(not c.ok for c in checks):
+    if failed:
         return Verdict.NON_STRICT
     if info:
         return Verdict.INFO

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..judge import Verdict
 from .case import Case
 from .oracles import Finding
 from .runner import DEFAULT_BOUND, Runner, shrink_and_save_sync
@@ -155,7 +156,7 @@ def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
             cases += 1
             commands.update(lab[4:] for lab in case.labels if lab[:4] in ("cmd:", "msg:"))
             reqs |= res.covered
-            nonstrict += sum(1 for f in res.findings if not f.fails and f.level != "INFO")
+            nonstrict += sum(1 for f in res.findings if f.level is Verdict.NON_STRICT)
             if other is not None:
                 res2 = other.run(case)
                 if res.kinds() != res2.kinds():

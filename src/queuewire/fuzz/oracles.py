@@ -10,8 +10,9 @@ stream that ends inside a frame is closed unanswered (BQ-FRAME-1 / QX-HDR-7).
 ``judge_*`` takes the replies that came back (decoded by the client-side decoder), whether the
 connection closed and whether the wait timed out, and returns :class:`Finding` values, each
 citing a requirement id and carrying that requirement's level from the profile; only a
-finding on a MUST is a failure (``Finding.fails``), the rest are NON-STRICT or INFO, as in
-the conformance suite. The oracles and the requirements they rest on:
+finding whose verdict is FAIL (a MUST the documents state) is a failure (``Finding.fails``),
+the rest are NON-STRICT or INFO: the verdicts of :mod:`queuewire.judge`, as in the
+conformance suite and the tap. The oracles and the requirements they rest on:
 
 * every reply is valid for its request: a success reply matches the command's reply schema
   (each violation cites its own requirement), an error reply the shared error-reply schema
@@ -45,6 +46,7 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
+from ..judge import Verdict, requirement_verdict, verdict_for
 from ..spec import Profile
 from .case import Case
 
@@ -52,13 +54,13 @@ from .case import Case
 @dataclass(frozen=True)
 class Finding:
     requirement: str
-    level: str          # MUST | SHOULD | MAY | INFO
+    level: Verdict      # FAIL | NON-STRICT | INFO
     kind: str           # invalid_reply | lost_reply | duplicate_reply | no_close | dead | ...
     message: str
 
     @property
     def fails(self) -> bool:
-        return self.level == "MUST"
+        return self.level is Verdict.FAIL
 
     def as_dict(self) -> dict[str, str]:
         return {"requirement": self.requirement, "level": self.level, "kind": self.kind,
@@ -68,9 +70,9 @@ class Finding:
         return f"[{self.requirement} {self.level}] {self.kind}: {self.message}"
 
 
-def level_of(profile: Profile, rid: str) -> str:
-    req = profile.requirements.get(rid)
-    return req.level if req is not None else "INFO"
+def level_of(profile: Profile, rid: str) -> Verdict:
+    """The verdict of a finding that cites ``rid`` (the judge's mapping)."""
+    return requirement_verdict(profile, rid)
 
 
 def canon(value: Any) -> Any:
@@ -178,7 +180,7 @@ def _lenient_read(stream: bytes, err: ProtocolError, profile: Profile) -> dict |
     """The request a frame holds when the spec's decoder refused it by a rule a server need
     not apply (a MAY: the nesting depth, BQ-MSGPACK-3; msgpackr has no limit), read by a
     decoder without that rule; None when the rule binds or the frame holds no request."""
-    if level_of(profile, err.requirement) not in ("MAY", "INFO") or err.offset is None:
+    if level_of(profile, err.requirement) is not Verdict.INFO or err.offset is None:
         return None
     prefix = struct.Struct(profile.model.len_format)
     start = err.offset - prefix.size
@@ -272,7 +274,7 @@ class BunqueueJudge:
                 if key is None and item.error is None and item.req_id is not UNDEFINED:
                     # 001 types the echoed reqId ``reqId?: string``: echoing one of another
                     # type is a reading of "the server echoes reqId back"
-                    out.append(Finding("BQ-ENV-2", "SHOULD", "reqid_not_echoed",
+                    out.append(Finding("BQ-ENV-2", Verdict.NON_STRICT, "reqid_not_echoed",
                                        f"reply {_short(reply)} to {_short(item.request)} "
                                        f"leaves out its reqId, which is no string"))
             lost += [i for i in spare_items if not i.optional]
@@ -293,7 +295,7 @@ class BunqueueJudge:
         why = "timed out" if timed_out else ("connection closed" if closed else "no reply")
         for item in lost:
             if reset and exp.close_error is not None:
-                out.append(Finding("BQ-PIPE-1", "INFO", "reset_after_close",
+                out.append(Finding("BQ-PIPE-1", Verdict.INFO, "reset_after_close",
                                    f"no reply to {_short(item.request or item.error.kind)}: "
                                    f"the connection was reset after the close "
                                    f"{exp.close_error.kind} demands"))
@@ -302,7 +304,7 @@ class BunqueueJudge:
                 # command read before it (below), answering first is a reading
                 level = level_of(self.profile, item.error.requirement)
                 out.append(Finding(item.error.requirement,
-                                   "SHOULD" if level == "MUST" else level,
+                                   Verdict.NON_STRICT if level is Verdict.FAIL else level,
                                    "lost_before_close",
                                    f"{item.error.kind} not answered: the connection was "
                                    f"closed for the {exp.close_error.kind} that followed it"))
@@ -310,14 +312,14 @@ class BunqueueJudge:
                 out.append(self._finding(item.error.requirement, "lost_reply",
                                          f"{item.error.kind} not answered ({why})"))
             elif half_closed and closed and self._parks(item):
-                out.append(Finding("BQ-PIPE-1", "INFO", "dropped_poll",
+                out.append(Finding("BQ-PIPE-1", Verdict.INFO, "dropped_poll",
                                    f"long poll {_short(item.request)} dropped after the "
                                    f"client's half-close"))
             elif exp.close_error is not None and closed:
                 # the documents demand the close (BQ-FRAME-2: "cause the connection to be
                 # terminated") and an answer to every command (BQ-PIPE-1); that commands
                 # read before the fatal frame are answered before the close is a reading
-                out.append(Finding("BQ-PIPE-1", "SHOULD", "lost_before_close",
+                out.append(Finding("BQ-PIPE-1", Verdict.NON_STRICT, "lost_before_close",
                                    f"no reply to {_short(item.request)}: the connection was "
                                    f"closed for the {exp.close_error.kind} that followed it "
                                    f"before it was answered"))
@@ -443,7 +445,7 @@ class BunqueueJudge:
             if request and not self.validator.request_is_valid(req):
                 return False   # an invalid request answered ok: BQ-ENV-6
         if not (cmd or not ok):
-            return all(f.level == "INFO" for f in self._check(item, reply))
+            return all(f.level is Verdict.INFO for f in self._check(item, reply))
         return self.validator.reply_is_valid(cmd or "", body, ok=ok)
 
     @staticmethod
@@ -490,14 +492,14 @@ class BunqueueJudge:
                 # the request broke this field's rule and the reply gives back what it sent:
                 # the request's fault (BQ-ENV-6 above); the documents' reply shapes are
                 # those of valid requests
-                out.append(Finding(v.requirement, "INFO", "echoed_invalid",
+                out.append(Finding(v.requirement, Verdict.INFO, "echoed_invalid",
                                    f"reply to {cmd}: {v} (as the request sent it)"))
                 continue
-            out.append(Finding(v.requirement, v.level, "invalid_reply",
+            out.append(Finding(v.requirement, verdict_for(v.level), "invalid_reply",
                                f"reply to {cmd or 'a bad frame'}: {v}"))
         if reply.get("ok") is False and isinstance(reply.get("error"), str) and not any(
                 p.fullmatch(reply["error"]) for p in self.error_patterns):
-            out.append(Finding("BQ-ENV-4", "INFO", "undocumented_error",
+            out.append(Finding("BQ-ENV-4", Verdict.INFO, "undocumented_error",
                                f"error string {reply['error']!r:.80} is none of the spec's"))
         return out
 
@@ -611,7 +613,7 @@ class QuicxJudge:
                                      f"{len(exp.errors)} MSG_ERROR not sent (first missing: "
                                      f"{err.kind}; {why})"))
         elif any(got[c] < n for c, n in want.items()):
-            out.append(Finding("QX-ERR-3", "INFO", "other_error_code",
+            out.append(Finding("QX-ERR-3", Verdict.INFO, "other_error_code",
                                f"MSG_ERROR codes {dict(got)} where the spec's decoder "
                                f"gives {dict(want)}"))
         if exp.close_error is not None and not closed:

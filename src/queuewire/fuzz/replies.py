@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
+from ..judge import Verdict
 from ..spec import Profile
 from .case import split_by
 from .gen import BOOL, SeededDraw, binary, ints, pick
@@ -258,8 +259,8 @@ def recipe_rule(case: ClientCase, reply: dict[str, Any] | None = None) -> str:
 def _finding(profile: Profile, rid: str, kind: str, message: str,
              cap: bool = False) -> Finding:
     level = level_of(profile, rid)
-    if cap and level == "MUST":
-        level = "SHOULD"
+    if cap and level is Verdict.FAIL:
+        level = Verdict.NON_STRICT
     return Finding(rid, level, kind, message)
 
 
