@@ -298,6 +298,13 @@ def test_queue_name_of_wrong_type():
 
 
 JOB_DATA = LIMITS["job_data_bytes"]
+
+
+def _json_len(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (what JSON.stringify writes)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 JOB_DATA_LOCATIONS = limit_locations("job_data_bytes", "max")
 
 
@@ -321,12 +328,18 @@ def test_job_data_size_limit(cmd, path):
 
 
 def test_job_data_size_limit_counts_structured_values_and_utf8_bytes():
-    # a list of n zeros is 2n + 1 bytes as JSON ("[0,0,...,0]")
-    n = (JOB_DATA.max - 1) // 2
-    exact_or_under = with_value("PUSH", ("data",), [0] * n)
-    assert VALIDATOR.request_violations(exact_or_under) == ()
-    over = with_value("PUSH", ("data",), [0] * (n + 1))
+    # every byte of a structured value counts: keys, quotes, brackets, commas, numbers, null
+    # (a few hundred members beside one long string, so that the test stays fast)
+    def data(n: int) -> dict:
+        return {"s": "a" * n, "l": [0, 1.5, None, True] * 100, "o": {str(i): i for i in range(100)}}
+
+    n = JOB_DATA.max - _json_len(data(0))
+    exact = with_value("PUSH", ("data",), data(n))
+    assert VALIDATOR.request_violations(exact) == ()
+    assert VALIDATOR.request_is_valid(exact)
+    over = with_value("PUSH", ("data",), data(n + 1))
     assert [v.requirement for v in VALIDATOR.request_violations(over)] == [JOB_DATA.requirement]
+    assert not VALIDATOR.request_is_valid(over)
     # UTF-8 bytes, not characters: "é" is two bytes
     half = (JOB_DATA.max - 2) // 2
     ok = with_value("PUSH", ("data",), "\u00e9" * half)
@@ -910,11 +923,6 @@ def test_a_violation_under_a_definition_without_a_rule_cites_the_nearest_field_r
         (job_rule, "/job/id")]
 
 
-def _json_len(value: Any) -> int:
-    """Bytes of ``value`` as compact UTF-8 JSON (what JSON.stringify writes)."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
 def test_job_data_holding_undefined_is_measured_as_json_stringify_writes_it():
     """Data holding ``undefined`` cannot be encoded as it is, so its size is measured on what
     JSON.stringify writes: an undefined array item as null, an undefined member not at all,
@@ -1061,17 +1069,20 @@ RULES = sorted(PROFILE.requirements)  # ids the crafted schemas cite; their leve
 
 
 def crafted(properties: Mapping, *, defs: Mapping | None = None, required: tuple = (),
-            requirement: str | None = None) -> BunqueueValidator:
-    """A validator of bunqueue/v2 cut down to one command, ``Crafted``: its success reply is an
-    object of ``properties`` (``defs`` its $defs), its request Ping's, its own rule
-    ``requirement`` (Ping's when None)."""
+            requirement: str | None = None, request: bool = False) -> BunqueueValidator:
+    """A validator of bunqueue/v2 cut down to one command, ``Crafted``: its success reply (its
+    request when ``request``, then with its ``cmd``) is an object of ``properties`` (``defs``
+    its $defs), the other side is Ping's, its own rule ``requirement`` (Ping's when None)."""
     ping = MODEL.commands["Ping"]
-    response: dict = {"$schema": DIALECT, "type": "object", "required": list(required),
-                      "properties": dict(properties)}
+    if request:
+        properties = {"cmd": {"const": "Crafted"}, **properties}
+        required = ("cmd", *required)
+    schema: dict = {"$schema": DIALECT, "type": "object", "required": list(required),
+                    "properties": dict(properties)}
     if defs:
-        response["$defs"] = dict(defs)
-    command = dataclasses.replace(ping, name="Crafted", response=response,
-                                  requirement=requirement or ping.requirement)
+        schema["$defs"] = dict(defs)
+    command = dataclasses.replace(ping, name="Crafted", requirement=requirement or ping.requirement,
+                                  **{"request" if request else "response": schema})
     model = dataclasses.replace(MODEL, commands={"Crafted": command})
     return BunqueueValidator(dataclasses.replace(PROFILE, model=model))
 
@@ -1159,3 +1170,65 @@ def test_a_rule_the_profile_does_not_define_is_judged_at_must():
     v = crafted({"n": {"type": "integer"}}, required=("n",), requirement=rid)
     assert [(x.requirement, x.level, x.path) for x in v.reply_violations("Crafted", {"ok": True})
             ] == [(rid, "MUST", "")]
+
+
+def _agree(v: BunqueueValidator, msg: dict) -> tuple[Violation, ...]:
+    """The violations of a request, after checking that the fast path agrees with them."""
+    violations = v.request_violations(msg)
+    assert v.request_is_valid(msg) == (violations == ()), (msg, violations)
+    return violations
+
+
+SIZED = crafted({
+    "a": {"x-maxJsonBytes": 30},
+    "b": {"type": "array", "items": {"type": "object", "properties": {"d": {"x-maxJsonBytes": 30}}}},
+    "n": {"x-maxJsonBytes": 23},
+    "any": {"description": "a required field whose schema accepts anything"},
+    "ref": {"$ref": "#/$defs/Any"},
+    "yes": True,
+}, defs={"Any": {"description": "anything"}}, required=("a", "any", "ref", "yes"), request=True)
+
+
+def test_the_fast_path_checks_every_sized_field_and_every_untyped_required_field():
+    """Several x-maxJsonBytes fields (one in each item of a list) and required fields whose
+    schema accepts anything (where ``undefined`` must count as absent, since the compiled
+    schema does not look at the value): request_is_valid agrees with request_violations on
+    each, and the verdicts are the documents' (a string of n control characters is 6n + 2
+    bytes of JSON; the 24 characters of -2.2250738585072014e-308 do not fit 23 bytes)."""
+    base = {"cmd": "Crafted", "a": "x" * 28, "any": None, "ref": 0, "yes": [],
+            "b": [{"d": 1}, {}, {"d": "y" * 28}], "n": 1.5}
+    assert _agree(SIZED, base) == ()
+    assert _agree(SIZED, {**base, "a": "\x00" * 4}) == ()
+    rid = SIZED._requests["Crafted"].default_requirement
+    for change, path in (({"a": "x" * 29}, "/a"),
+                         ({"a": "\x00" * 5}, "/a"),
+                         ({"b": [{"d": 1}, {"d": "y" * 29}]}, "/b/1/d"),
+                         ({"n": -2.2250738585072014e-308}, "/n")):
+        violations = _agree(SIZED, {**base, **change})
+        assert [(x.requirement, x.path) for x in violations] == [(rid, path)], change
+    for name in ("any", "ref", "yes"):
+        violations = _agree(SIZED, {**base, name: UNDEFINED})
+        assert [(x.requirement, x.path) for x in violations] == [(rid, "")], name
+        assert name in violations[0].message
+
+
+def test_job_data_in_a_reply_is_held_to_the_same_size_limit(bq_minimal):
+    """A reply carrying a job (GetJob's job, each of GetJobs' jobs) is held to the job data
+    limit too, by the full verdict and the fast path alike."""
+    job = bq_minimal("GetJob", reply=True)["job"]
+    at_limit = {**job, "data": "a" * (JOB_DATA.max - 2)}
+    over = {**job, "data": "a" * (JOB_DATA.max - 1)}
+    assert VALIDATOR.reply_violations("GetJob", {"ok": True, "job": at_limit}) == ()
+    assert VALIDATOR.reply_is_valid("GetJob", {"ok": True, "job": at_limit}) is True
+    for cmd, reply, path in (("GetJob", {"ok": True, "job": over}, "/job/data"),
+                             ("GetJobs", {"ok": True, "jobs": [at_limit, over]}, "/jobs/1/data")):
+        violations = VALIDATOR.reply_violations(cmd, reply)
+        assert [(v.requirement, v.path) for v in violations] == [(JOB_DATA.requirement, path)]
+        assert VALIDATOR.reply_is_valid(cmd, reply) is False
+
+
+def test_to_json_model_reads_tuples_as_arrays_and_non_finite_numbers_as_null():
+    value = {"t": (1, UNDEFINED), "m": memoryview(b"\x01"), "b": bytearray(b"\x02"),
+             "i": float("inf"), "j": float("-inf"), "f": 1.5, "s": "x", "z": 0}
+    assert to_json_model(value) == {"t": [1, None], "m": {"$binary": "01"}, "b": {"$binary": "02"},
+                                     "i": None, "j": None, "f": 1.5, "s": "x", "z": 0}
