@@ -402,6 +402,9 @@ class TargetRun:
     duration: float
     strict: bool = False
     server_info: Any = None  # e.g. the Hello reply, when the protocol has one
+    #: the command that reruns this run (no case selected; reproduce.py), and its selector
+    rerun: tuple[str, ...] = ()
+    select_flag: str = "--select"
 
     def counts(self) -> dict[str, int]:
         out = {v.value: 0 for v in VERDICT_ORDER}

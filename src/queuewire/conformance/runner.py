@@ -26,13 +26,12 @@ import asyncio
 import contextlib
 import datetime as _dt
 import fnmatch
-import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from ..spec import Profile, default_profile, load_profile
-from . import steps_bunqueue, steps_quicx
+from . import reproduce, steps_bunqueue, steps_quicx
 from .context import CaseAbort, CaseContext, StepError
 from .httpapi import parse_http_target
 from .loader import CaseError, load_dir, resolve_function
@@ -48,6 +47,7 @@ from .model import (
     redact_value,
     verdict_of,
 )
+from .reproduce import DEFAULT_TIMEOUT, server_argv
 from .targets import EMBEDDED, embedded_target, parse_target
 from .wire import ConnectError
 
@@ -83,21 +83,11 @@ def select_cases(cases: Iterable[Case], select: Sequence[str] = (),
 
 def reproduction(case: Case, protocol: str, target: str, profile: str, *,
                  auth_token: str | None = None, strict: bool = False,
-                 timeout: float = 5.0, http_target: str | None = None) -> str:
+                 timeout: float = DEFAULT_TIMEOUT, http_target: str | None = None) -> str:
     """The shell line that reruns ``case`` alone against ``target`` (a token is not echoed)."""
-    parts = ["queuewire", "conform", "server", "--protocol", protocol, "--target", target,
-             "--profile", profile]
-    if http_target and target != EMBEDDED:
-        parts += ["--http-target", http_target]
-    if auth_token:
-        parts += ["--auth-token", '"$QUEUEWIRE_AUTH_TOKEN"']
-    if strict:
-        parts.append("--strict")
-    if timeout != 5.0:
-        parts += ["--timeout", f"{timeout:g}"]
-    line = " ".join(p if p.startswith('"$') else shlex.quote(p) for p in parts)
-    sel = f"'{case.id}'" if "'" not in case.id else shlex.quote(case.id)
-    return f"{line} --select {sel}"
+    argv = server_argv(protocol, target, profile, auth=bool(auth_token), strict=strict,
+                       timeout=timeout, http_target=http_target, embedded=target == EMBEDDED)
+    return reproduce.line(argv, "--select", case.id)
 
 
 def coverage_of(profile: Profile, results: Iterable[CaseResult]) -> Coverage:
@@ -369,7 +359,10 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
         results, info = await run_all(*where)
     run = TargetRun(target=label, protocol=protocol, profile=prof.name, results=results,
                     coverage=coverage_of(prof, results), started_at=started_at,
-                    duration=time.monotonic() - t0, strict=strict, server_info=info)
+                    duration=time.monotonic() - t0, strict=strict, server_info=info,
+                    rerun=server_argv(protocol, label, prof.name, auth=bool(auth_token),
+                                      strict=strict, timeout=timeout, http_target=http_target,
+                                      embedded=label == EMBEDDED))
     notify("done", run)
     return run
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import json
-import shlex
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 
 from ...spec import Profile
 from ..model import Case, CaseResult, Check, Coverage, TargetRun, Verdict, verdict_of
+from ..reproduce import client_argv, line
 from .judges import JUDGES, JudgeContext
 from .quicx_judges import QUICX_JUDGES
 from .quicx_server import QuicxConformanceServer
@@ -118,11 +118,9 @@ def _recorded(answer: dict[str, Any]) -> Any:
 
 
 def reproduction(scenario: Scenario, testee: Testee, profile: str) -> str:
-    parts = ["queuewire", "conform", "client", "--protocol", scenario.protocol, "--listen",
-             "127.0.0.1:0", "--profile", profile, "--testee", testee.command]
-    if testee.cwd:
-        parts += ["--testee-cwd", testee.cwd]
-    return " ".join(shlex.quote(p) for p in parts) + f" --scenario {shlex.quote(scenario.id)}"
+    """The shell line that reruns ``scenario`` alone against the same testee."""
+    argv = client_argv(scenario.protocol, profile, testee.command, testee.cwd)
+    return line(argv, "--scenario", scenario.id)
 
 
 async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
@@ -212,7 +210,9 @@ async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Pro
     run = TargetRun(testee.label, profile.protocol,
                     profile.name, results, client_coverage(profile, results), started,
                     time.monotonic() - t0, server_info={"listen": server.target,
-                                                        "testee": testee.command})
+                                                        "testee": testee.command},
+                    rerun=client_argv(profile.protocol, profile.name, testee.command, testee.cwd),
+                    select_flag="--scenario")
     if progress:
         progress("done", run)
     return run

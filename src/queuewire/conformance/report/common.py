@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import CaseResult, TargetRun, case_definition, jsonable_result, run_failed
+from ..reproduce import line
 
 
 def label(run: TargetRun) -> str:
@@ -17,13 +18,10 @@ def label(run: TargetRun) -> str:
 
 
 def reproduction(run: TargetRun, result: CaseResult) -> str:
-    """The runner's one-line reproduction, or one built from the run when it gave none."""
-    if result.reproduction:
+    """The runner's one-line reproduction, or the same line rebuilt from the run's argv."""
+    if result.reproduction or not run.rerun:
         return result.reproduction
-    target = run.target
-    line = (f"queuewire conform server --protocol {run.protocol} --target {target} "
-            f"--profile {run.profile} --select '{result.case.id}'")
-    return line + (" --strict" if run.strict else "")
+    return line(run.rerun, run.select_flag, result.case.id)
 
 
 def requirement_info(profile: str, rid: str) -> dict[str, Any]:
