@@ -9,7 +9,10 @@ specification, not the bunqueue spec) and hand-written interop bytes from msgpac
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import datetime as dt
+import pickle
 import re
 import resource
 import signal
@@ -29,6 +32,7 @@ from queuewire.codecs.bunqueue import (
     FrameEncoder,
     depth_exceeds,
     encode_frame,
+    nests_too_deep,
 )
 from queuewire.codecs.errors import (
     EncodeError,
@@ -38,7 +42,7 @@ from queuewire.codecs.errors import (
 )
 from queuewire.codecs.validation import BunqueueValidator, to_json_model
 from queuewire.fuzz.schema_gen import from_schema
-from queuewire.spec import load_profile
+from queuewire.spec import default_profile, load_profile
 
 PROFILE = load_profile("bunqueue/v2")
 MODEL = PROFILE.model
@@ -973,3 +977,317 @@ def test_a_message_json_cannot_write_is_walked_for_wide_integers():
     # fixmap 2, nil: 1, "n": float64 2**40 (MessagePack's own markers)
     assert payload == b"\x82\xc0\x01\xa1n\xcb" + struct.pack(">d", 2**40)
     assert b"\xcf" not in payload
+
+
+# -- profiles: the decoder and encoder work for the profile they are given ---------------------
+DEFAULT = load_profile(default_profile("bunqueue"))
+# A variant under the same name, as tests build them (dataclasses.replace): a little-endian
+# prefix, 64-byte frames and 3 levels of nesting, so using the wrong profile shows.
+SMALL = dataclasses.replace(PROFILE, model=dataclasses.replace(
+    MODEL, len_format="<I", max_frame_bytes=64, max_nesting_depth=3))
+
+
+def test_decoder_and_encoder_use_the_profile_they_are_given_or_the_default():
+    """No profile means the protocol's default profile; a name loads that profile; a
+    ``Profile`` is used as it is, limits and prefix included."""
+    assert FrameDecoder().profile is DEFAULT and FrameEncoder().profile is DEFAULT
+    assert FrameDecoder("bunqueue/2.9.5").profile is load_profile("bunqueue/2.9.5")
+    assert FrameEncoder("bunqueue/2.9.5").profile is load_profile("bunqueue/2.9.5")
+    msg = {"cmd": "Ping", "reqId": "1"}
+    payload = msgspec.msgpack.encode(msg)
+    little = len(payload).to_bytes(PREFIX_BYTES, "little") + payload
+    decoder = FrameDecoder(SMALL)
+    assert decoder.profile is SMALL and decoder.max_frame_bytes == 64
+    assert decoder.feed(little) == [msg]
+    encoder = FrameEncoder(SMALL)
+    assert encoder.profile is SMALL and encoder.encode(msg) == little
+    with pytest.raises(EncodeError) as info:
+        encoder.encode({"b": bytes(64)})
+    expect("encode_error", info.value, EncodeError)
+    n = len(encoder.payload({"b": bytes(64)}))
+    assert info.value.detail == f"payload of {n} bytes exceeds max_frame_bytes 64"
+
+
+def test_encode_frame_writes_with_the_profile_it_is_given():
+    """``encode_frame`` keeps one encoder per profile; a variant built under a profile's name
+    is its own profile, not the cached encoder of the other (it used to get that one: its
+    prefix and limits ignored)."""
+    msg = {"cmd": "Ping", "reqId": "1"}
+    payload = msgspec.msgpack.encode(msg)
+    assert encode_frame(msg) == frame(payload) == encode_frame(msg, PROFILE)
+    assert encode_frame(msg, SMALL) == len(payload).to_bytes(PREFIX_BYTES, "little") + payload
+    with pytest.raises(EncodeError):
+        encode_frame({"b": bytes(64)}, SMALL)
+    assert encode_frame(msg, PROFILE) == frame(payload)  # and the default one is back
+    assert encode_frame(msg, "bunqueue/2.9.5") == frame(payload)
+
+
+# -- UNDEFINED -----------------------------------------------------------------------------------
+def test_undefined_prints_as_javascript_and_pickles_as_the_singleton():
+    """A decoded message shows JavaScript's name for the value (logs, the CLI, assertion
+    diffs), and survives pickling (multiprocessing, the fuzzer's corpora) as the singleton
+    every ``is UNDEFINED`` test relies on."""
+    assert repr(UNDEFINED) == "undefined"
+    assert repr({"reqId": UNDEFINED}) == "{'reqId': undefined}"
+    assert pickle.loads(pickle.dumps({"reqId": UNDEFINED}))["reqId"] is UNDEFINED
+    assert copy.deepcopy([UNDEFINED])[0] is UNDEFINED
+
+
+# -- the decoder's inputs --------------------------------------------------------------------
+def test_depth_counts_tuples_as_containers():
+    """Arrays a caller built as tuples (and arrays msgspec decodes as tuples) nest too."""
+    assert depth_exceeds({"a": ([],)}, 3) is False
+    assert depth_exceeds({"a": ([],)}, 2) is True
+    assert depth_exceeds({"a": (1, 2)}, 1) is True
+
+
+def test_feed_without_bytes_continues_after_a_reply_error():
+    """``feed()`` (no argument) is how a caller picks up the frames after a reply error."""
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(PayloadError):
+        decoder.feed(frame(b"\x05") + encode_frame(GOOD[0]))
+    assert decoder.feed() == [GOOD[0]]
+    assert decoder.feed_frames() == [] and decoder.buffered == 0
+
+
+@pytest.mark.parametrize("kind", [bytearray, lambda b: memoryview(bytearray(b))])
+def test_a_chunk_the_caller_reuses_is_copied(kind):
+    """A reader that reuses its buffer (readinto) may overwrite a chunk once ``feed`` returns:
+    the part of a frame it held must stay as it was."""
+    whole = encode_frame(GOOD[0])
+    decoder = FrameDecoder(PROFILE)
+    chunk = kind(whole[:7])
+    assert decoder.feed(chunk) == []
+    chunk[:] = b"\xff" * 7
+    assert decoder.feed(kind(whole[7:])) == [GOOD[0]]
+
+
+def test_a_decoder_for_replies_does_not_limit_nesting():
+    """max_nesting_depth is a rule for requests (BQ-MSGPACK-3): ``check_depth=False`` (a
+    client reading replies) decodes a message nested deeper, by feed and by feed_whole."""
+    deep = nested(MAX_DEPTH + 1)
+    decoder = FrameDecoder(PROFILE, check_depth=False)
+    assert decoder.feed(frame(deep)) == [nested_value(MAX_DEPTH + 1)]
+    assert decoder.feed_whole(frame(nested(600))) == [nested_value(600)]
+    with pytest.raises(PayloadError) as info:  # still an error when msgspec cannot go deeper
+        decoder.feed(frame(b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90"))
+    expect("too_deep", info.value, PayloadError)
+
+
+# -- error details: what the user reads --------------------------------------------------------
+def _msgspec_says(payload: bytes) -> str:
+    with pytest.raises(msgspec.DecodeError) as info:
+        msgspec.msgpack.decode(payload)
+    return str(info.value)
+
+
+TRAILING, MAP_KEY, OPCODE = b"\x80\x00\x01", b"\x81\x81\xa1k\x01\x02", b"\x81\xa1a\xc1"
+# (payload, kind, where in the payload it applies, the error's detail)
+DETAILS = [
+    (b"", "empty_frame", 0, "frame has an empty payload"),
+    (b"\x05", "not_a_map", 0, "payload is a int, not a map"),
+    (b"\xa3abc", "not_a_map", 0, "payload is a str, not a map"),
+    (b"\x81\xa1a\xd4\x05\x01", "unknown_extension", 0, "extension type 5 (1 bytes) is not allowed"),
+    (b"\x81\xa1a\xc7\x03\x42abc", "unknown_extension", 0,
+     "extension type 66 (3 bytes) is not allowed"),
+    (b"\x81\xa1a\xa1\xff", "invalid_utf8", 0, "str is not valid UTF-8 (invalid start byte)"),
+    (b"\x81\xa1a\xdd" + HUGE, "container_too_large", 0,
+     "a declared size runs past the end of the 8-byte payload"),
+    (nested(MAX_DEPTH + 1), "too_deep", 0,
+     f"containers nest deeper than max_nesting_depth {MAX_DEPTH}"),
+    (b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90", "too_deep", 0,  # msgspec's own recursion guard
+     f"containers nest deeper than max_nesting_depth {MAX_DEPTH}"),
+    (TRAILING, "trailing_bytes", 1, f"bytes follow the MessagePack object ({_msgspec_says(TRAILING)})"),
+    (MAP_KEY, "invalid_map_key", 0, f"a map is used as a map key ({_msgspec_says(MAP_KEY)})"),
+    (OPCODE, "invalid_msgpack", 0, f"malformed MessagePack ({_msgspec_says(OPCODE)})"),
+]
+
+
+@pytest.mark.parametrize("payload, kind, at, detail", DETAILS)
+def test_payload_errors_say_what_is_wrong_where_and_keep_the_frames_before(payload, kind, at,
+                                                                          detail):
+    """Each refusal names its rule, says what is wrong (a user reads it in the tap, the CLI and
+    the server's error reply), points at the bad frame's payload, and hands back the good
+    frame that came before it in the same feed."""
+    good = encode_frame(GOOD[0])
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(PayloadError) as info:
+        decoder.feed(good + frame(payload))
+    err = info.value
+    expect(kind, err, PayloadError)
+    assert err.detail == detail
+    assert err.offset == len(good) + PREFIX_BYTES + at
+    assert err.frames == [GOOD[0]]
+
+
+def test_a_truncated_frame_says_how_many_bytes_it_has_and_needs():
+    """At eof the error tells a short prefix (the prefix's own size needed) from a prefix
+    whose frame did not all come (prefix and declared payload needed)."""
+    whole = encode_frame(GOOD[0])
+    for cut, needed in ((PREFIX_BYTES - 1, PREFIX_BYTES), (PREFIX_BYTES, len(whole)),
+                        (len(whole) - 1, len(whole))):
+        decoder = FrameDecoder(PROFILE)
+        assert decoder.feed(whole + whole[:cut]) == [GOOD[0]]
+        with pytest.raises(FramingError) as info:
+            decoder.eof()
+        expect("truncated_frame", info.value, FramingError)
+        assert info.value.detail == (f"stream ended with {cut} bytes of an incomplete frame "
+                                     f"({needed} needed)")
+        assert info.value.frames == [] and info.value.offset == len(whole)
+
+
+# -- feed_whole: whole frames straight to the decoder, everything else through feed --------------
+def _spy_on_feed(decoder: FrameDecoder) -> list:
+    """The chunks ``decoder.feed`` is called with from now on."""
+    calls: list = []
+    real = decoder.feed
+
+    def feed(data=b""):
+        calls.append(bytes(data))
+        return real(data)
+
+    decoder.feed = feed
+    return calls
+
+
+def test_feed_whole_decodes_a_whole_frame_without_feed():
+    """What ``feed_whole`` is for (a proxy's hot path): a whole frame that breaks no rule is
+    decoded straight away, not buffered through ``feed``; from a one-byte map to a frame of
+    exactly max_frame_bytes, and a long frame whose many container bytes are not nesting."""
+    wide = {"a": [[] for _ in range(MAX_DEPTH + 10)]}  # more container bytes than the limit
+    frames = [encode_frame(GOOD[0]), frame(b"\x80"), encode_frame(wide)]
+    decoder = FrameDecoder(PROFILE)
+    calls = _spy_on_feed(decoder)
+    assert [decoder.feed_whole(f) for f in frames] == [[GOOD[0]], [{}], [wide]]
+    assert calls == []
+    assert decoder.offset == sum(map(len, frames)) and decoder.buffered == 0
+    exact = encode_frame(GOOD[1])
+    at_limit = FrameDecoder(PROFILE, max_frame_bytes=len(exact) - PREFIX_BYTES)
+    calls = _spy_on_feed(at_limit)
+    assert at_limit.feed_whole(exact) == [GOOD[1]] and calls == []
+
+
+def test_feed_whole_leaves_every_other_frame_to_feed():
+    """Whatever the fast path may not judge goes to ``feed``, whose answer is the verdict:
+    bytes already buffered (the frame continues them), a dead decoder, a prefix that does not
+    match the frame, a frame over max_frame_bytes, bad MessagePack, nesting too deep."""
+    second = encode_frame(GOOD[1])
+    # buffered: a prefix declaring len(second) bytes, so `second` is that frame's payload,
+    # whose first byte (the prefix's 0) is followed by trailing bytes
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed(prefix(len(second))) == []
+    calls = _spy_on_feed(decoder)
+    with pytest.raises(PayloadError) as info:
+        decoder.feed_whole(second)
+    expect("trailing_bytes", info.value, PayloadError)
+    assert calls == [second]
+
+    # dead: the close error again
+    decoder = FrameDecoder(PROFILE)
+    with pytest.raises(FramingError) as closed:
+        decoder.feed(prefix(MAX_FRAME + 1))
+    with pytest.raises(FramingError) as again:
+        decoder.feed_whole(second)
+    assert again.value is closed.value
+
+    # a prefix declaring one byte more than the frame holds: feed waits for it
+    payload = msgspec.msgpack.encode(GOOD[0])
+    short = prefix(len(payload) + 1) + payload
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed_whole(short) == [] and decoder.buffered == len(short)
+
+    # over max_frame_bytes
+    decoder = FrameDecoder(PROFILE, max_frame_bytes=len(payload) - 1)
+    with pytest.raises(FramingError) as info:
+        decoder.feed_whole(frame(payload))
+    expect("frame_too_large", info.value, FramingError)
+
+    for bad, kind in ((b"\xc1", "invalid_msgpack"), (nested(MAX_DEPTH + 1), "too_deep"),
+                      (b"", "empty_frame")):
+        decoder = FrameDecoder(PROFILE)
+        with pytest.raises(PayloadError) as info:
+            decoder.feed_whole(frame(bad))
+        expect(kind, info.value, PayloadError)
+        assert info.value.offset == PREFIX_BYTES
+
+    # shorter than a prefix: buffered
+    decoder = FrameDecoder(PROFILE)
+    assert decoder.feed_whole(second[:PREFIX_BYTES - 1]) == []
+    assert decoder.buffered == PREFIX_BYTES - 1
+
+
+def test_nests_too_deep_judges_what_a_server_would_read():
+    """A sender's check before it writes (BQ-MSGPACK-3): the depth of the payload as a server
+    reads it back, the top-level map being level 1; a payload msgspec cannot read back for
+    its depth is too deep; one with an extension msgspec refuses is judged on the object."""
+    def check(obj: Any, limit: int = 3) -> bool:
+        return nests_too_deep(msgspec.msgpack.encode(obj), obj, limit)
+
+    assert check({}) is False
+    assert check({"a": [[]]}) is False
+    assert check({"a": [[[]]]}) is True
+    assert check({"a": [[], [], [], []], "b": {}}) is False  # many containers, none deep
+    assert check({"a": [[], [[[]]]]}) is True
+    deep = b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90"
+    assert nests_too_deep(deep, {}, MAX_DEPTH) is True
+    bad_stamp = msgspec.msgpack.Ext(MODEL.timestamp_ext, b"abc")  # 3 bytes: not a timestamp
+    assert check({"t": bad_stamp, "a": [], "b": [], "c": [[]]}) is False
+    assert check({"t": bad_stamp, "a": [], "b": [], "c": [[[]]]}) is True
+
+
+# -- the encoder -----------------------------------------------------------------------------
+def test_encoder_errors_say_what_cannot_be_written():
+    """An encode error tells the caller which value it could not write."""
+    enc = FrameEncoder(PROFILE)
+    with pytest.raises(EncodeError) as info:
+        enc.payload({"v": object()})
+    expect("encode_error", info.value, EncodeError)
+    assert info.value.detail == "cannot encode object"
+    numbers = PROFILE.tree["msgpack"]["numbers"]["requirement"]
+    for value in (2**63, -(2**63)):
+        with pytest.raises(EncodeError) as info:
+            enc.payload({"v": [value]})
+        assert info.value.detail == f"integer {value} is beyond float64's exact range ({numbers})"
+    # an extension the encoder would have to read back (to rewrite a wide integer) and cannot
+    msg = {"t": msgspec.msgpack.Ext(MODEL.timestamp_ext, b"abc"), "n": 2**40}
+    with pytest.raises(EncodeError) as info:
+        enc.payload(msg)
+    expect("encode_error", info.value, EncodeError)
+    assert info.value.detail == _msgspec_says(msgspec.msgpack.encode(msg))
+
+
+def test_a_server_encoder_writes_wide_integers_as_they_came():
+    """``wide_integers=True`` (a server echoing a client's reqId or job data, BQ-MSGPACK-8)
+    writes an integer float64 cannot hold as the 64-bit integer it came as; the default
+    refuses it."""
+    server = FrameEncoder(PROFILE, wide_integers=True)
+    assert server.payload({"v": 2**63}) == b"\x81\xa1v\xcf" + struct.pack(">Q", 2**63)
+    assert server.payload({"v": -(2**63)}) == b"\x81\xa1v\xd3" + struct.pack(">q", -(2**63))
+    assert server.payload({"v": 2**40}) == b"\x81\xa1v\xcb" + struct.pack(">d", 2**40)
+    with pytest.raises(EncodeError):
+        FrameEncoder(PROFILE).payload({"v": 2**63})
+
+
+def test_integers_at_the_32_bit_bounds_stay_integers_in_a_message_that_is_rewritten():
+    """Only integers beyond int32/uint32 become float64: in a message the encoder rewrites
+    (it holds 2**40), -2**31 and 2**32-1 are still written as integers."""
+    msg = {"lo": -(2**31), "hi": 2**32 - 1, "w": 2**40, "k": [-(2**31) - 1, 2**32]}
+    expected = {"lo": -(2**31), "hi": 2**32 - 1, "w": float(2**40),
+                "k": [float(-(2**31) - 1), float(2**32)]}
+    assert FrameEncoder(PROFILE).payload(msg) == msgspec.msgpack.encode(expected)
+
+
+def test_undefined_does_not_send_a_message_down_the_walk():
+    """A reply with ``reqId: undefined`` (as bunqueue sends them) and float timestamps whose
+    bytes hold a 64-bit integer marker is written without the Python walk, like one without
+    ``undefined``."""
+    enc = FrameEncoder(PROFILE)
+    walks = []
+    exact = enc._floatify
+    enc._floatify = lambda obj: walks.append(1) or exact(obj)
+    stamps = [float(1767225600000 + i) for i in range(4096)]
+    hit = next(t for t in stamps if b"\xcf" in struct.pack(">d", t))
+    msg = {"ok": True, "time": hit, "reqId": UNDEFINED}
+    assert enc.payload(msg) == b"\x83\xa2ok\xc3\xa4time\xcb" + struct.pack(">d", hit) + (
+        b"\xa5reqId" + UNDEFINED_BYTES)
+    assert walks == []

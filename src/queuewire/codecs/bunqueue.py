@@ -204,9 +204,8 @@ class FrameDecoder:
                        f"({self._need} needed)", self._base, [])
 
     # -- core ---------------------------------------------------------------------------------
-    def _fail(self, cls: type[ProtocolError], kind: str, msg: str, offset: int, out: list,
-              **kw: Any) -> None:
-        err = cls(self._errors[kind], msg, offset=offset, frames=out, **kw)
+    def _fail(self, cls: type[ProtocolError], kind: str, msg: str, offset: int, out: list) -> None:
+        err = cls(self._errors[kind], msg, offset=offset, frames=out)
         if err.reaction == "close":
             self._dead = err
             self._chunks, self._have = [], 0
@@ -423,8 +422,10 @@ _ENCODERS: dict[str, FrameEncoder] = {}
 
 
 def _default_encoder(profile: Profile | str | None) -> FrameEncoder:
-    name = profile.name if isinstance(profile, Profile) else (profile or "bunqueue/v2")
-    enc = _ENCODERS.get(name)
-    if enc is None:
-        enc = _ENCODERS[name] = FrameEncoder(profile)
+    # keyed by name, but only for that very profile: a variant built under the same name
+    # (dataclasses.replace with other limits) gets an encoder of its own
+    prof = _profile(profile)
+    enc = _ENCODERS.get(prof.name)
+    if enc is None or enc.profile is not prof:
+        enc = _ENCODERS[prof.name] = FrameEncoder(prof)
     return enc
