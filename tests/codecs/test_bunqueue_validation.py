@@ -1183,6 +1183,7 @@ SIZED = crafted({
     "a": {"x-maxJsonBytes": 30},
     "b": {"type": "array", "items": {"type": "object", "properties": {"d": {"x-maxJsonBytes": 30}}}},
     "n": {"x-maxJsonBytes": 23},
+    "tiny": {"x-maxJsonBytes": 3},
     "any": {"description": "a required field whose schema accepts anything"},
     "ref": {"$ref": "#/$defs/Any"},
     "yes": True,
@@ -1194,7 +1195,8 @@ def test_the_fast_path_checks_every_sized_field_and_every_untyped_required_field
     schema accepts anything (where ``undefined`` must count as absent, since the compiled
     schema does not look at the value): request_is_valid agrees with request_violations on
     each, and the verdicts are the documents' (a string of n control characters is 6n + 2
-    bytes of JSON; the 24 characters of -2.2250738585072014e-308 do not fit 23 bytes)."""
+    bytes of JSON; the 24 characters of -2.2250738585072014e-308 do not fit 23 bytes; an
+    absent field has no size, even under a limit smaller than null's 4 bytes)."""
     base = {"cmd": "Crafted", "a": "x" * 28, "any": None, "ref": 0, "yes": [],
             "b": [{"d": 1}, {}, {"d": "y" * 28}], "n": 1.5}
     assert _agree(SIZED, base) == ()
@@ -1203,7 +1205,8 @@ def test_the_fast_path_checks_every_sized_field_and_every_untyped_required_field
     for change, path in (({"a": "x" * 29}, "/a"),
                          ({"a": "\x00" * 5}, "/a"),
                          ({"b": [{"d": 1}, {"d": "y" * 29}]}, "/b/1/d"),
-                         ({"n": -2.2250738585072014e-308}, "/n")):
+                         ({"n": -2.2250738585072014e-308}, "/n"),
+                         ({"tiny": 1234}, "/tiny")):
         violations = _agree(SIZED, {**base, **change})
         assert [(x.requirement, x.path) for x in violations] == [(rid, path)], change
     for name in ("any", "ref", "yes"):
@@ -1228,7 +1231,109 @@ def test_job_data_in_a_reply_is_held_to_the_same_size_limit(bq_minimal):
 
 
 def test_to_json_model_reads_tuples_as_arrays_and_non_finite_numbers_as_null():
+    """What a JavaScript peer reads: tuples are arrays, binary of any buffer type is tagged,
+    NaN and both infinities are null, and undefined members are dropped at every depth."""
     value = {"t": (1, UNDEFINED), "m": memoryview(b"\x01"), "b": bytearray(b"\x02"),
-             "i": float("inf"), "j": float("-inf"), "f": 1.5, "s": "x", "z": 0}
+             "i": float("inf"), "j": float("-inf"), "f": 1.5, "s": "x", "z": 0,
+             "d": {"u": UNDEFINED, "l": [{"u": UNDEFINED, "k": 1}]}}
     assert to_json_model(value) == {"t": [1, None], "m": {"$binary": "01"}, "b": {"$binary": "02"},
-                                     "i": None, "j": None, "f": 1.5, "s": "x", "z": 0}
+                                     "i": None, "j": None, "f": 1.5, "s": "x", "z": 0,
+                                     "d": {"l": [{"k": 1}]}}
+
+
+def test_a_request_with_two_size_rules_is_held_to_both():
+    v = crafted({"a": {"x-maxJsonBytes": 10}, "b": {"x-maxJsonBytes": 10}}, request=True)
+    assert _agree(v, {"cmd": "Crafted", "a": 1, "b": 2}) == ()
+    assert [x.path for x in _agree(v, {"cmd": "Crafted", "a": 1, "b": "x" * 20})] == ["/b"]
+    assert [x.path for x in _agree(v, {"cmd": "Crafted", "a": "x" * 20, "b": 2})] == ["/a"]
+
+
+def _nest(keyword: str, levels: int, leaf: Mapping) -> Mapping:
+    """``leaf`` under ``levels`` schemas nested by ``keyword`` (properties p, or items)."""
+    node: Mapping = leaf
+    for _ in range(levels):
+        node = {"type": "object", "properties": {"p": node}} if keyword == "properties" else {
+            "type": "array", "items": node}
+    return node
+
+
+def test_x_max_json_bytes_is_found_up_to_8_levels_deep_through_properties_items_and_refs():
+    """The size rules of a request are found by a walk of its schema that counts each property,
+    array item and $ref one level and stops below 8 (so that a recursive schema ends): a rule 8
+    levels deep is checked, one 9 levels deep is not. A rule without an x-requirement of its
+    own cites the command's."""
+    rid = RULES[5]
+    limit = {"x-maxJsonBytes": 5}
+    v = crafted({
+        "p8": _nest("properties", 7, {**limit, "x-requirement": rid}),
+        "p9": _nest("properties", 8, limit),
+        "a8": _nest("items", 7, limit),
+        "a9": _nest("items", 8, limit),
+        "r8": {"$ref": "#/$defs/D1"},
+        "r9": {"$ref": "#/$defs/E1"},
+        "node": {"$ref": "#/$defs/Node"},
+    }, defs={**{f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(1, 7)}, "D7": limit,
+             **{f"E{i}": {"$ref": f"#/$defs/E{i + 1}"} for i in range(1, 8)}, "E8": limit,
+             "Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+        request=True)
+    assert v.request_size_checks("Crafted") == (
+        (("p8",) + ("p",) * 7, 5, rid),
+        (("a8",) + ("*",) * 7, 5, ""),
+        (("r8",), 5, ""))
+    own = MODEL.commands["Ping"].requirement
+    deep: Any = "abcdef"  # 8 bytes of JSON, 7 levels below p8
+    for _ in range(7):
+        deep = {"p": deep}
+    too_big = {"cmd": "Crafted", "p8": deep}
+    assert [(x.requirement, x.path) for x in _agree(v, too_big)] == [
+        (rid, pointer(("p8",) + ("p",) * 7))]
+    assert [(x.requirement, x.path) for x in _agree(v, {"cmd": "Crafted", "r8": "abcdef"})] == [
+        (own, "/r8")]
+
+
+def test_a_validator_is_built_for_a_schema_whose_required_field_is_a_cycle_of_refs():
+    """The walks over a schema (which required fields accept anything, where the size rules
+    are) follow a bounded number of $refs, so a cycle of $refs ends."""
+    v = crafted({"loop": {"$ref": "#/$defs/L1"}},
+                defs={"L1": {"$ref": "#/$defs/L2"}, "L2": {"$ref": "#/$defs/L1"}},
+                required=("loop",), request=True)
+    assert v.request_size_checks("Crafted") == ()
+    assert v.missing_fields("Crafted", {"cmd": "Crafted", "loop": UNDEFINED}) == ["loop"]
+
+
+def test_a_request_nested_deeper_than_the_schema_validator_walks_is_a_too_deep_violation():
+    """A Python caller can hand the validator a value nested deeper than the decoder lets
+    through; where jsonschema-rs gives up, the verdict is one too_deep violation (its rule,
+    its level, the whole message), never an exception."""
+    inner: Any = []
+    for _ in range(2 * LIMITS["max_nesting_depth"].value):
+        inner = [inner]
+    msg = {"cmd": "PUSH", "queue": "q", "data": 1, "tags": inner}
+    rid = ERRORS["too_deep"].requirement
+    (v,) = VALIDATOR.request_violations(msg)
+    assert (v.requirement, v.level, v.path) == (rid, PROFILE.requirements[rid].level, "")
+    assert v.message.startswith("the request nests deeper than the validator walks (")
+    assert VALIDATOR.request_is_valid(msg) is False
+
+
+def test_a_null_optional_violation_does_not_end_the_verdict():
+    null_rule = ERRORS["null_optional"].requirement
+    prio = LIMITS["priority"]
+    msg = {**with_value("PUSH", ("uniqueKey",), None), "priority": prio.max + 1, "jobId": None}
+    assert sorted((v.requirement, v.path) for v in VALIDATOR.request_violations(msg)) == sorted([
+        (null_rule, "/uniqueKey"), (prio.requirement, "/priority"), (null_rule, "/jobId")])
+
+
+def test_an_error_reply_or_event_section_without_a_requirement_cites_none_at_must():
+    """When the documents give the error reply or job_events no requirement of its own, a
+    violation that finds no nearer rule cites none ("") at the default level, MUST."""
+    error_reply = {k: v for k, v in MODEL.error_reply.items() if k != "x-requirement"}
+    events = {k: v for k, v in EVENTS.items() if k != "requirement"}
+    profile = dataclasses.replace(
+        EVENTS_PROFILE, tree={**EVENTS_PROFILE.tree, "job_events": events},
+        model=dataclasses.replace(EVENTS_PROFILE.model, error_reply=error_reply))
+    v = BunqueueValidator(profile)
+    assert [(x.requirement, x.level, x.path) for x in v.reply_violations("Ping", {"ok": False})
+            ] == [("", "MUST", "")]
+    assert [(x.requirement, x.level, x.path) for x in v.event_violations({"type": "event"})
+            ] == [("", "MUST", "")]

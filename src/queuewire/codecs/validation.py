@@ -332,7 +332,6 @@ class _Compiled:
         "fields",
         "is_valid",
         "post_check",
-        "required",
         "schema",
         "size_checks",
         "validator",
@@ -344,7 +343,6 @@ class _Compiled:
         self.is_valid = self.validator.is_valid
         self.default_requirement = default_requirement
         self.fields = frozenset((schema.get("properties") or {}).keys())
-        self.required = tuple(schema.get("required") or ())
         self.size_checks = tuple(self._size_paths(schema))
         self.post_check = _post_check(schema, self.size_checks)
 
