@@ -800,6 +800,7 @@ header:
     - {id: version, type: u1, requirement: QX-HDR-2}
     - {id: msg_type, type: u1, enum: messages, requirement: QX-HDR-4}
 versions: {current: 0x02, accepted: [0x01, 0x02]}
+limits: {max_payload_bytes: {max: null}}
 messages:
   MSG_READY: {errors: {direction: inbound_error}}
   MSG_STATS: {transport: tcp}
@@ -810,7 +811,7 @@ messages:
 @pytest.fixture
 def custom_profile(tmp_path, monkeypatch):
     """``quicx/custom``: quicx/1.0.3 with the header's length first, two accepted versions,
-    MSG_STATS on TCP (its response has a fixed-size bytes field) and a direction error kind of
+    no payload cap, MSG_STATS on TCP (its response has a fixed-size bytes field) and a direction error kind of
     its own for MSG_READY: a spec copy with one more overlay, as a user's profile would be."""
     root = tmp_path / "spec"
     shutil.copytree(spec_dir(), root)
@@ -867,8 +868,105 @@ def test_the_codec_follows_a_profile_with_another_header(custom_profile):
         (enc.ready(), "producer", "wrong_direction", off["msg_type"]),
         (enc.error(1, "m"), DAEMON, "inbound_error", off["msg_type"]),
     ]
+    assert spec.max_payload_bytes is None  # no cap but the length field's and a local one
+    big = enc.submit("t", bytes(5000))
+    assert [m.name for m in QuicxDecoder(custom_profile, DAEMON).feed(big)] == ["MSG_SUBMIT"]
+    refusals.append((big, DAEMON, "payload_too_large", off["len_payload"]))
     for frame, role, kind, at in refusals:
         first = enc.heartbeat() if role == DAEMON else enc.ok(1)
         with pytest.raises(ProtocolError) as info:
-            QuicxDecoder(custom_profile, role).feed(first + frame)
+            QuicxDecoder(custom_profile, role, max_payload=4096).feed(first + frame)
         assert (info.value.kind, info.value.offset) == (kind, len(first) + at)
+
+
+def test_roles_and_profiles_are_checked_when_the_codec_is_built():
+    """A decoder or encoder refuses, with a message naming the mistake, a profile of another
+    protocol (by name or loaded), a role the profile does not have, no role at all and the
+    daemon combined with a client role; a one-role list is that role, a profile given loaded
+    is the one given by name."""
+    known = list(model(BASE).roles)
+    bad = [(("bunqueue/v2",), "profile bunqueue/v2 is not a quicx profile"),
+           ((load_profile("bunqueue/v2"),), "profile bunqueue/v2 is not a quicx profile"),
+           ((BASE, "janitor"), f"unknown role(s) ['janitor']; known: {known}"),
+           ((BASE, ["worker", "janitor", "clerk"]), f"unknown role(s) ['clerk', 'janitor']; known: {known}"),
+           ((BASE, []), f"unknown role(s) []; known: {known}"),
+           ((BASE, [DAEMON, "worker"]), "the daemon role cannot be combined with a client role")]
+    for args, message in bad:
+        for build in (QuicxDecoder, QuicxEncoder):
+            if build is QuicxEncoder and len(args) > 1 and not isinstance(args[1], str):
+                continue
+            with pytest.raises(ValueError) as info:
+                build(*args)
+            assert str(info.value) == message
+    enc = QuicxEncoder(load_profile(BASE), "worker")
+    assert (enc.profile, enc.role) == (load_profile(BASE), "worker")
+    frame = enc.ready()
+    assert [m.name for m in QuicxDecoder(load_profile(BASE), [DAEMON]).feed(frame)] == ["MSG_READY"]
+    with pytest.raises(MessageError):
+        QuicxDecoder(BASE, ["worker"]).feed(frame)
+
+
+def test_payload_refusals_name_the_field_and_the_byte_at_fault():
+    """A payload that breaks its layout is refused at the byte of the field at fault, with a
+    detail naming the field and what is wrong with it, for every receiver."""
+    v1, v103 = model(BASE), model(OVERLAY)
+    e1, e103 = QuicxEncoder(BASE), QuicxEncoder(OVERLAY)
+    submit, task, failed = v1.message("MSG_SUBMIT"), v1.message("MSG_TASK"), v103.message("MSG_FAILED")
+    cases = [  # (profile, receiver, frame, kind, payload offset, detail)
+        (BASE, DAEMON, e1.frame(submit.code, b"\x05ab"), "submit_type_len", submit.offsets["len_type"],
+         "MSG_SUBMIT.task_type claims 5 bytes, 2 remain in the frame"),
+        (BASE, "worker", e1.frame(task.code, b"\0\0\0\1\x05ab"), "task_type_len", task.offsets["len_type"],
+         "MSG_TASK.task_type claims 5 bytes, 2 remain in the frame"),
+        (BASE, DAEMON, e1.frame(submit.code, b"\x02\xff\xfe"), "invalid_text", 1,
+         "MSG_SUBMIT.task_type is not valid utf-8: invalid start byte"),
+        (OVERLAY, DAEMON, e103.frame(failed.code, b"\0\0\0\1" + b"r" * 65), "reason_too_long", 4,
+         "MSG_FAILED.reason is 65 bytes, more than 64"),
+    ]
+    for profile, role, frame, kind, at, detail in cases:
+        prefix = QuicxEncoder(profile).pong() if role == "worker" else QuicxEncoder(profile).heartbeat()
+        _, exc = _refusal(profile, role, frame, prefix=prefix)
+        assert isinstance(exc, PayloadError)
+        assert (exc.kind, exc.offset, exc.detail) == (kind, len(prefix) + model(profile).header_size + at, detail)
+
+
+def test_the_cap_given_to_the_decoder_only_lowers_the_profile_s():
+    """``max_payload`` is a local policy under the profile's ``max_payload_bytes``: a lower
+    one refuses more, a higher one is no licence to take what the profile refuses."""
+    spec = model(OVERLAY)
+    cap = spec.max_payload_bytes
+    enc = QuicxEncoder(OVERLAY)
+    over = enc.frame(spec.message("MSG_SUBMIT").code, b"\x01t" + bytes(cap - 1))
+    for local in (cap + 1, 4 * cap, None):
+        with pytest.raises(FramingError) as info:
+            QuicxDecoder(OVERLAY, DAEMON, max_payload=local).feed(over)
+        assert info.value.detail == f"MSG_SUBMIT claims {cap + 1} bytes, more than {cap}"
+    with pytest.raises(FramingError) as info:
+        QuicxDecoder(OVERLAY, DAEMON, max_payload=10).feed(enc.submit("t", bytes(9)))
+    assert info.value.detail == "MSG_SUBMIT claims 11 bytes, more than 10"
+    assert QuicxDecoder(OVERLAY, DAEMON, max_payload=10).feed(enc.submit("t", bytes(8)))[0].raw
+
+
+def test_an_incomplete_frame_waits_for_its_last_byte():
+    """A frame whose header is checked but whose payload is still arriving is held with its
+    checked header and the byte count it needs (the module docstring's fast path: it is not
+    looked at again until its last byte arrives); a refused frame's payload is dropped byte
+    by byte as it comes, even a byte that came with its header."""
+    spec = model(BASE)
+    enc = QuicxEncoder(BASE)
+    hs = spec.header_size
+    frame = enc.submit("t", bytes(40))
+    dec = QuicxDecoder(BASE, DAEMON)
+    assert dec._need == hs and dec._pending is None
+    assert dec.feed(frame[:3]) == [] and (dec._need, dec._pending) == (hs, None)
+    assert dec.feed(frame[3:10]) == [] and dec._need == len(frame)
+    assert dec._pending is not None and dec._pending[0] == len(frame) - hs
+    assert dec.feed(frame[10:-1]) == [] and dec._need == len(frame) and dec.buffered == len(frame) - 1
+    (msg,) = dec.feed(frame[-1:])
+    assert msg.raw == frame and (dec._need, dec._pending, dec.buffered) == (hs, None, 0)
+    refused = enc.frame(spec.message("MSG_READY").code, b"abc")
+    with pytest.raises(FramingError):
+        dec.feed(refused[:hs + 1])
+    assert (dec._need, dec.offset, dec.buffered) == (1, len(frame) + hs, 1)
+    assert dec.feed() == [] and (dec._need, dec.offset, dec.buffered) == (1, len(frame) + hs + 1, 0)
+    assert dec.feed(refused[hs + 1:] + enc.ready()) == [decode(BASE, enc.ready())[0]._replace(
+        offset=len(frame) + len(refused))]
