@@ -26,6 +26,7 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
+from ..judge import reqid_key
 from ..spec import Profile
 from .matching import view
 from .model import Case, CaseTranscript, Check
@@ -117,7 +118,7 @@ class Conn:
     async def send_message(self, msg: Mapping, split: int = 0) -> None:
         data = self._encode(msg)
         if "reqId" in msg:
-            self.pending.add(_hashable(msg["reqId"]))
+            self.pending.add(reqid_key(msg["reqId"]))
         await self._send(data, view(msg), "", split)
 
     async def send_messages(self, msgs: list[Mapping], split: int = 0) -> None:
@@ -125,7 +126,7 @@ class Conn:
         parts = []
         for m in msgs:
             if "reqId" in m:
-                self.pending.add(_hashable(m["reqId"]))
+                self.pending.add(reqid_key(m["reqId"]))
             parts.append(self._encode(m))
         self._require_open()
         for m, p in zip(msgs, parts):
@@ -191,7 +192,7 @@ class Conn:
 
     async def wait_reply(self, rid: Any, deadline: float) -> Frame | None:
         """The frame whose reqId is ``rid`` (None: deadline, close or garbage first)."""
-        key = _hashable(rid)
+        key = reqid_key(rid)
         return await self._wait_for(lambda _s, fr: reqid_of(fr.value) == key, deadline)
 
     async def _wait_for(self, pred, deadline: float, rescan: bool = False) -> Frame | None:
@@ -407,15 +408,8 @@ def _seq_of(item: tuple[int, Frame]) -> int:
 
 
 def reqid_of(value: Any) -> Any:
-    return _hashable(value.get("reqId")) if isinstance(value, dict) else None
-
-
-def _hashable(v: Any) -> Any:
-    try:
-        hash(v)
-        return v
-    except TypeError:
-        return repr(v)
+    """The reqId identity of a decoded reply (the judge's rule), None when it is no map."""
+    return reqid_key(value.get("reqId")) if isinstance(value, dict) else None
 
 
 def get_path(value: Any, path: str) -> Any:

@@ -35,7 +35,6 @@ conformance suite and the tap. The oracles and the requirements they rest on:
 
 from __future__ import annotations
 
-import math
 import re
 import struct
 from collections import Counter
@@ -46,7 +45,7 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
-from ..judge import Verdict, requirement_verdict, verdict_for
+from ..judge import Verdict, reqid_key, requirement_verdict, verdict_for
 from ..spec import Profile
 from .case import Case
 
@@ -75,28 +74,6 @@ def level_of(profile: Profile, rid: str) -> Verdict:
     return requirement_verdict(profile, rid)
 
 
-def canon(value: Any) -> Any:
-    """A hashable, wire-faithful key for a reqId (an integer sent as float64 comes back the
-    same number; NaN equals NaN; containers compare by content)."""
-    if value is UNDEFINED:
-        return ("undefined",)
-    if isinstance(value, bool) or value is None:
-        return ("const", value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ("nan",)
-        if value.is_integer():
-            return ("num", int(value))
-        return ("num", value)
-    if isinstance(value, int):
-        return ("num", value)
-    if isinstance(value, dict):
-        return ("map", tuple(sorted((repr(canon(k)), canon(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("list", tuple(canon(v) for v in value))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return ("bin", bytes(value))
-    return (type(value).__name__, repr(value))
 
 
 # -- bunqueue ---------------------------------------------------------------------------------
@@ -119,17 +96,17 @@ class Item:
 
     @property
     def keys(self) -> tuple[Any, ...]:
-        """The reply groups (``canon`` of a reqId; None: no reqId) an answer may come in,
+        """The reply groups (``reqid_key`` of a reqId; None: no reqId) an answer may come in,
         its own first. A reqId that is no string (001 types it ``reqId?: string``) may be
         left out of the reply; a frame error is answered without reqId, or, where the
         server may read the frame (``alt``), with the reqId of the request it holds."""
         if self.error is not None:
             rid = self.alt.get("reqId", UNDEFINED) if self.alt is not None else UNDEFINED
-            return (None,) if rid is UNDEFINED else (None, canon(rid))
+            return (None,) if rid is UNDEFINED else (None, reqid_key(rid))
         rid = self.req_id
         if rid is UNDEFINED:
             return (None,)
-        return (canon(rid),) if type(rid) is str else (canon(rid), None)
+        return (reqid_key(rid),) if type(rid) is str else (reqid_key(rid), None)
 
 
 @dataclass
@@ -236,7 +213,7 @@ class BunqueueJudge:
                                          f"reply is not a map: {reply!r:.80}"))
                 continue
             rid = reply.get("reqId", UNDEFINED)
-            got.setdefault(None if rid is UNDEFINED else canon(rid), []).append(reply)
+            got.setdefault(None if rid is UNDEFINED else reqid_key(rid), []).append(reply)
         item_keys = [it.keys for it in items]
         groups: dict[Any, tuple[list[int], list[tuple[Any, dict]]]] = {}
         if all(len(keys) == 1 for keys in item_keys):
@@ -541,7 +518,7 @@ def _echoes(request: dict, bad: tuple, reply: dict, v: Any) -> bool:
             value = value[int(part)]
         else:
             return False
-    return canon(value) == canon(request.get(name, UNDEFINED))
+    return reqid_key(value) == reqid_key(request.get(name, UNDEFINED))
 
 
 def _template(message: str) -> str:

@@ -58,13 +58,13 @@ from typing import Any
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxEncoder
+from ..judge import reqid_key
 from ..spec import Profile, load_profile
 from .case import Case, write_transcript
 from .oracles import (
     BunqueueJudge,
     Finding,
     QuicxJudge,
-    canon,
     expect_bunqueue,
     expect_quicx,
 )
@@ -102,7 +102,7 @@ def _kinds(replies: list[Any]) -> list[tuple]:
     out = []
     for r in replies:
         if isinstance(r, dict):
-            out.append((repr(canon(r.get("reqId"))), r.get("ok"), "error" in r))
+            out.append((repr(reqid_key(r.get("reqId"))), r.get("ok"), "error" in r))
         else:
             out.append((getattr(r, "name", type(r).__name__),
                         getattr(r, "fields", {}).get("error_code")))

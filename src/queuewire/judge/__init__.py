@@ -14,14 +14,17 @@ Rules
 Design
 ------
 The judge sits between the codecs and the tools (import-linter's layers in pyproject.toml):
-it reads the spec's requirements and nothing above it, and every tool imports its verdicts
-from here.
+it reads the spec's requirements and the codecs' values and nothing above them, and every tool
+imports its verdicts and its reqId identity from here.
 
 Seams
 -----
-:mod:`queuewire.judge.verdicts` is the vocabulary and the mapping.
+:mod:`queuewire.judge.verdicts` is the vocabulary and the mapping; :mod:`queuewire.judge.reqid`
+the one rule of when two reqIds are the same, by which every tool pairs a reply with its
+request.
 """
 
+from .reqid import reqid_key
 from .verdicts import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
 
-__all__ = ["FINDING_VERDICTS", "Verdict", "requirement_verdict", "verdict_for"]
+__all__ = ["FINDING_VERDICTS", "Verdict", "reqid_key", "requirement_verdict", "verdict_for"]

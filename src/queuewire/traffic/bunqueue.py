@@ -28,7 +28,7 @@ from typing import Any
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.validation import BunqueueValidator
-from ..judge import Verdict, requirement_verdict
+from ..judge import Verdict, reqid_key, requirement_verdict
 from ..spec import Profile
 from .framing import Item, Stream
 
@@ -91,14 +91,6 @@ def match_key(req_id: Any) -> str:
     return "s:" + req_id if type(req_id) is str else "r:" + repr(req_id)
 
 
-def _key(req_id: Any) -> Any:
-    try:
-        hash(req_id)
-        return req_id
-    except TypeError:
-        return repr(req_id)
-
-
 class BunqueueConn:
     """One connection's pairing state and verdicts."""
 
@@ -141,7 +133,7 @@ class BunqueueConn:
         if req_id is UNDEFINED:
             self._no_id.append((name, t_ns))
             return name
-        key = _key(req_id) if type(req_id) is not str else req_id
+        key = reqid_key(req_id)
         entry = (name, t_ns)
         held = self.in_flight.get(key)
         if held is None:
@@ -188,7 +180,7 @@ class BunqueueConn:
             cmd, sent = self._no_id.popleft()
             self._judge_reply(cmd, msg, None, sent, t_ns)
             return True
-        key = _key(req_id) if type(req_id) is not str else req_id
+        key = reqid_key(req_id)
         held = self.in_flight.pop(key, None)
         if held is None:
             if self._orphan is not None:

@@ -39,6 +39,7 @@ from typing import Any
 from ...codecs.bunqueue import FrameDecoder
 from ...codecs.errors import ProtocolError
 from ...codecs.validation import BunqueueValidator, jsonable
+from ...judge import reqid_key
 from ...spec import Profile
 from ..model import Check
 from .records import HeadTail
@@ -147,7 +148,7 @@ class ClientChecker:
                           cap=None if v.level == "MUST" else "SHOULD")
         # reqId: unique among the requests in flight, present when pipelining (BQ-PIPE-4)
         req_id = msg.get("reqId")
-        key = repr(req_id)
+        key = reqid_key(req_id)
         if req_id is None and state.unanswered > 0:
             self._violate("BQ-PIPE-4", "reqid", f"{cmd} without reqId while {state.unanswered} "
                           "request(s) are in flight", actual=jsonable(msg))
@@ -215,7 +216,7 @@ class ClientChecker:
         state = self.conns.get(conn)
         if state is None or type(request) is not dict:
             return
-        key = repr(request.get("reqId"))
+        key = reqid_key(request.get("reqId"))
         if state.in_flight.get(key):
             state.in_flight[key] -= 1
             if not state.in_flight[key]:
