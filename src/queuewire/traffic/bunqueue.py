@@ -189,19 +189,37 @@ class BunqueueConn:
             self._report(Verdict.NON_STRICT, "BQ-ENV-2", "s2c", None, "reqid_unknown",
                          f"a reply with reqId {req_id!r}, which no request in flight carries")
             return False
-        if type(held) is deque:
-            cmd, sent = held.popleft()
-            if held:
-                self.in_flight[key] = held if len(held) > 1 else held[0]
-        else:
+        if type(held) is not deque:
             cmd, sent = held
-        self._judge_reply(cmd, msg, req_id, sent, t_ns)
+            self._judge_reply(cmd, msg, req_id, sent, t_ns)
+            return True
+        # the client sent this reqId more than once (already reported on the client): the
+        # reply answers the first of those requests it is a valid reply to, in the order they
+        # were sent (a long poll may be answered after a later Ping); when it fits none, which
+        # one it broke cannot be told, so its shape is reported as INFO, not blamed on the server
+        ok = msg.get("ok") is True
+        fits = self._fits
+        index = next((i for i, (c, _) in enumerate(held) if fits(c, ok, msg)), None)
+        cmd, sent = held[index or 0]
+        del held[index or 0]
+        if held:  # the rest stay a group (a deque, even of one): their replies are as ambiguous
+            self.in_flight[key] = held
+        self._judge_reply(cmd, msg, req_id, sent, t_ns, shared=index is None)
         return True
 
-    def _judge_reply(self, cmd: str, msg: dict, key: Any, sent: int, t_ns: int) -> None:
+    def _fits(self, cmd: str, ok: bool, msg: dict) -> bool:
+        return cmd not in self.proto.commands or self.proto.reply_is_valid(cmd, ok, msg)
+
+    def _judge_reply(self, cmd: str, msg: dict, key: Any, sent: int, t_ns: int,
+                     shared: bool = False) -> None:
         ok = msg.get("ok") is True
         if cmd in self.proto.commands and not self.proto.reply_is_valid(cmd, ok, msg):
             for v in self.proto.validator.reply_violations(cmd, msg):
+                if shared:
+                    self._report(Verdict.INFO, v.requirement, "s2c", cmd, "reply_schema",
+                                 f"{v} (as a reply to {cmd}; its reqId is shared by requests "
+                                 "in flight, so which one it answers cannot be told)")
+                    continue
                 level = requirement_verdict(self.proto.profile, v.requirement)
                 self._report(level, v.requirement, "s2c", cmd, "reply_schema", str(v))
         self._pair(cmd, key, sent, t_ns, ok, "reply")
