@@ -21,10 +21,12 @@ Seams
 -----
 :mod:`queuewire.judge.verdicts` is the vocabulary and the mapping; :mod:`queuewire.judge.reqid`
 the one rule of when two reqIds are the same, by which every tool pairs a reply with its
-request.
+request; :mod:`queuewire.judge.opening` how a client opens a connection (Hello first).
 """
 
+from .opening import OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
 from .verdicts import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
 
-__all__ = ["FINDING_VERDICTS", "Verdict", "reqid_key", "requirement_verdict", "verdict_for"]
+__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Verdict", "opens_with_hello", "reqid_key",
+           "requirement_verdict", "verdict_for"]

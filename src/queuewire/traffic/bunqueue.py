@@ -28,7 +28,8 @@ from typing import Any
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.validation import BunqueueValidator
-from ..judge import Verdict, reqid_key, requirement_verdict
+from ..judge import OPENING_RULE, Verdict, opens_with_hello, reqid_key, requirement_verdict
+from ..judge.opening import HELLO
 from ..spec import Profile
 from .framing import Item, Stream
 
@@ -59,6 +60,8 @@ class BunqueueProtocol:
         # the stated rule where the profile has it (000: "unique reqId identifiers"), else
         # BQ-PIPE-3's "match by reqId" read as needing one (a reading: NON-STRICT)
         self.unique_reqid = "BQ-PIPE-4" if "BQ-PIPE-4" in profile.requirements else "BQ-PIPE-3"
+        # how a client opens a connection (Hello first), where the profile has the rule
+        self.judges_opening = OPENING_RULE in profile.requirements and HELLO in self.commands
 
     def reply_is_valid(self, cmd: str, ok: bool, msg: dict) -> bool:
         """The compiled check alone, as ``request_is_valid`` does for requests; only a reply
@@ -94,8 +97,8 @@ def match_key(req_id: Any) -> str:
 class BunqueueConn:
     """One connection's pairing state and verdicts."""
 
-    __slots__ = ("_is_valid", "_no_id", "_orphan", "_orphans", "_pair", "_report", "conn_id",
-                 "in_flight", "proto")
+    __slots__ = ("_is_valid", "_no_id", "_opening", "_orphan", "_orphans", "_pair", "_report",
+                 "conn_id", "in_flight", "proto")
 
     def __init__(self, proto: BunqueueProtocol, conn_id: int, report: Report, pair: PairFn,
                  orphan: OrphanFn | None = None):
@@ -108,6 +111,9 @@ class BunqueueConn:
         self.in_flight: dict[Any, Any] = {}     # reqId -> (cmd, t_ns) or a deque of them
         self._no_id: deque[tuple[str, int]] = deque()  # requests answered without reqId
         self._is_valid = proto.validator.request_is_valid
+        # the first commands, until the opening is judged (None: judged, or not judged here:
+        # a later file of a recorded connection does not hold its opening)
+        self._opening: list[str] | None = [] if proto.judges_opening and orphan is None else None
 
     def _error(self, direction: str, cmd: str | None, exc: ProtocolError) -> None:
         level = requirement_verdict(self.proto.profile, exc.requirement)
@@ -124,6 +130,8 @@ class BunqueueConn:
         msg = item.message
         cmd = msg.get("cmd")
         name = cmd if type(cmd) is str else "(no cmd)"
+        if self._opening is not None:
+            self._judge_opening(name)
         if not self._is_valid(msg):
             validator = self.proto.validator
             for v in validator.request_violations(msg):
@@ -149,6 +157,20 @@ class BunqueueConn:
         else:
             self.in_flight[key] = deque((held, entry))
         return name
+
+    def _judge_opening(self, name: str) -> None:
+        opening = self._opening
+        assert opening is not None
+        opening.append(name)
+        opened_well = opens_with_hello(opening)
+        if opened_well is None:
+            return
+        self._opening = None
+        if not opened_well:
+            level = requirement_verdict(self.proto.profile, OPENING_RULE)
+            self._report(level, OPENING_RULE, "c2s", name, "no_hello",
+                         f"the connection opened with {' then '.join(opening)}, not Hello "
+                         "(or Auth then Hello)")
 
     # -- server to client
     def server_frame(self, item: Item, t_ns: int) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codecs.validation import jsonable
+from ...judge import opens_with_hello
 from ..model import Check
 from .checker import ClientChecker
 from .server import Session
@@ -67,8 +68,8 @@ def _cmds_by_conn(ctx: JudgeContext) -> dict[int, list[str]]:
 async def hello_first(ctx: JudgeContext, j: Judgement) -> list[Check]:
     out = []
     for conn, cmds in sorted(_cmds_by_conn(ctx).items()):
-        head = [c for c in cmds[:2]]
-        ok = bool(head) and (head[0] == "Hello" or head[:2] == ["Auth", "Hello"])
+        head = cmds[:2]
+        ok = opens_with_hello(head) is True  # the judge's rule, as the tap applies it
         out.append(_check(j, ok, f"connection {conn} began with {head}",
                           "Hello first (or Auth, Hello)", head))
     if not out:
