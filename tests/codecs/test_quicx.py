@@ -792,8 +792,12 @@ def test_allowed_matches_sender_and_receiver_on_their_own():
 
 # ------------------------------------------------------------------ a profile of our own
 
-CUSTOM = "quicx/custom"
-CUSTOM_OVERLAY = """\
+CUSTOM, FLAGGED = "quicx/custom", "quicx/flagged"
+OWN_OVERLAYS = {
+    # the length first, two versions, no cap, STATS on TCP (its response has a fixed-size
+    # bytes field), a direction kind of its own for MSG_READY, a message whose payload is
+    # required but whose layout has no minimum
+    CUSTOM: """\
 header:
   fields:
     - {id: len_payload, type: u4be, requirement: QX-HDR-5}
@@ -805,33 +809,55 @@ messages:
   MSG_READY: {errors: {direction: inbound_error}}
   MSG_STATS: {transport: tcp}
   MSG_STATS_RESPONSE: {transport: tcp}
-"""
+  MSG_NOTE:
+    code: 0x0D
+    from: worker
+    to: daemon
+    payload: required
+    layout:
+      - {id: text, type: str, encoding: utf-8, size-eos: true}
+""",
+    # quicx's header with a flags byte after the length
+    FLAGGED: """\
+header:
+  size: 7
+  fields:
+    - {id: version, type: u1, requirement: QX-HDR-2}
+    - {id: msg_type, type: u1, enum: messages, requirement: QX-HDR-4}
+    - {id: len_payload, type: u4be, requirement: QX-HDR-5}
+    - {id: flags, type: u1}
+""",
+}
 
 
 @pytest.fixture
-def custom_profile(tmp_path, monkeypatch):
-    """``quicx/custom``: quicx/1.0.3 with the header's length first, two accepted versions,
-    no payload cap, MSG_STATS on TCP (its response has a fixed-size bytes field) and a direction error kind of
-    its own for MSG_READY: a spec copy with one more overlay, as a user's profile would be."""
+def own_profiles(tmp_path, monkeypatch):
+    """Profiles of our own, as a user would write them (a spec copy with one more overlay
+    each): ``quicx/custom`` is quicx/1.0.3 with the changes of ``OWN_OVERLAYS``,
+    ``quicx/flagged`` quicx/v1 with a 7-byte header."""
     root = tmp_path / "spec"
     shutil.copytree(spec_dir(), root)
-    (root / "overlays" / "custom.yaml").write_text(CUSTOM_OVERLAY)
+    entries = ""
+    for name, overlay in OWN_OVERLAYS.items():
+        file = f"overlays/{name.split('/')[1]}.yaml"
+        (root / file).write_text(overlay)
+        base = "overlays/quicx-1.0.3.yaml, " if name == CUSTOM else ""
+        entries += f"\n  {name}:\n    protocol: quicx\n    doc: ours.\n    overlays: [{base}{file}]"
     profiles = root / "profiles.yaml"
-    profiles.write_text(profiles.read_text().replace(
-        "\ndefaults:", f"\n  {CUSTOM}:\n    protocol: quicx\n    doc: ours.\n"
-        "    overlays: [overlays/quicx-1.0.3.yaml, overlays/custom.yaml]\ndefaults:", 1))
+    profiles.write_text(profiles.read_text().replace("\ndefaults:", entries + "\ndefaults:", 1))
     monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
     clear_cache()
-    yield load_profile(CUSTOM)
+    yield {name: load_profile(name) for name in OWN_OVERLAYS}
     monkeypatch.undo()
     clear_cache()
 
 
-def test_the_codec_follows_a_profile_with_another_header(custom_profile):
+def test_the_codec_follows_a_profile_with_another_header(own_profiles):
     """Nothing in the codec assumes quicx's header order or its single version: under a
     profile whose header starts with the length, every message encodes with the header in
     that order, decodes back (Message or rows, whole or byte by byte, either version), and
     each refusal points at the header field it is about."""
+    custom_profile = own_profiles[CUSTOM]
     spec = custom_profile.model
     assert [f.id for f in spec.header] == ["len_payload", "version", "msg_type"]
     enc = QuicxEncoder(custom_profile)
@@ -872,6 +898,10 @@ def test_the_codec_follows_a_profile_with_another_header(custom_profile):
     big = enc.submit("t", bytes(5000))
     assert [m.name for m in QuicxDecoder(custom_profile, DAEMON).feed(big)] == ["MSG_SUBMIT"]
     refusals.append((big, DAEMON, "payload_too_large", off["len_payload"]))
+    # required: a payload, however short its layout may be
+    (note,) = QuicxDecoder(custom_profile, DAEMON).feed(enc.encode("MSG_NOTE", text="é"))
+    assert note.fields == {"text": "é"}
+    refusals.append((enc.frame(note.code), DAEMON, "payload_required", off["len_payload"]))
     for frame, role, kind, at in refusals:
         first = enc.heartbeat() if role == DAEMON else enc.ok(1)
         with pytest.raises(ProtocolError) as info:
@@ -970,3 +1000,29 @@ def test_an_incomplete_frame_waits_for_its_last_byte():
     assert dec.feed() == [] and (dec._need, dec.offset, dec.buffered) == (1, len(frame) + hs + 1, 0)
     assert dec.feed(refused[hs + 1:] + enc.ready()) == [decode(BASE, enc.ready())[0]._replace(
         offset=len(frame) + len(refused))]
+
+
+def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
+    """A header with a field quicx does not have (a flags byte after the length) is read
+    around it: any flags value, frames whole or byte by byte, refusals at the right field."""
+    flagged = own_profiles[FLAGGED]
+    spec = flagged.model
+    assert spec.header_size == 7 and spec.header_offsets["flags"] == 6
+
+    def frame(name, payload=b"", flags=0, version=spec.version, length=None):
+        code = spec.message(name).code if isinstance(name, str) else name
+        return struct.pack(">BBLB", version, code, len(payload) if length is None else length, flags) + payload
+
+    stream = frame("MSG_READY", flags=0xFF) + frame("MSG_DONE", b"\0\0\0\x07", 1) + frame("MSG_SUBMIT", b"\x01tp")
+    msgs = QuicxDecoder(flagged, DAEMON).feed(stream)
+    assert [(m.name, m.fields, m.offset) for m in msgs] == [
+        ("MSG_READY", {}, 0), ("MSG_DONE", {"task_id": 7}, 7),
+        ("MSG_SUBMIT", {"len_type": 1, "task_type": "t", "payload": b"p"}, 18)]
+    bytewise = QuicxDecoder(flagged, DAEMON)
+    assert [m for i in range(len(stream)) for m in bytewise.feed(stream[i:i + 1])] == msgs
+    for bad, kind, at in [(frame("MSG_READY", version=9), "bad_version", "version"),
+                          (frame(0x7F), "unknown_type", "msg_type"),
+                          (frame("MSG_DONE", b"\0"), "done_body_size", "len_payload")]:
+        with pytest.raises(ProtocolError) as info:
+            QuicxDecoder(flagged, DAEMON).feed(stream + bad)
+        assert (info.value.kind, info.value.offset, len(info.value.frames)) == (kind, len(stream) + spec.header_offsets[at], 3)

@@ -233,3 +233,19 @@ def test_every_decodable_opcode_is_scanned_inline():
         for code in table:
             key = spec.version << 8 | code
             assert f"key == {key:#06x}:  # {spec.by_code[code].name}" in source
+
+
+def test_a_lax_daemon_takes_every_version_byte():
+    """Versions widened to every byte (a lax daemon, as tests/conformance models one): frames
+    of version 0x80 and up are keyed like the others, inline and through the general loop."""
+    for profile in PROFILES:
+        enc = QuicxEncoder(profile)
+        ready = model(profile).message("MSG_READY").code
+        stream = b"".join(enc.frame(ready, version=v) for v in (0x00, 0x7F, 0x80, 0xFE, 0xFF)) + enc.done(3)
+        for dec in decoders(profile, DAEMON, None, True):
+            msgs = dec.feed(stream)
+            assert [(m.name, m.raw[0], m.offset) for m in msgs[:5]] == [
+                ("MSG_READY", v, 6 * i) for i, v in enumerate((0x00, 0x7F, 0x80, 0xFE, 0xFF))]
+            assert msgs[5].fields == {"task_id": 3}
+        for dec in decoders(profile, DAEMON, None, True):
+            assert dec.feed_rows(stream) == [(ready,)] * 5 + [(msgs[5].code, 3)]
