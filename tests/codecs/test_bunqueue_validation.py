@@ -854,7 +854,7 @@ def test_a_violation_message_is_cut_to_message_chars_ending_in_an_ellipsis():
     a message of at most MESSAGE_CHARS characters is kept whole, a longer one is cut to exactly
     MESSAGE_CHARS, its last three characters "..."."""
     template = _priority_message("a")
-    assert '"a"' in template
+    assert '"a"' in template and not template.endswith("...")  # a short message is whole
 
     def full(n: int) -> str:  # the message before any cut, for a value of n characters
         return template.replace('"a"', '"' + "a" * n + '"')
@@ -901,8 +901,10 @@ def test_null_in_a_top_level_field_is_bq_env_7_only_where_the_field_is_optional(
     assert "uniqueKey" not in MODEL.commands["PUSH"].required_fields
     assert props["uniqueKey"]["x-requirement"] != null_rule
     optional = with_value("PUSH", ("uniqueKey",), None)
-    assert [(v.requirement, v.level, v.path) for v in VALIDATOR.request_violations(optional)] == [
-        (null_rule, PROFILE.requirements[null_rule].level, "/uniqueKey")]
+    (violation,) = VALIDATOR.request_violations(optional)
+    assert (violation.requirement, violation.level, violation.path) == (
+        null_rule, PROFILE.requirements[null_rule].level, "/uniqueKey")
+    assert violation.message.startswith("null ")  # the schema's own words on the value
     assert not VALIDATOR.request_is_valid(optional)
     required = with_value("PUSH", ("queue",), None)
     rid = rule_at("PUSH", ("queue",), "type")
@@ -1069,16 +1071,18 @@ RULES = sorted(PROFILE.requirements)  # ids the crafted schemas cite; their leve
 
 
 def crafted(properties: Mapping, *, defs: Mapping | None = None, required: tuple = (),
-            requirement: str | None = None, request: bool = False) -> BunqueueValidator:
+            requirement: str | None = None, request: bool = False,
+            extra: Mapping | None = None) -> BunqueueValidator:
     """A validator of bunqueue/v2 cut down to one command, ``Crafted``: its success reply (its
     request when ``request``, then with its ``cmd``) is an object of ``properties`` (``defs``
-    its $defs), the other side is Ping's, its own rule ``requirement`` (Ping's when None)."""
+    its $defs, ``extra`` more keywords), the other side is Ping's, its own rule
+    ``requirement`` (Ping's when None)."""
     ping = MODEL.commands["Ping"]
     if request:
         properties = {"cmd": {"const": "Crafted"}, **properties}
         required = ("cmd", *required)
     schema: dict = {"$schema": DIALECT, "type": "object", "required": list(required),
-                    "properties": dict(properties)}
+                    "properties": dict(properties), **(extra or {})}
     if defs:
         schema["$defs"] = dict(defs)
     command = dataclasses.replace(ping, name="Crafted", requirement=requirement or ping.requirement,
@@ -1119,7 +1123,8 @@ def test_null_optional_is_read_from_the_object_schema_that_lists_the_property():
     """Whether a null field is optional (BQ-ENV-7) is read from the ``required`` of the schema
     that holds its ``properties``: a $ref beside its own properties and required judges those
     by its own list (not its target's), the target's fields by the target, an allOf branch's
-    by that branch. A null in a required field is the command's rule."""
+    by that branch. A null in a required field is the command's rule, and so is a null that
+    breaks another keyword than ``type`` (an enum), optional or not."""
     null_rule = ERRORS["null_optional"].requirement
     own = RULES[0]
     v = crafted({
@@ -1128,23 +1133,26 @@ def test_null_optional_is_read_from_the_object_schema_that_lists_the_property():
         "all": {"allOf": [{"type": "object", "required": ["must"],
                            "properties": {"must": {"type": "integer"},
                                           "may": {"type": "integer"}}}]},
+        "pick": {"enum": ["a", "b"]},
     }, defs={"Base": {"type": "object", "required": ["base"],
                       "properties": {"base": {"type": "integer"}, "opt": {"type": "integer"}}}},
         requirement=own)
     reply = {"ok": True, "obj": {"mine": None, "base": None, "opt": None},
-             "all": {"must": None, "may": None}}
+             "all": {"must": None, "may": None}, "pick": None}
     cited = {x.path: (x.requirement, x.level) for x in v.reply_violations("Crafted", reply)}
     judged = {rid: (rid, PROFILE.requirements[rid].level) for rid in (own, null_rule)}
     assert cited == {"/obj/mine": judged[own], "/obj/base": judged[own],
                      "/obj/opt": judged[null_rule],
-                     "/all/must": judged[own], "/all/may": judged[null_rule]}
+                     "/all/must": judged[own], "/all/may": judged[null_rule],
+                     "/pick": judged[own]}
     assert v.reply_is_valid("Crafted", reply) is False
 
 
 def test_a_violation_cites_the_nearest_rule_on_its_schema_path_else_on_its_instance_path():
     """The rule cited is the deepest x-requirement along the failing keyword's schema path
     (into allOf branches too); where that path states none (a definition without a rule), the
-    deepest along the instance path's properties; else the command's own rule."""
+    deepest along the instance path's properties (a boolean schema there ends the walk);
+    else the command's own rule."""
     outer, inner, branch, own = RULES[1:5]
     v = crafted({
         "outer": {"type": "object", "x-requirement": outer, "properties": {
@@ -1154,12 +1162,14 @@ def test_a_violation_cites_the_nearest_rule_on_its_schema_path_else_on_its_insta
         "all": {"allOf": [{"type": "object", "properties": {
             "b": {"type": "integer", "x-requirement": branch}, "c": {"type": "integer"}}}]},
         "top": {"$ref": "#/$defs/Plain"},
-    }, defs={"Plain": {"type": "integer"}}, requirement=own)
+        "free": True,
+    }, defs={"Plain": {"type": "integer"}}, requirement=own, extra={"allOf": [
+        {"properties": {"free": {"properties": {"y": {"type": "integer"}}}}}]})
     reply = {"ok": True, "outer": {"inner": "s", "plain": "s", "list": ["s"]},
-             "all": {"b": "s", "c": "s"}, "top": "s"}
+             "all": {"b": "s", "c": "s"}, "top": "s", "free": {"y": "s"}}
     cited = {x.path: (x.requirement, x.level) for x in v.reply_violations("Crafted", reply)}
     expected = {"/outer/inner": inner, "/outer/plain": outer, "/outer/list/0": outer,
-                "/all/b": branch, "/all/c": own, "/top": own}
+                "/all/b": branch, "/all/c": own, "/top": own, "/free/y": own}
     assert cited == {path: (rid, PROFILE.requirements[rid].level)
                      for path, rid in expected.items()}
 
@@ -1262,7 +1272,7 @@ def test_x_max_json_bytes_is_found_up_to_8_levels_deep_through_properties_items_
     array item and $ref one level and stops below 8 (so that a recursive schema ends): a rule 8
     levels deep is checked, one 9 levels deep is not. A rule without an x-requirement of its
     own cites the command's."""
-    rid = RULES[5]
+    rid = next(r for r in RULES if PROFILE.requirements[r].level == "SHOULD")
     limit = {"x-maxJsonBytes": 5}
     v = crafted({
         "p8": _nest("properties", 7, {**limit, "x-requirement": rid}),
@@ -1285,10 +1295,11 @@ def test_x_max_json_bytes_is_found_up_to_8_levels_deep_through_properties_items_
     for _ in range(7):
         deep = {"p": deep}
     too_big = {"cmd": "Crafted", "p8": deep}
-    assert [(x.requirement, x.path) for x in _agree(v, too_big)] == [
-        (rid, pointer(("p8",) + ("p",) * 7))]
-    assert [(x.requirement, x.path) for x in _agree(v, {"cmd": "Crafted", "r8": "abcdef"})] == [
-        (own, "/r8")]
+    assert [(x.requirement, x.level, x.path) for x in _agree(v, too_big)] == [
+        (rid, "SHOULD", pointer(("p8",) + ("p",) * 7))]
+    assert [(x.requirement, x.level, x.path)
+            for x in _agree(v, {"cmd": "Crafted", "r8": "abcdef"})] == [
+        (own, PROFILE.requirements[own].level, "/r8")]
 
 
 def test_a_validator_is_built_for_a_schema_whose_required_field_is_a_cycle_of_refs():
@@ -1337,3 +1348,35 @@ def test_an_error_reply_or_event_section_without_a_requirement_cites_none_at_mus
             ] == [("", "MUST", "")]
     assert [(x.requirement, x.level, x.path) for x in v.event_violations({"type": "event"})
             ] == [("", "MUST", "")]
+
+
+def test_undocumented_fields_treat_what_no_ref_pointer_reaches_as_free_form():
+    """$refs are followed as JSON pointers through member names (``#/$defs/Name``): an object
+    typed by an anchor (``#obj``), by a pointer through an array member, by a boolean schema or
+    by a $ref to one is free-form (nothing under it reported), and none of them is an error."""
+    v = crafted({
+        "anchor": {"$ref": "#obj"},
+        "through": {"$ref": "#/$defs/Both/anyOf/0"},
+        "yes": {"$ref": "#/$defs/Yes"},
+        "bare": True,
+        "known": {"$ref": "#/$defs/Obj"},
+    }, defs={"Obj": {"$anchor": "obj", "type": "object", "properties": {"a": {}}},
+             "Both": {"anyOf": [{"type": "object", "properties": {"a": {}}}]},
+             "Yes": True})
+    names = ("anchor", "through", "yes", "bare", "known")
+    reply = {"ok": True, **{name: {"a": 1, "zz": 1} for name in names}}
+    assert v.undocumented_fields("Crafted", reply, reply=True) == {"known.zz": False}
+    assert v.reply_violations("Crafted", reply) == ()
+
+
+def test_an_undefined_job_data_does_not_end_the_size_checks_of_the_batch():
+    """In PUSHB an undefined data is absent (the schema reports it); the jobs after it are
+    still measured."""
+    over = "a" * (JOB_DATA.max - 1)
+    msg = {"cmd": "PUSHB", "queue": "q", "jobs": [{"data": UNDEFINED}, {"data": over}]}
+    violations = VALIDATOR.request_violations(msg)
+    sized = [(v.requirement, v.level, v.path) for v in violations if v.path.endswith("/data")]
+    assert sized == [(JOB_DATA.requirement, PROFILE.requirements[JOB_DATA.requirement].level,
+                      "/jobs/1/data")]
+    assert "/jobs/0" in {v.path for v in violations}
+    assert VALIDATOR.request_is_valid(msg) is False

@@ -253,11 +253,12 @@ def _post_check(schema: Mapping, size_checks: tuple) -> Callable[[Any], bool | N
 
 
 def _resolve(root: Mapping, schema: Mapping) -> Mapping:
-    """``schema`` with a local ``$ref`` (``#/$defs/Name``) followed."""
+    """``schema`` with a local ``$ref`` (``#/$defs/Name``) followed (a compiled schema's
+    ``$ref`` is a string: jsonschema-rs checks schemas against the metaschema)."""
     seen = 0
     while isinstance(schema, Mapping) and "$ref" in schema and seen < 16:
         ref = schema["$ref"]
-        if not isinstance(ref, str) or not ref.startswith("#/"):
+        if not ref.startswith("#/"):
             break
         node: Any = root
         for part in ref[2:].split("/"):
@@ -269,8 +270,11 @@ def _resolve(root: Mapping, schema: Mapping) -> Mapping:
 
 
 def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
-    """The schema and the alternatives it allows (anyOf / oneOf / allOf), resolved."""
+    """The schema and the alternatives it allows (anyOf / oneOf / allOf), resolved; none for
+    a boolean schema (``true`` documents nothing)."""
     schema = _resolve(root, schema)
+    if not isinstance(schema, Mapping):
+        return []
     out = [schema]
     for key in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(key) or ():
