@@ -581,6 +581,26 @@ def test_with_forwarding_the_result_settles_the_submission_by_task_id():
     assert s.receive_data(enc.failed(2, "")) == [Settled(b)] and b.reason == "" and s.pending == 0
 
 
+def test_a_forwarded_failure_without_a_reason_field_has_the_empty_reason():
+    """Under a profile whose MSG_FAILED carries only the task id (a layout the spec's schema
+    allows), the forwarded failure still settles the submission FAILED, its reason ""."""
+    base = load_profile(forwarding())
+    spec = base.model
+    failed = spec.message("MSG_FAILED")
+    (task_id,) = [f for f in failed.layout if f.id == "task_id"]
+    bare = dataclasses.replace(failed, layout=(task_id,), fixed_size=failed.min_size)
+    messages = {**spec.messages, "MSG_FAILED": bare}
+    model = dataclasses.replace(spec, messages=messages,
+                                by_code={c: messages.get(m.name, m) for c, m in spec.by_code.items()})
+    profile = dataclasses.replace(base, name=f"{base.name}+bare-failed", model=model)
+    enc = daemon(profile)
+    s = opened(ProducerSession, profile)
+    sub = s.submit("t")
+    s.receive_data(enc.ok(5))
+    assert s.receive_data(enc.encode("MSG_FAILED", task_id=5)) == [Settled(sub)]
+    assert (sub.state, sub.reason) == (RequestState.FAILED, "")
+
+
 def test_a_result_nobody_waits_for_is_dropped_and_logged(caplog):
     """A forwarded result for a task given up on (or never ours) is logged at debug and
     dropped; the session stays open and the submission stays timed out."""
