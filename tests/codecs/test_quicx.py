@@ -794,9 +794,9 @@ def test_allowed_matches_sender_and_receiver_on_their_own():
 
 CUSTOM, FLAGGED = "quicx/custom", "quicx/flagged"
 OWN_OVERLAYS = {
-    # the length first, two versions, no cap, STATS on TCP (its response has a fixed-size
-    # bytes field), a direction kind of its own for MSG_READY, a message whose payload is
-    # required but whose layout has no minimum
+    # the length first, two versions, no cap, a task type limit its u1 length cannot carry,
+    # STATS on TCP (its response has a fixed-size bytes field), a direction kind of its own
+    # for MSG_READY, a message whose payload is required but whose layout has no minimum
     CUSTOM: """\
 header:
   fields:
@@ -804,7 +804,7 @@ header:
     - {id: version, type: u1, requirement: QX-HDR-2}
     - {id: msg_type, type: u1, enum: messages, requirement: QX-HDR-4}
 versions: {current: 0x02, accepted: [0x01, 0x02]}
-limits: {max_payload_bytes: {max: null}}
+limits: {max_payload_bytes: {max: null}, task_type_bytes: {max: 300}}
 messages:
   MSG_READY: {errors: {direction: inbound_error}}
   MSG_STATS: {transport: tcp}
@@ -883,6 +883,11 @@ def test_the_codec_follows_a_profile_with_another_header(own_profiles):
     assert info.value.detail == "MSG_STATS_RESPONSE.header must be 73 bytes, got 72"
     assert enc.stats_response(header=head, size_classes=b"") == enc.encode_checked(
         "MSG_STATS_RESPONSE", header=head, size_classes=b"")
+    # within the profile's limit but not within its length field: the layout refuses it
+    with pytest.raises(EncodeError) as info:
+        enc.submit("x" * 256)
+    assert info.value.detail.startswith("MSG_SUBMIT: ") and "len_type" in info.value.detail
+    assert enc.submit("x" * 255)[6:8] == b"\xffx"
     off = spec.header_offsets
     ready = spec.message("MSG_READY").code
     refusals = [  # (frame, receiver, kind, offset)
@@ -1004,7 +1009,8 @@ def test_an_incomplete_frame_waits_for_its_last_byte():
 
 def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
     """A header with a field quicx does not have (a flags byte after the length) is read
-    around it: any flags value, frames whole or byte by byte, refusals at the right field."""
+    around it: any flags value, frames whole or byte by byte, refusals at the right field;
+    the encoder, which has no value for that field, refuses with an EncodeError that says so."""
     flagged = own_profiles[FLAGGED]
     spec = flagged.model
     assert spec.header_size == 7 and spec.header_offsets["flags"] == 6
@@ -1026,3 +1032,11 @@ def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
         with pytest.raises(ProtocolError) as info:
             QuicxDecoder(flagged, DAEMON).feed(stream + bad)
         assert (info.value.kind, info.value.offset, len(info.value.frames)) == (kind, len(stream) + spec.header_offsets[at], 3)
+    # the encoder has no value for the flags: it refuses to build a frame (no fast path, the
+    # general path says why) rather than fail with a KeyError
+    enc = QuicxEncoder(flagged)
+    header = {"version": spec.version, "msg_type": spec.message("MSG_READY").code, "len_payload": 0}
+    for build in (enc.ready, lambda: enc.frame(header["msg_type"])):
+        with pytest.raises(EncodeError) as refused:
+            build()
+        assert refused.value.detail == f"header {header}: no value for field 'flags'"

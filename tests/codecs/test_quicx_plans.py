@@ -50,9 +50,14 @@ def assert_same(enc: QuicxEncoder, name: str, fields: dict[str, Any]) -> tuple:
 
 
 def test_every_sendable_message_has_a_plan():
+    """A plan for each message the encoder may send (for a role: the messages it sends), and
+    none for the others, which the general path refuses."""
     for profile in PROFILES:
         spec = model(profile)
         assert set(QuicxEncoder(profile)._plans) == {n for n in spec.messages if spec.allowed(n)}
+        for role in spec.roles:
+            assert set(QuicxEncoder(profile, role)._plans) == {
+                n for n in spec.messages if spec.allowed(n, sender=role)}
 
 
 # ------------------------------------------------------------------------------ vectors

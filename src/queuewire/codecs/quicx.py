@@ -570,6 +570,8 @@ class QuicxEncoder:
             return self.spec.header_struct.build(header) + bytes(payload)
         except ConstructError as exc:
             raise self._fail(f"header {header}: {exc}") from None
+        except KeyError as exc:  # a header field other than version, msg_type and len_payload
+            raise self._fail(f"header {header}: no value for field {exc}") from None
 
     def encode(self, name: str, **fields: Any) -> bytes:
         """One frame of message ``name``; raises :class:`QuicxEncodeError` (see the class)."""
