@@ -45,28 +45,9 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
-from ..judge import Verdict, reqid_key, requirement_verdict, verdict_for
+from ..judge import Finding, Verdict, reqid_key, requirement_verdict, verdict_for
 from ..spec import Profile
 from .case import Case
-
-
-@dataclass(frozen=True)
-class Finding:
-    requirement: str
-    level: Verdict      # FAIL | NON-STRICT | INFO
-    kind: str           # invalid_reply | lost_reply | duplicate_reply | no_close | dead | ...
-    message: str
-
-    @property
-    def fails(self) -> bool:
-        return self.level is Verdict.FAIL
-
-    def as_dict(self) -> dict[str, str]:
-        return {"requirement": self.requirement, "level": self.level, "kind": self.kind,
-                "message": self.message}
-
-    def __str__(self) -> str:
-        return f"[{self.requirement} {self.level}] {self.kind}: {self.message}"
 
 
 def level_of(profile: Profile, rid: str) -> Verdict:
@@ -182,7 +163,7 @@ class BunqueueJudge:
         self.error_patterns = [re.compile(_template(e.message)) for e in spec.errors.values()]
 
     def _finding(self, rid: str, kind: str, message: str) -> Finding:
-        return Finding(rid, level_of(self.profile, rid), kind, message)
+        return Finding(level_of(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: Expected, replies: list[Any], closed: bool, timed_out: bool,
               reply_errors: list[ProtocolError] = (), half_closed: bool = False,
@@ -251,7 +232,7 @@ class BunqueueJudge:
                 if key is None and item.error is None and item.req_id is not UNDEFINED:
                     # 001 types the echoed reqId ``reqId?: string``: echoing one of another
                     # type is a reading of "the server echoes reqId back"
-                    out.append(Finding("BQ-ENV-2", Verdict.NON_STRICT, "reqid_not_echoed",
+                    out.append(Finding(Verdict.NON_STRICT, "BQ-ENV-2", "reqid_not_echoed",
                                        f"reply {_short(reply)} to {_short(item.request)} "
                                        f"leaves out its reqId, which is no string"))
             lost += [i for i in spare_items if not i.optional]
@@ -272,7 +253,7 @@ class BunqueueJudge:
         why = "timed out" if timed_out else ("connection closed" if closed else "no reply")
         for item in lost:
             if reset and exp.close_error is not None:
-                out.append(Finding("BQ-PIPE-1", Verdict.INFO, "reset_after_close",
+                out.append(Finding(Verdict.INFO, "BQ-PIPE-1", "reset_after_close",
                                    f"no reply to {_short(item.request or item.error.kind)}: "
                                    f"the connection was reset after the close "
                                    f"{exp.close_error.kind} demands"))
@@ -280,8 +261,8 @@ class BunqueueJudge:
                 # the frame error's reply lost to the close a later frame demands: as for a
                 # command read before it (below), answering first is a reading
                 level = level_of(self.profile, item.error.requirement)
-                out.append(Finding(item.error.requirement,
-                                   Verdict.NON_STRICT if level is Verdict.FAIL else level,
+                out.append(Finding(Verdict.NON_STRICT if level is Verdict.FAIL else level,
+                                   item.error.requirement,
                                    "lost_before_close",
                                    f"{item.error.kind} not answered: the connection was "
                                    f"closed for the {exp.close_error.kind} that followed it"))
@@ -289,14 +270,14 @@ class BunqueueJudge:
                 out.append(self._finding(item.error.requirement, "lost_reply",
                                          f"{item.error.kind} not answered ({why})"))
             elif half_closed and closed and self._parks(item):
-                out.append(Finding("BQ-PIPE-1", Verdict.INFO, "dropped_poll",
+                out.append(Finding(Verdict.INFO, "BQ-PIPE-1", "dropped_poll",
                                    f"long poll {_short(item.request)} dropped after the "
                                    f"client's half-close"))
             elif exp.close_error is not None and closed:
                 # the documents demand the close (BQ-FRAME-2: "cause the connection to be
                 # terminated") and an answer to every command (BQ-PIPE-1); that commands
                 # read before the fatal frame are answered before the close is a reading
-                out.append(Finding("BQ-PIPE-1", Verdict.NON_STRICT, "lost_before_close",
+                out.append(Finding(Verdict.NON_STRICT, "BQ-PIPE-1", "lost_before_close",
                                    f"no reply to {_short(item.request)}: the connection was "
                                    f"closed for the {exp.close_error.kind} that followed it "
                                    f"before it was answered"))
@@ -469,14 +450,14 @@ class BunqueueJudge:
                 # the request broke this field's rule and the reply gives back what it sent:
                 # the request's fault (BQ-ENV-6 above); the documents' reply shapes are
                 # those of valid requests
-                out.append(Finding(v.requirement, Verdict.INFO, "echoed_invalid",
+                out.append(Finding(Verdict.INFO, v.requirement, "echoed_invalid",
                                    f"reply to {cmd}: {v} (as the request sent it)"))
                 continue
-            out.append(Finding(v.requirement, verdict_for(v.level), "invalid_reply",
+            out.append(Finding(verdict_for(v.level), v.requirement, "invalid_reply",
                                f"reply to {cmd or 'a bad frame'}: {v}"))
         if reply.get("ok") is False and isinstance(reply.get("error"), str) and not any(
                 p.fullmatch(reply["error"]) for p in self.error_patterns):
-            out.append(Finding("BQ-ENV-4", Verdict.INFO, "undocumented_error",
+            out.append(Finding(Verdict.INFO, "BQ-ENV-4", "undocumented_error",
                                f"error string {reply['error']!r:.80} is none of the spec's"))
         return out
 
@@ -573,7 +554,7 @@ class QuicxJudge:
         return QuicxDecoder(self.profile, self.clients)
 
     def _finding(self, rid: str, kind: str, message: str) -> Finding:
-        return Finding(rid, level_of(self.profile, rid), kind, message)
+        return Finding(level_of(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: QuicxExpected, replies: list[Any], closed: bool, timed_out: bool,
               reply_errors: list[ProtocolError] = ()) -> list[Finding]:
@@ -590,7 +571,7 @@ class QuicxJudge:
                                      f"{len(exp.errors)} MSG_ERROR not sent (first missing: "
                                      f"{err.kind}; {why})"))
         elif any(got[c] < n for c, n in want.items()):
-            out.append(Finding("QX-ERR-3", Verdict.INFO, "other_error_code",
+            out.append(Finding(Verdict.INFO, "QX-ERR-3", "other_error_code",
                                f"MSG_ERROR codes {dict(got)} where the spec's decoder "
                                f"gives {dict(want)}"))
         if exp.close_error is not None and not closed:

@@ -261,7 +261,7 @@ def _finding(profile: Profile, rid: str, kind: str, message: str,
     level = level_of(profile, rid)
     if cap and level is Verdict.FAIL:
         level = Verdict.NON_STRICT
-    return Finding(rid, level, kind, message)
+    return Finding(level, rid, kind, message)
 
 
 def expected_value(op: str, reply: dict[str, Any] | None) -> Any:

@@ -21,12 +21,15 @@ Seams
 -----
 :mod:`queuewire.judge.verdicts` is the vocabulary and the mapping; :mod:`queuewire.judge.reqid`
 the one rule of when two reqIds are the same, by which every tool pairs a reply with its
-request; :mod:`queuewire.judge.opening` how a client opens a connection (Hello first).
+request; :mod:`queuewire.judge.opening` how a client opens a connection (Hello first);
+:mod:`queuewire.judge.findings` the one :class:`~queuewire.judge.findings.Finding` every tool
+reports (the tap, the trace pipeline, the fuzz oracles).
 """
 
+from .findings import Finding
 from .opening import OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
 from .verdicts import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
 
-__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Verdict", "opens_with_hello", "reqid_key",
+__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Finding", "Verdict", "opens_with_hello", "reqid_key",
            "requirement_verdict", "verdict_for"]

@@ -3,7 +3,7 @@ frames, findings and pairs out; no sockets, no clock.
 
 ``Analyzer.feed(conn_id, direction, data, t_ns)`` frames ``data`` (:mod:`.framing`), hands
 every whole frame to the protocol's judge (:mod:`.bunqueue`, :mod:`.quicx`), and returns what
-that produced (:class:`~.model.Finding` and :class:`~.model.Pair` objects); the same events
+that produced (:class:`queuewire.judge.Finding` and :class:`~.model.Pair` objects); the same events
 are folded into bounded aggregates (per connection, per command, per requirement) that
 :meth:`Analyzer.summary` returns as plain data for the reports. When a ``sink`` is given
 (the recorder's ``write``), every frame and gap is passed to it with the timestamp of the
@@ -18,10 +18,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..judge import FINDING_VERDICTS, Verdict, requirement_verdict
+from ..judge import FINDING_VERDICTS, Finding, Verdict, requirement_verdict
 from ..spec import Profile, default_profile, load_profile
 from .bunqueue import BunqueueProtocol
-from .model import CommandStats, ConnStats, Finding, Pair
+from .model import CommandStats, ConnStats, Pair
 from .quicx import QuicxProtocol
 
 PROTOCOLS = {"bunqueue": BunqueueProtocol, "quicx": QuicxProtocol}
@@ -93,9 +93,9 @@ class Analyzer:
             self.started_ns = t_ns
         stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns,
                           closed_ns=t_ns, close_reason="upstream_refused")
-        self._finding(stats, Finding(Verdict.INFO, None, conn_id, "none", None, "upstream_refused",
+        self._finding(stats, Finding(Verdict.INFO, None, "upstream_refused",
                                      f"the upstream {upstream} refused the connection: {error}",
-                                     t_ns))
+                                     conn_id=conn_id, direction="none", t_ns=t_ns))
         self._keep_closed(stats)
 
     def feed(self, conn_id: int, direction: str, data: bytes, t_ns: int) -> list:
@@ -239,8 +239,8 @@ class Analyzer:
 
     def _report(self, conn: _Conn, level: str, requirement: str | None, direction: str,
                 command: str | None, kind: str, message: str) -> None:
-        finding = Finding(level, requirement, conn.stats.conn_id, direction, command, kind,
-                          message, self._t)
+        finding = Finding(level, requirement, kind, message, conn_id=conn.stats.conn_id,
+                          direction=direction, command=command, t_ns=self._t)
         self._finding(conn.stats, finding)
         if command is not None:
             self._cmd(command).findings[level] += 1

@@ -14,24 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..judge import FINDING_VERDICTS, Verdict
-
-
-@dataclass(slots=True)
-class Finding:
-    level: Verdict             # FAIL | NON-STRICT | INFO
-    requirement: str | None
-    conn_id: int
-    direction: str             # c2s | s2c | none
-    command: str | None        # the command or message the finding is about
-    kind: str                  # a short stable key: a protocol error kind, schema, reqid_unknown, ...
-    message: str
-    t_ns: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "requirement": self.requirement, "conn_id": self.conn_id,
-                "direction": self.direction, "command": self.command, "kind": self.kind,
-                "message": self.message, "t_ns": self.t_ns}
+from ..judge import FINDING_VERDICTS
 
 
 @dataclass(slots=True)
