@@ -1380,3 +1380,10 @@ def test_an_undefined_job_data_does_not_end_the_size_checks_of_the_batch():
                       "/jobs/1/data")]
     assert "/jobs/0" in {v.path for v in violations}
     assert VALIDATOR.request_is_valid(msg) is False
+
+
+def test_a_validator_names_its_profile_and_spec_model():
+    """Its users read the spec through it (bunqueue_typed builds its decoders from
+    ``validator.spec``)."""
+    assert VALIDATOR.profile is PROFILE and VALIDATOR.spec is MODEL
+    assert EVENT_VALIDATOR.profile is EVENTS_PROFILE and EVENT_VALIDATOR.spec is EVENTS_PROFILE.model
