@@ -51,18 +51,17 @@ class EmbeddedServer:
         self._running = False
         #: where a connection's pushed frames (job events, BQ-EVENT-102) go
         self._listeners: dict[str, Callable[[bytes], Any]] = {}
-        tcp_publish = self.engine.publish
 
         def publish(conn_ids: tuple[str, ...], frame: dict) -> None:
+            """The pushed frames for this process's connections (the TCP server's own hook
+            writes those for its sockets)."""
             local = [c for c in conn_ids if c in self._listeners]
-            if len(local) != len(conn_ids):
-                tcp_publish(tuple(c for c in conn_ids if c not in self._listeners), frame)
             if local:
                 data = self.encode(frame)
                 for conn_id in local:
                     self._listeners[conn_id](data)
 
-        self.engine.publish = publish
+        self.engine.listen(publish=publish)
 
     def listen(self, conn_id: str, listener: Callable[[bytes], Any] | None) -> None:
         """Hand ``conn_id``'s pushed frames, encoded, to ``listener`` (None: stop)."""

@@ -153,7 +153,13 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         spec = self.spec = self.profile.model
         self.config = cfg = config or EngineConfig()
         self._clock = now_ms or (lambda: time.time() * 1000.0)
-        self.notify = notify  # the shell may also set it after construction
+        #: the owner's hooks (a test harness, the engine's own caller): ``notify(event)`` for
+        #: job events and ``publish(conn_ids, frame)`` for pushed event frames; the shells
+        #: (TCP, HTTP/WebSocket, embedded) register theirs with :meth:`listen` beside them
+        self.notify = notify
+        self.publish: Callable[[tuple[str, ...], dict], None] | None = None
+        self._notify_listeners: list[Callable[[Event], None]] = []
+        self._publish_listeners: list[Callable[[tuple[str, ...], dict], None]] = []
         self.store: Store = store if store is not None else MemoryStore()
         # a store may declare it keeps no job records (NullStore): then none are built
         self._keeps_jobs = bool(getattr(self.store, "keeps_jobs", True))
@@ -201,9 +207,6 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             .get("type", {}).get("const")
         self._event_fields = {name: tuple(t.get("fields") or ())
                               for name, t in (job_events.get("types") or {}).items()}
-        # publish(conn_ids, frame): the shell's hook that writes a pushed event frame (a map
-        # without reqId) to those connections; set by the shell, may be None
-        self.publish: Callable[[tuple[str, ...], dict], None] | None = None
 
         # The reply properties the profile's response schemas define where a reply carries a
         # record the engine builds (a cron schedule, a worker, a job's log, Clean's removals):
@@ -388,6 +391,27 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
     def _error(self, name: str, **fields: Any) -> dict:
         return {"ok": False, "error": self._messages[name].format(**fields)}
 
+    def listen(self, *, notify: Callable[[Event], None] | None = None,
+               publish: Callable[[tuple[str, ...], dict], None] | None = None
+               ) -> Callable[[], None]:
+        """Register a shell's hooks; returns the function that unregisters them.
+
+        ``notify(event)`` gets every job event (after the command or tick that caused it);
+        ``publish(conn_ids, frame)`` every pushed event frame (a map without reqId,
+        BQ-EVENT-102) with the connections it is for: each shell writes it to the connections
+        it owns and ignores the others (TCP, HTTP/WebSocket and embedded each own theirs)."""
+        if notify is not None:
+            self._notify_listeners.append(notify)
+        if publish is not None:
+            self._publish_listeners.append(publish)
+
+        def unlisten() -> None:
+            if notify is not None and notify in self._notify_listeners:
+                self._notify_listeners.remove(notify)
+            if publish is not None and publish in self._publish_listeners:
+                self._publish_listeners.remove(publish)
+        return unlisten
+
     def _emit(self, queue: str | None, job_id: str | None, reason: str) -> None:
         self._events.append(Event(queue, job_id, reason))
 
@@ -398,9 +422,11 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         try:
             while self._outbox:
                 conn_ids, frame = self._outbox.popleft()
-                if self.publish is not None:
+                hooks = ((self.publish,) if self.publish is not None else ()) \
+                    + tuple(self._publish_listeners)
+                for publish in hooks:
                     try:
-                        self.publish(conn_ids, frame)
+                        publish(conn_ids, frame)
                     except Exception:  # noqa: BLE001 - the shell's callback must not break us
                         log.exception("bunqueue engine: publish failed")
             events = self._events
@@ -409,8 +435,9 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
                 events.clear()
                 if self._collected is not None:
                     self._collected.extend(batch)
-                notify = self.notify
-                if notify is not None:
+                hooks = ((self.notify,) if self.notify is not None else ()) \
+                    + tuple(self._notify_listeners)
+                for notify in hooks:
                     for event in batch:
                         try:
                             notify(event)

@@ -79,7 +79,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -190,7 +190,7 @@ class HttpFrontend(Service):
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._room = WaitRoom(self.engine)  # parked long polls
-        self._chained_notify = None
+        self._unlisten: Callable[[], None] = lambda: None  # the engine hooks, once started
         self.webhooks = WebhookDispatcher(self.engine)
         self._max_in_flight = int(self.profile.limit("max_in_flight").value)  # per /ws
         # WebSockets served at once, with the TCP server's connections (tests lower it)
@@ -201,7 +201,6 @@ class HttpFrontend(Service):
         self._streams: set[_EventStream] = set()
         self._sockets: dict[str, tuple[web.WebSocketResponse, _EventStream]] = {}  # open /ws
         self._event_ids = 0
-        self._chained_publish = None
 
     # -- lifecycle
     async def start(self) -> HttpFrontend:
@@ -235,10 +234,7 @@ class HttpFrontend(Service):
         server = site._server  # the asyncio server: its sockets give the bound port
         if server is not None and server.sockets:
             self._port = server.sockets[0].getsockname()[1]
-        self._chained_notify = self.engine.notify
-        self.engine.notify = self._notify
-        self._chained_publish = self.engine.publish
-        self.engine.publish = self._publish
+        self._unlisten = self.engine.listen(notify=self._notify, publish=self._publish)
         await self.webhooks.start()
         self._ready = True
         log.info("bunqueue HTTP API listening on %s:%d", self.host, self._port)
@@ -249,10 +245,7 @@ class HttpFrontend(Service):
         if runner is None:
             return
         self._ready = False
-        if self.engine.notify == self._notify:
-            self.engine.notify = self._chained_notify
-        if self.engine.publish == self._publish:
-            self.engine.publish = self._chained_publish
+        self._unlisten()
         for stream in self._streams:
             stream.offer(None)  # ends each /events response and /ws event sender
         for ws, _ in list(self._sockets.values()):
@@ -370,21 +363,14 @@ class HttpFrontend(Service):
                 for stream in self._streams:
                     if stream.queue is None or stream.queue == event.queue:
                         stream.offer(record)
-        if self._chained_notify is not None:
-            self._chained_notify(event)
 
     def _publish(self, conn_ids: tuple[str, ...], frame: dict) -> None:
-        """The engine's SubscribeEvents hook: frames for /ws connections go to them, the
-        others to the hook this one chains (the TCP server's)."""
-        rest = []
+        """The engine's SubscribeEvents hook: frames for /ws connections go to them (the
+        others are not this front end's: the TCP server's own hook writes those)."""
         for conn_id in conn_ids:
             socket_ = self._sockets.get(conn_id)
-            if socket_ is None:
-                rest.append(conn_id)
-            else:  # sent in order with its other events
+            if socket_ is not None:  # sent in order with its other events
                 socket_[1].offer({"frame": frame})
-        if rest and self._chained_publish is not None:
-            self._chained_publish(tuple(rest), frame)
 
     # -- endpoints
     async def _health(self, request: web.Request) -> web.Response:

@@ -242,9 +242,7 @@ class BunqueueServer(TcpService):
         self._flusher: asyncio.Task | None = None
         self._tick_wake: asyncio.Event | None = None
         self._tick_at = float("inf")  # ms: when the timer will next run the engine's tick
-        self._chained_notify = self.engine.notify
-        self.engine.notify = self._notify
-        self.engine.publish = self._publish
+        self.engine.listen(notify=self._notify, publish=self._publish)
         self._http_port = http_port
         self.http: Any = None  # the HttpFrontend while serving with http_port
 
@@ -678,8 +676,6 @@ class BunqueueServer(TcpService):
         job a PUSH or PUSHB adds, so with no poll parked at all it returns at once.)"""
         if self._room:
             self._room.wake(event)
-        if self._chained_notify is not None:
-            self._chained_notify(event)
 
     def _publish(self, conn_ids: tuple[str, ...], frame: dict) -> None:
         """The engine's hook: write a pushed event frame (no reqId, BQ-EVENT-102) to each of
