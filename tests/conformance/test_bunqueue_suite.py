@@ -15,10 +15,12 @@ from collections.abc import Iterable
 import pytest
 
 from queuewire.codecs.bunqueue import UNDEFINED
+from queuewire.codecs.validation import BunqueueValidator
 from queuewire.conformance.model import TargetRun, Verdict
 from queuewire.conformance.runner import load_cases, run_target, run_target_sync
 from queuewire.conformance.targets import EMBEDDED_TICK
 from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer
+from queuewire.reference_server.bunqueue.gate import RequestGate
 from queuewire.spec import load_profile, profile_names
 
 PROFILE = "bunqueue/v2"
@@ -109,12 +111,18 @@ class _AsciiReqIdServer(BunqueueServer):
         return reply
 
 
+def _lenient_gate(server: BunqueueServer, dropped: str) -> RequestGate:
+    """The server's request gate with a validator that lets rule ``dropped`` pass."""
+    validator = _LenientValidator(BunqueueValidator(server.profile), dropped)
+    return RequestGate(server.engine, server.gate.tokens, validator=validator)
+
+
 class _LongQueueNameServer(BunqueueServer):
     """Breaks BQ-LIMIT-1: queue names longer than the limit are accepted."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._validator = _LenientValidator(self._validator, "BQ-LIMIT-1")
+        self.gate = _lenient_gate(self, "BQ-LIMIT-1")
 
 
 class _LenientValidator:
@@ -149,12 +157,18 @@ class _HelloV3Engine(BunqueueEngine):
         return reply
 
 
+class _NoAuthGate(RequestGate):
+    def answer(self, conn, request):
+        conn.authenticated = True
+        return super().answer(conn, request)
+
+
 class _NoAuthGateServer(BunqueueServer):
     """Breaks BQ-AUTH-2: with tokens configured, commands before Auth are served anyway."""
 
-    def _answer(self, conn, request):
-        conn.authenticated = True
-        return super()._answer(conn, request)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate = _NoAuthGate(self.engine, self.gate.tokens)
 
 
 def _server(cls=BunqueueServer, engine_cls=None, **kwargs) -> BunqueueServer:
@@ -224,7 +238,7 @@ class _LookupNamesServer(BunqueueServer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._validator = _LenientValidator(self._validator, "BQ-LIMIT-13")
+        self.gate = _lenient_gate(self, "BQ-LIMIT-13")
 
 
 @pytest.mark.asyncio

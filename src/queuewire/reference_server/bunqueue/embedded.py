@@ -28,7 +28,7 @@ __all__ = ["EmbeddedServer"]
 
 @dataclass
 class _LocalConnection:
-    """What the request path asks of a connection (BunqueueServer._answer)."""
+    """What the request gate asks of a connection (:class:`~.gate.GateConnection`)."""
 
     id: str
     authenticated: bool = True  # no socket, no token to present
@@ -97,21 +97,21 @@ class EmbeddedServer:
         self._listeners.pop(conn_id, None)
         if self._connections.pop(conn_id, None) is not None:
             self.engine.connection_closed(conn_id)
-            self.server._poke_timer()
+            self.server.poke_timer()
 
     async def request(self, conn_id: str, request: Any) -> dict[str, Any]:
         """The reply (without reqId) a TCP connection would get for ``request``."""
         server = self.server
         conn = self._connections[conn_id]
-        reply: dict | Wait = server._answer(conn, request)  # noqa: SLF001 - the same path
+        reply: dict | Wait = server.gate.answer(conn, request)  # the TCP server's path
         if isinstance(reply, Wait):
-            reply = await server._room.park(conn_id, reply)  # noqa: SLF001
-        server._poke_timer()  # noqa: SLF001
+            reply = await server.park(conn_id, reply)
+        server.poke_timer()
         return reply
 
     def encode(self, reply: dict[str, Any]) -> bytes:
         """The frame a TCP connection would carry for ``reply`` (its encoder's exact rules)."""
-        return self.server._encoder.encode(reply)  # noqa: SLF001
+        return self.server.encoder.encode(reply)
 
     async def stop(self) -> None:
         for conn_id in list(self._connections):

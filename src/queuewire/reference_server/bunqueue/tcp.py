@@ -58,7 +58,6 @@ from typing import Any
 
 from ...codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from ...codecs.errors import EncodeError, ProtocolError
-from ...codecs.validation import BunqueueValidator
 from ...spec import Profile
 from .._flow import (
     DEFAULT_LISTEN_BACKLOG,
@@ -72,8 +71,8 @@ from .._flow import (
     read_chunk,
 )
 from .._service import TcpService
-from .commands.auth import check_token
-from .engine import BunqueueEngine, request_refusal
+from .engine import BunqueueEngine
+from .gate import RequestGate
 from .http import HttpFrontend
 from .intake import FrameIntake, stream_from
 from .model import EngineConfig, Event, Wait
@@ -222,15 +221,15 @@ class BunqueueServer(TcpService):
             raise ValueError(f"backlog must be at least 1, got {backlog!r}")
         self.backlog = backlog
         self._max_in_flight = int(self.profile.limit("max_in_flight").value)
-        self._messages = {name: e.message for name, e in spec.errors.items()}
         self._max_frame = spec.max_frame_bytes
         safeguards = spec.safeguards  # BQ-SAFE-1
         self.max_connections = int(safeguards["max_connections"])
         self.pre_auth_frame_bytes = min(int(safeguards["pre_auth_frame_bytes"]), self._max_frame)
         self.frame_budget = FrameBudget(int(safeguards["max_buffered_bytes"]))
         self._refused_at = -float("inf")  # when a connection over max_connections was logged
-        self._validator = BunqueueValidator(self.profile)
-        self._request_is_valid = self._validator.request_is_valid
+        #: the request path (rate limit, shape, auth, validation, engine): sans-IO, shared
+        #: with the embedded server
+        self.gate = RequestGate(self.engine, self._tokens)
         self._encoder = FrameEncoder(self.profile, wide_integers=True)  # BQ-MSGPACK-8
         self._prefix_size = len(self._encoder.prefix(0))
         self._server: asyncio.AbstractServer | None = None
@@ -447,7 +446,7 @@ class BunqueueServer(TcpService):
             # a poll or awaits (a parked poll releases its slot while we wait), so it is
             # asked again only then, not for each request
             locked = slots.locked()
-            answer, frame, with_req_id = self._answer, self._frame, self._with_req_id
+            answer, frame, with_req_id = self.gate.answer, self._frame, self._with_req_id
             for request in requests:
                 held = False
                 if locked and slots.locked():  # every slot is held by parked polls
@@ -498,7 +497,7 @@ class BunqueueServer(TcpService):
                         locked = True  # others ran: ask again
         finally:
             await self._flush(conn, out)
-            self._poke_timer()
+            self.poke_timer()
 
     async def _flush(self, conn: _Connection, out: list[bytes]) -> None:
         """Write the replies gathered so far in one write, then wait for the peer to read."""
@@ -614,7 +613,7 @@ class BunqueueServer(TcpService):
             log.exception("connection %s: error while closing it", conn.id)
         self._connections.pop(conn.id, None)
         conn.writer.close()
-        self._poke_timer()
+        self.poke_timer()
 
     # -- requests
     @staticmethod
@@ -647,29 +646,7 @@ class BunqueueServer(TcpService):
             conn.writer.transport.abort()
         finally:
             conn.slots.release()
-            self._poke_timer()
-
-    def _answer(self, conn: _Connection, request: Any) -> dict | Wait:
-        """The reply to one decoded request (without reqId), or a Wait to park."""
-        if conn.rate is not None and not conn.rate.allow():
-            return self._error("rate_limit_exceeded")                # BQ-RATE-1
-        if type(request) is not dict:
-            return self._error("invalid_command")
-        cmd = request.get("cmd")
-        if self._tokens and not conn.authenticated and cmd != "Auth":
-            return self._error("not_authenticated")                  # BQ-AUTH-2
-        if not self._request_is_valid(request):  # the hot path asks only this
-            refusal = request_refusal(self.engine, self._validator, request)
-            if refusal is not None:
-                return refusal
-        if cmd == "Auth" and self._tokens:
-            if check_token(self._tokens, request.get("token")):     # BQ-AUTH-4
-                conn.authenticated = True
-                if conn.decoder is not None:  # the pre-auth frame bound is lifted
-                    conn.decoder.max_frame_bytes = self._max_frame
-                return {"ok": True}
-            return self._error("invalid_token")                      # BQ-AUTH-3
-        return self.engine.handle(conn.id, request)
+            self.poke_timer()
 
     def _notify(self, event: Event) -> None:
         """The engine's hook: wake the parked polls this event concerns. (Called for every
@@ -724,10 +701,20 @@ class BunqueueServer(TcpService):
         await writer.drain()
 
     def _error(self, name: str, **fields: Any) -> dict:
-        return {"ok": False, "error": self._messages[name].format(**fields)}
+        return self.gate.error(name, **fields)
+
+    # -- for the embedded server: the same request path without a socket
+    def park(self, conn_id: str, wait: Wait) -> Any:
+        """Park a long poll (BQ-PIPE-2) until its event or its timeout: awaitable reply."""
+        return self._room.park(conn_id, wait)
+
+    @property
+    def encoder(self) -> FrameEncoder:
+        """The encoder the server writes replies with (BQ-MSGPACK-8's wide integers)."""
+        return self._encoder
 
     # -- time
-    def _poke_timer(self) -> None:
+    def poke_timer(self) -> None:
         """Wake the timer if the engine's next deadline moved before its planned run."""
         if self._tick_wake is None:
             return

@@ -1,0 +1,56 @@
+"""The request gate, sans-IO (issue 23): the rules every request passes before the engine, in
+their order, without a socket; the TCP and the embedded server answer through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from queuewire.reference_server.bunqueue.engine import BunqueueEngine
+from queuewire.reference_server.bunqueue.gate import RequestGate
+from queuewire.spec import load_profile
+
+PROFILE = load_profile("bunqueue/v2")
+ERRORS = {name: e.message for name, e in PROFILE.model.errors.items()}
+
+
+@dataclass
+class Conn:
+    id: str = "c1"
+    authenticated: bool = False
+    rate: Any = None
+    decoder: Any = None
+
+
+class Spent:
+    def allow(self) -> bool:
+        return False
+
+
+def gate(*tokens: str) -> RequestGate:
+    return RequestGate(BunqueueEngine(PROFILE, now_ms=lambda: 1_000_000.0), tokens)
+
+
+def test_the_rules_in_their_order():
+    g = gate("s3cret")
+    assert g.answer(Conn(rate=Spent()), "not even a map")["error"] == ERRORS["rate_limit_exceeded"]
+    assert g.answer(Conn(), ["Ping"])["error"] == ERRORS["invalid_command"]
+    assert g.answer(Conn(), {"cmd": "Ping"})["error"] == ERRORS["not_authenticated"]
+    # Auth itself passes the auth rule, but not the schema (a token must be a string)
+    refused = g.answer(Conn(), {"cmd": "Auth", "token": 5})
+    assert refused["ok"] is False and refused["error"] != ERRORS["not_authenticated"]
+    assert g.answer(Conn(), {"cmd": "Auth", "token": "wrong"})["error"] == ERRORS["invalid_token"]
+
+
+def test_auth_authenticates_the_connection_and_lifts_its_pre_auth_frame_bound():
+    g, conn = gate("s3cret"), Conn(decoder=SimpleNamespace(max_frame_bytes=1024))
+    assert g.answer(conn, {"cmd": "Auth", "token": "s3cret"}) == {"ok": True}
+    assert conn.authenticated and conn.decoder.max_frame_bytes == PROFILE.model.max_frame_bytes
+    assert g.answer(conn, {"cmd": "PUSH", "queue": "q", "data": {}})["ok"] is True
+
+
+def test_without_tokens_the_engine_answers_and_auth_is_its_business():
+    g = gate()
+    assert g.answer(Conn(), {"cmd": "PUSH", "queue": "q", "data": {}})["ok"] is True
+    assert g.error("invalid_token") == {"ok": False, "error": ERRORS["invalid_token"]}
