@@ -481,14 +481,13 @@ class Lifecycle:
 
     def _expire(self, wait: Wait, now: float) -> dict:
         req = wait.request
-        if wait.kind == "job":
-            reply = self._wait_job_now(req["id"], now, final=True)
-            return reply if isinstance(reply, dict) else {"ok": True, "completed": False}
+        if wait.kind == "job":  # final: a reply whether or not the job completed, never None
+            return self._wait_job_now(req["id"], now, final=True)  # type: ignore[return-value]
         batch = req["cmd"] == "PULLB"
         count = _int(req.get("count"), 1) if batch else 1
-        reply = self._pull(wait.conn_id, req, now, count, batch, deadline=now)
-        return reply if isinstance(reply, dict) else self._pull_reply([], bool(req.get("owner")),
-                                                                      batch)
+        # deadline=now: the last attempt answers what it takes, it never parks (a Wait) again
+        return self._pull(wait.conn_id, req, now, count, batch,  # type: ignore[return-value]
+                          deadline=now)
 
     # =========================================================================================
     # Finishing a job: ACK, FAIL, stall, timeout
