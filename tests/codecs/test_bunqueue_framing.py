@@ -990,7 +990,8 @@ SMALL = dataclasses.replace(PROFILE, model=dataclasses.replace(
 def test_decoder_and_encoder_use_the_profile_they_are_given_or_the_default():
     """No profile means the protocol's default profile; a name loads that profile; a
     ``Profile`` is used as it is, limits and prefix included."""
-    assert FrameDecoder().profile is DEFAULT and FrameEncoder().profile is DEFAULT
+    default = load_profile(DEFAULT.name)  # at call time: other tests may have cleared the cache
+    assert FrameDecoder().profile is default and FrameEncoder().profile is default
     assert FrameDecoder("bunqueue/2.9.5").profile is load_profile("bunqueue/2.9.5")
     assert FrameEncoder("bunqueue/2.9.5").profile is load_profile("bunqueue/2.9.5")
     msg = {"cmd": "Ping", "reqId": "1"}
@@ -1001,6 +1002,8 @@ def test_decoder_and_encoder_use_the_profile_they_are_given_or_the_default():
     assert decoder.feed(little) == [msg]
     encoder = FrameEncoder(SMALL)
     assert encoder.profile is SMALL and encoder.encode(msg) == little
+    assert encoder.prefix(len(payload)) == little[:PREFIX_BYTES]  # for hand-built frames
+    assert FrameEncoder(PROFILE).prefix(len(payload)) == prefix(len(payload))
     with pytest.raises(EncodeError) as info:
         encoder.encode({"b": bytes(64)})
     expect("encode_error", info.value, EncodeError)
@@ -1055,11 +1058,12 @@ def test_a_chunk_the_caller_reuses_is_copied(kind):
     """A reader that reuses its buffer (readinto) may overwrite a chunk once ``feed`` returns:
     the part of a frame it held must stay as it was."""
     whole = encode_frame(GOOD[0])
-    decoder = FrameDecoder(PROFILE)
-    chunk = kind(whole[:7])
-    assert decoder.feed(chunk) == []
-    chunk[:] = b"\xff" * 7
-    assert decoder.feed(kind(whole[7:])) == [GOOD[0]]
+    for cut in (PREFIX_BYTES - 1, 7):  # part of the prefix, and more
+        decoder = FrameDecoder(PROFILE)
+        chunk = kind(whole[:cut])
+        assert decoder.feed(chunk) == []
+        chunk[:] = b"\xff" * cut
+        assert decoder.feed(kind(whole[cut:])) == [GOOD[0]]
 
 
 def test_a_decoder_for_replies_does_not_limit_nesting():
@@ -1230,6 +1234,11 @@ def test_nests_too_deep_judges_what_a_server_would_read():
     assert check({"a": [[], [[[]]]]}) is True
     deep = b"\x81\xa1a" + b"\x91" * 10_000 + b"\x90"
     assert nests_too_deep(deep, {}, MAX_DEPTH) is True
+    # 1500 levels (more than msgspec reads back) and 500 more arrays beside them: with a limit
+    # of as many as its container bytes, the count alone proves the depth within the limit
+    wide_and_deep = (b"\x82\xa1a" + b"\x91" * 1498 + b"\x90"
+                     + b"\xa1b\xdc" + (499).to_bytes(2, "big") + b"\x90" * 499)
+    assert nests_too_deep(wide_and_deep, {}, 2000) is False
     bad_stamp = msgspec.msgpack.Ext(MODEL.timestamp_ext, b"abc")  # 3 bytes: not a timestamp
     assert check({"t": bad_stamp, "a": [], "b": [], "c": [[]]}) is False
     assert check({"t": bad_stamp, "a": [], "b": [], "c": [[[]]]}) is True
