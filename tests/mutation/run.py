@@ -8,9 +8,10 @@ working tree is never touched: mutmut writes its mutants/ there), within a time 
     python tests/mutation/run.py --rescore                # equivalent/ again, on the last reports
     python tests/mutation/run.py --open codecs/quicx.py   # only what the last report left open
 
-``--open`` runs only the mutants the module's last report left open (survived, or not run
-because the budget ended) and merges their new statuses into that report: the loop of writing
-a test for a survivor and checking that it kills it costs minutes, not the hours of a full run.
+``--open`` runs only the mutants the module's last report left open (survived, not run
+because the budget ended, or without a test then: a new test may run their function) and
+merges their new statuses into that report: the loop of writing a test for a survivor and
+checking that it kills it costs minutes, not the hours of a full run.
 When the module's source changed since that report, the mutants of every function whose text
 changed (or that is new) are run too, and their old statuses dropped: mutmut numbers mutants per
 function, so the mutants of an unchanged function are the same mutants.
@@ -485,7 +486,7 @@ def mutant_pattern(module_path: str, function: str) -> str:
 
 def open_names(slug: str, source: str) -> tuple[dict, list[str], set[str]]:
     """The last report of a module, the names (or patterns) of the mutants to rerun: those it
-    left open (survived, not run, equivalent) in functions whose text is unchanged, and every
+    left open (survived, not run, no tests, equivalent) in functions whose text is unchanged, and every
     mutant of a function that changed or is new since; and the set of those functions."""
     path = REPORTS / f"{slug}.json"
     if not path.is_file():
@@ -496,7 +497,8 @@ def open_names(slug: str, source: str) -> tuple[dict, list[str], set[str]]:
     before, now = function_texts(old["module_source"]), function_texts(source)
     changed = {f for f, text in now.items() if before.get(f) != text}
     names = [m["name"] for m in old["mutant_list"]
-             if m["status"] in SURVIVED | NOT_RUN | {"equivalent"} and m["function"] not in changed]
+             if m["status"] in SURVIVED | NOT_RUN | NO_TESTS | {"equivalent"}
+             and m["function"] not in changed]
     names += [mutant_pattern(old["module"], f) for f in sorted(changed)]
     return old, names, changed
 
@@ -590,8 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescore", action="store_true",
                         help="apply equivalent/ to the last reports again, without running mutmut")
     parser.add_argument("--open", action="store_true",
-                        help="rerun only the mutants the last report left open (survived, not run) "
-                             "and merge them into it (with every mutant of a function changed since)")
+                        help="rerun only the mutants the last report left open (survived, not run, "
+                             "no tests) and merge them into it (with every mutant of a function "
+                             "changed since)")
     parser.add_argument("--only", action="append", metavar="PATTERN",
                         help="with --open: only the open mutants whose name matches this fnmatch "
                              "pattern, e.g. '*_optional_type*' (repeatable)")

@@ -148,7 +148,7 @@ def test_open_reruns_only_what_the_last_report_left_open(tmp_path, monkeypatch):
            "mutant_list": [{"name": n, "status": s, "function": f} for n, s, f in rows]}
     (tmp_path / "m.json").write_text(json.dumps(old))
     report, names, changed = run.open_names("m", source)
-    assert (names, changed) == (["b", "c", "e", "g1"], set())
+    assert (names, changed) == (["b", "c", "d", "e", "g1"], set())
     # the rerun's statuses for b, c, e, g1; the others keep the last report's (mutmut says
     # "not checked" for every mutant it was not asked to run)
     fresh = []
@@ -158,12 +158,12 @@ def test_open_reruns_only_what_the_last_report_left_open(tmp_path, monkeypatch):
         m.name = name
         fresh.append(m)
     merged = run.merge_open(report, names, changed, fresh)
-    assert [m.status for m in merged] == ["killed", "killed", "survived", "no tests", "survived",
+    assert [m.status for m in merged] == ["killed", "killed", "survived", "not checked", "survived",
                                           "killed", "killed"]
     # C.g edited since: every mutant of it is rerun (a pattern), f's open ones as before
     report, names, changed = run.open_names("m", source.replace("return 2", "return 3"))
     assert changed == {"C.g"}
-    assert names == ["b", "c", "e", "queuewire.m.xǁCǁg__mutmut_*"]
+    assert names == ["b", "c", "d", "e", "queuewire.m.xǁCǁg__mutmut_*"]
     fresh[-1].status = "survived"  # g2, rerun because C.g changed
     assert run.merge_open(report, names, changed, fresh)[-1].status == "survived"
     with pytest.raises(SystemExit, match="no report"):
