@@ -6,9 +6,10 @@ are found by their ``$ref`` (``JobId``, ``QueueName``, ``LockToken``), and the l
 the ones :mod:`queuewire.vectors.bunqueue` makes (``probe_values`` at limit-1, limit and limit+1 for
 each schema keyword a limit substituted, ``Limit.uses`` saying where). What the spec cannot
 say is *which state* a command needs its job in (ACK needs an active job, Promote a delayed
-one): that is the small :data:`SETUP` table below, whose recipes are written in the case
-language (``cases/README.md``) with the spec's field names looked up where the recipe sends
-an option. Each generated case isolates itself in ``${queue}`` and its ``cleanup`` (run
+one): that is the small :data:`JOB_STATE` table below (with ``NAMED`` and ``LISTS``), whose
+recipes are written in the case language (``cases/README.md``) with the spec's field names
+looked up where the recipe sends an option. Each generated case isolates itself in ``${queue}``
+and its ``cleanup`` (run
 whatever the steps did, never judged) removes the worker, webhook or schedule it made and
 obliterates the queue, so it can run against a shared server.
 

@@ -7,8 +7,8 @@ bunqueue :class:`~queuewire.codecs.bunqueue.FrameDecoder` with request validatio
 :class:`~queuewire.codecs.quicx.QuicxDecoder`), judged by the oracles of the in-process codec
 fuzz tests (``tests/fuzz/test_codec_fuzz.py``, ``tests/codecs``):
 
-* nothing escapes but the codecs' typed errors (:class:`~queuewire.codecs.errors.
-  ProtocolError` and its subclasses), each a kind of the profile's error table citing that
+* nothing escapes but the codecs' typed errors (:class:`~queuewire.codecs.errors.ProtocolError`
+  and its subclasses), each a kind of the profile's error table citing that
   kind's requirement;
 * decoding does not depend on segmentation: the stream fed whole and fed in pieces gives the
   same messages;

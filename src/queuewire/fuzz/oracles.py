@@ -30,7 +30,7 @@ conformance suite and the tap. The oracles and the requirements they rest on:
   own: the request's is recorded (BQ-ENV-6), the echo is INFO;
 * the connection closes where the spec demands it (a ``close`` kind, e.g. BQ-FRAME-2);
 * the server stays alive: a fresh connection's Ping (BQ-CMD-Ping) or HEARTBEAT (QX-HB-2)
-  is answered (:func:`judge_alive_*`).
+  is answered (the ``judge_alive_*`` functions).
 """
 
 from __future__ import annotations

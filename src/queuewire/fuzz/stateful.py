@@ -236,8 +236,9 @@ class Link:
 
 
 def quiet_config(profile: Profile) -> Any:
-    """An :class:`EngineConfig` whose stall interval and lock TTL are the spec's largest
-    delay: no stall or lock expiry fires during a run (time is kept out of the model)."""
+    """An :class:`~queuewire.reference_server.bunqueue.EngineConfig` whose stall interval and
+    lock TTL are the spec's largest delay: no stall or lock expiry fires during a run (time is
+    kept out of the model)."""
     from ..reference_server.bunqueue import EngineConfig
     far = float(profile.limit("delay").max)
     return EngineConfig(stall_interval_ms=far, lock_ttl_ms=far)
@@ -274,9 +275,10 @@ class ThreadedServer:
 
 
 class EmbeddedTarget(ThreadedServer):
-    """A reference :class:`BunqueueServer` on 127.0.0.1 (an ephemeral port), on an event loop
-    thread of its own. ``engine``: a ready engine (a deliberately broken one, in tests; build
-    it with :func:`quiet_config`); otherwise one with :func:`quiet_config`."""
+    """A reference :class:`~queuewire.reference_server.bunqueue.BunqueueServer` on 127.0.0.1 (an
+    ephemeral port), on an event loop thread of its own. ``engine``: a ready engine (a
+    deliberately broken one, in tests; build it with :func:`quiet_config`); otherwise one with
+    :func:`quiet_config`."""
 
     def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *, engine: Any = None):
         from ..reference_server.bunqueue import BunqueueServer

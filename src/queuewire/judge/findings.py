@@ -3,9 +3,10 @@
 A :class:`Finding` names the requirement it rests on, its verdict (FAIL, NON-STRICT or INFO,
 from :mod:`queuewire.judge.verdicts`), a short stable ``kind`` and a message. The tap and the
 trace pipeline add where on the wire it was seen (connection, direction, command, time); the
-fuzz oracles judge a whole case and leave those out. conform's :class:`Check` is another
-thing (one expectation, held or not, with the requirement's level); its failed checks map to
-verdicts through the same :func:`~queuewire.judge.verdicts.verdict_for`.
+fuzz oracles judge a whole case and leave those out. conform's
+:class:`~queuewire.conformance.model.Check` is another thing (one expectation, held or not, with
+the requirement's level); its failed checks map to verdicts through the same
+:func:`~queuewire.judge.verdicts.verdict_for`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The tap's reports, all drawn from :meth:`Analyzer.summary`: a rich console summary, the
+"""The tap's reports, all drawn from
+:meth:`~queuewire.traffic.analyzer.Analyzer.summary`: a rich console summary, the
 summary as JSON, and one self-contained HTML page (inline CSS, no scripts, no fetches)."""
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ the tap gave it live. Rows:
   parallelism), so a request near the end of one file may be answered in the next: the file
   lists its requests still waiting (``opens``, by match key), and a later file of the
   connection gives the answers it cannot pair to ``orphans`` (with the answer's bytes)
-  instead of reporting them. :mod:`.pipeline` joins the two on (run, conn_id, match key),
-  the nearest later file first, and judges each joined answer with :func:`judge_split`;
-  what stays unmatched becomes the finding the tap would have made (:func:`loose_finding`).
+  instead of reporting them. :mod:`.loose` joins the two on (run, conn_id, match key),
+  the nearest later file first, and judges each joined answer with :func:`.loose.judge_split`;
+  what stays unmatched becomes the finding the tap would have made (:func:`.loose.loose_finding`).
 
 Rules: nothing here knows a field, limit or error of a protocol (those come from the
 profile through the codecs); a file cut inside a record ends at its last whole record (the

@@ -8,7 +8,7 @@ writes; files are flushed when they rotate or their connection closes, and all o
 the least recently written is closed and reopened to append when its connection next
 writes, so a recording of many live connections (a busy tap, a capture imported from
 anywhere) needs a bounded number of descriptors and write buffers. Layout and codes come
-from :func:`.trace.trace_format`.
+from :func:`.trace_format.trace_format`.
 """
 
 from __future__ import annotations

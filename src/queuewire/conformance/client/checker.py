@@ -1,9 +1,10 @@
 """Sans-IO checks of every frame a client under test sends (bunqueue).
 
-:class:`ClientChecker` is fed the bytes each connection of a scenario sent (:meth:`feed`) and
-told each reply the server sends (:meth:`replied`); it owns no socket and no clock (times are
-passed in). It decodes with the codecs' :class:`~queuewire.codecs.bunqueue.FrameDecoder` (a
-framing error is a violation of the requirement the decoder names: BQ-FRAME-1, BQ-MSGPACK-*),
+:class:`ClientChecker` is fed the bytes each connection of a scenario sent
+(:meth:`ClientChecker.feed`) and told each reply the server sends
+(:meth:`ClientChecker.replied`); it owns no socket and no clock (times are passed in). It
+decodes with the codecs' :class:`~queuewire.codecs.bunqueue.FrameDecoder` (a framing error is a
+violation of the requirement the decoder names: BQ-FRAME-1, BQ-MSGPACK-*),
 and checks each request: a map with a string ``cmd`` (BQ-ENV-1); the command's schema
 (:class:`~queuewire.codecs.validation.BunqueueValidator`: each violation cites its own
 requirement and level, the batching limits among them); a ``reqId`` that no request still in
@@ -14,9 +15,9 @@ Auth (BQ-AUTH-1); ACK, ACKB and FAIL of a job pulled with an owner carry a lock 
 server gave for that job (BQ-LOCK-2: "The token must be passed to ACK or FAIL"), and name a
 job the client pulled (a reading of the same requirement, SHOULD). What it saw (requests,
 replies, pulls and heartbeats with their times) stays available to the judgements
-(:mod:`.judges`). :meth:`checks` gives one passing check per rule that held, with the number
-of frames it looked at, and every violation as a failing check (the first ``MAX_FINDINGS``
-of each rule).
+(:mod:`.judges`). :meth:`ClientChecker.checks` gives one passing check per rule that held, with
+the number of frames it looked at, and every violation as a failing check (the first
+``MAX_FINDINGS`` of each rule).
 
 What it keeps is bounded whatever the client sends (a hostile client may pipeline hundreds of
 thousands of frames; every one is still checked and counted): requests, replies and

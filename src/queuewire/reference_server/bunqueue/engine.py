@@ -14,9 +14,10 @@ change and needs no row). Each queue keeps its pullable waiting jobs in a sorted
 (-priority, order, id), where order is the job's creation sequence (FIFO) or its negation
 (LIFO), so PUSH, PULL and ACK are O(log n); delays, locks, stall and processing timeouts,
 time-to-live and cron schedules are min-heaps of deadlines whose stale entries are skipped
-when popped. Time enters only through the injected clock ``now_ms`` and through :meth:`tick`,
-which the shell calls on a timer (:meth:`next_deadline` says when) and tests call with a fake
-clock. Defaults, limits, error strings, state names and the protocol version are read from the
+when popped. Time enters only through the injected clock ``now_ms`` and through
+:meth:`BunqueueEngine.tick`, which the shell calls on a timer
+(:meth:`BunqueueEngine.next_deadline` says when) and tests call with a fake clock. Defaults,
+limits, error strings, state names and the protocol version are read from the
 profile, never restated. A bare push (a PUSH, or every entry of a PUSHB, setting only name and
 data) takes ``_create_plain``, which builds the same jobs, events and records as ``_create``
 would, a batch at a time (benchmarks/README.md, "Server benchmark"); PULL and PULLB take the

@@ -25,7 +25,7 @@ a violation is 400 ``{ok:false, error:"Invalid request: ..."}`` (the spec's
 ``invalid_command_format``. An unknown job is 404 (``job_not_found``); ACK/FAIL of a job that
 exists but is not active is 409; any other refusal is 400. With auth tokens, every endpoint
 but the Kubernetes probes (``/healthz``, ``/ready``) needs ``Authorization: Bearer <token>``,
-compared in constant time (:func:`~.engine.check_token`), else 401
+compared in constant time (:func:`~.commands.auth.check_token`), else 401
 ``not_authenticated`` / ``invalid_token``.
 
 Events (BQ-HTTP-12, BQ-HTTP-13), shaped after bunqueue 2.9.5's ``sseHandler`` and

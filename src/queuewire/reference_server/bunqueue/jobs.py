@@ -1,6 +1,6 @@
 """Jobs and the containers that order them: :class:`Job` (persisted fields, then the volatile
 ones), the generated constructor of bare pushes, :func:`job_to_wire` (the Job object of
-spec/bunqueue/job.yaml), UUIDv7 ids, and per-queue state (:class:`QueueState` with its sorted
+spec/bunqueue/job.yaml), UUIDv7 ids, and per-queue state (:class:`_Queue` with its sorted
 waiting list), cron schedules, registered workers and throughput meters."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The engine's vocabulary: job states and lifecycle event names as the spec names them,
 the named constants the spec is silent on (each says why its value), the values the engine
 trades with its shell (:class:`Event`, :class:`Wait`, :class:`EngineConfig`), the refusal a
-handler raises (:class:`Refused`) and small pure helpers on request values (JavaScript
+handler raises (:class:`_Refused`) and small pure helpers on request values (JavaScript
 ``undefined`` stripping, integer options, request defaults)."""
 
 from __future__ import annotations

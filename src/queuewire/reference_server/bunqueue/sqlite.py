@@ -17,8 +17,9 @@ returns, so it is never reordered before earlier writes; if that commit fails it
 taken back out of the buffer and the error is raised, so the engine answers the PUSH with an
 error and keeps nothing. A failing buffered commit never raises: the writes stay in the
 buffer, are retried no sooner than ``flush_interval_ms`` later (or at the next explicit
-``flush()``), and the error (``diskFull`` for SQLITE_FULL) is what :meth:`status` reports
-until a commit succeeds again. One connection, used from the shell's single asyncio thread.
+``flush()``), and the error (``diskFull`` for SQLITE_FULL) is what :meth:`SqliteStore.status`
+reports until a commit succeeds again. One connection, used from the shell's single asyncio
+thread.
 The database and every file SQLite keeps beside it are readable by their owner only (0600,
 whatever the umask): webhook records hold their signing secrets.
 """

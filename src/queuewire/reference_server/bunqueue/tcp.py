@@ -13,7 +13,7 @@ goes away is still noticed), and replies go out as they finish (out of order, co
 the echoed ``reqId``, verbatim). A request passes, in order: the per-connection
 rate limit (when configured; every frame counts, as bunqueue counts), the authentication gate
 (with tokens configured, everything but Auth is refused until an Auth succeeds; tokens are
-compared by the engine's constant-time :func:`~.engine.check_token`; until then a frame may
+compared by the engine's constant-time :func:`~.commands.auth.check_token`; until then a frame may
 declare at most ``safeguards.pre_auth_frame_bytes``, a larger one is refused as too large
 before its payload is read: BQ-SAFE-1), the schema
 (:class:`~queuewire.codecs.validation.BunqueueValidator`; a violation is answered with the
