@@ -42,10 +42,7 @@ ROLES = "mod|class|func|meth|exc|data"
 
 #: (file, reference as written): broken references in files other work has open, left out of
 #: the failure; fix the docstring, then drop the entry (an entry that resolves is ignored).
-KNOWN_BROKEN = {
-    # a class docstring of _Session: the base class is queuewire.client.session.Session
-    ("src/queuewire/client/quicx_session.py", ".Session"),
-}
+KNOWN_BROKEN: set[tuple[str, str]] = set()  # (file, reference) known not to resolve: none
 #: :mod:`x`, :py:mod:`x` (reST) and {py:mod}`x` (MyST); the target is group 2 or 4
 REF = re.compile(rf":(?:py:)?({ROLES}):`([^`]+)`|\{{py:({ROLES})\}}`([^`]+)`")
 

@@ -260,7 +260,7 @@ class ErrorReceived(Event):
 
 class _Session(Session):
     """What every quicx session shares: the profile, decoder, encoder, MSG_HEARTBEAT and
-    MSG_PONG, MSG_ERROR, and closing on a protocol error (the rest is :class:`.Session`)."""
+    MSG_PONG, MSG_ERROR, and closing on a protocol error (the rest is :class:`.session.Session`)."""
 
     state_error = QuicxStateError
     lost_error = QuicxConnectionLost
