@@ -606,7 +606,8 @@ def test_truncation_says_how_far_into_the_frame_the_stream_ended():
     assert dec.feed(bytearray(3)) == [] and dec.offset == len(prefix + big) + 7 and dec.in_frame
     with pytest.raises(FramingError) as info:
         dec.eof()
-    assert (info.value.offset, info.value.detail) == (len(prefix), f"stream ended {len(big) + 7} bytes into a frame")
+    assert (info.value.offset, info.value.detail) == (
+        len(prefix), f"stream ended {len(big) + 7} bytes into a frame")
 
 
 def test_feed_after_eof_is_a_usage_error():
@@ -873,11 +874,13 @@ def test_the_codec_follows_a_profile_with_another_header(own_profiles):
     msgs = dec.feed(stream)
     assert [m.name for m in msgs] == ["MSG_SUBMIT", "MSG_READY", "MSG_FAILED", "MSG_ERROR", "MSG_STATS",
                                       "MSG_STATS_RESPONSE", "MSG_DONE"]
-    assert msgs[5].fields == {"header": head, "size_classes": b"\x01\x02"} and msgs[6].fields == {"task_id": 7}
+    assert msgs[5].fields == {"header": head, "size_classes": b"\x01\x02"}
+    assert msgs[6].fields == {"task_id": 7}
     assert [m.offset for m in msgs] == [stream.index(m.raw) for m in msgs]
     bytewise = QuicxDecoder(custom_profile, None)
     assert [m for i in range(len(stream)) for m in bytewise.feed(stream[i:i + 1])] == msgs
-    assert QuicxDecoder(custom_profile, None).feed_rows(stream) == [(m.code, *m.fields.values()) for m in msgs]
+    rows = [(m.code, *m.fields.values()) for m in msgs]
+    assert QuicxDecoder(custom_profile, None).feed_rows(stream) == rows
     with pytest.raises(EncodeError) as info:
         enc.encode("MSG_STATS_RESPONSE", header=head[:-1], size_classes=b"")
     assert info.value.detail == "MSG_STATS_RESPONSE.header must be 73 bytes, got 72"
@@ -961,7 +964,8 @@ def test_payload_refusals_name_the_field_and_the_byte_at_fault():
         prefix = QuicxEncoder(profile).pong() if role == "worker" else QuicxEncoder(profile).heartbeat()
         _, exc = _refusal(profile, role, frame, prefix=prefix)
         assert isinstance(exc, PayloadError)
-        assert (exc.kind, exc.offset, exc.detail) == (kind, len(prefix) + model(profile).header_size + at, detail)
+        at_byte = len(prefix) + model(profile).header_size + at
+        assert (exc.kind, exc.offset, exc.detail) == (kind, at_byte, detail)
 
 
 def test_the_cap_given_to_the_decoder_only_lowers_the_profile_s():
@@ -1017,9 +1021,11 @@ def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
 
     def frame(name, payload=b"", flags=0, version=spec.version, length=None):
         code = spec.message(name).code if isinstance(name, str) else name
-        return struct.pack(">BBLB", version, code, len(payload) if length is None else length, flags) + payload
+        size = len(payload) if length is None else length
+        return struct.pack(">BBLB", version, code, size, flags) + payload
 
-    stream = frame("MSG_READY", flags=0xFF) + frame("MSG_DONE", b"\0\0\0\x07", 1) + frame("MSG_SUBMIT", b"\x01tp")
+    stream = (frame("MSG_READY", flags=0xFF) + frame("MSG_DONE", b"\0\0\0\x07", 1)
+              + frame("MSG_SUBMIT", b"\x01tp"))
     msgs = QuicxDecoder(flagged, DAEMON).feed(stream)
     assert [(m.name, m.fields, m.offset) for m in msgs] == [
         ("MSG_READY", {}, 0), ("MSG_DONE", {"task_id": 7}, 7),
@@ -1031,7 +1037,8 @@ def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
                           (frame("MSG_DONE", b"\0"), "done_body_size", "len_payload")]:
         with pytest.raises(ProtocolError) as info:
             QuicxDecoder(flagged, DAEMON).feed(stream + bad)
-        assert (info.value.kind, info.value.offset, len(info.value.frames)) == (kind, len(stream) + spec.header_offsets[at], 3)
+        assert (info.value.kind, info.value.offset, len(info.value.frames)) == (
+            kind, len(stream) + spec.header_offsets[at], 3)
     # the encoder has no value for the flags: it refuses to build a frame (no fast path, the
     # general path says why) rather than fail with a KeyError
     enc = QuicxEncoder(flagged)

@@ -202,7 +202,8 @@ def test_a_durable_push_is_the_only_durable_write():
 
 def test_the_general_push_reads_each_option_and_ignores_ill_typed_ones():
     """_create: a negative delay is no delay; ttl and timeout are kept; a uniqueKey or
-    groupId that is not a string, and tags that are not strings, are ignored; a repeat that is not a map is no repeat."""
+    groupId that is not a string, and tags that are not strings, are ignored; a repeat that
+    is not a map is no repeat."""
     r = Rig()
     dep = r.push()
     job_id = r.push(delay=-50, ttl=9000, timeout=700, uniqueKey=5, groupId=["g"],
