@@ -15,7 +15,6 @@ import sys
 from click.testing import CliRunner
 
 from queuewire.cli import main
-from queuewire.fuzz.oracles import level_of
 from queuewire.fuzz.replies import (
     ClientCase,
     judge_client,
@@ -23,6 +22,7 @@ from queuewire.fuzz.replies import (
     normalize,
     reply_plan,
 )
+from queuewire.judge import requirement_verdict
 from queuewire.spec import load_profile
 
 PROFILE = load_profile("bunqueue/v2")
@@ -93,7 +93,7 @@ def test_the_verdicts_cite_requirements_at_their_levels():
     wrong = ClientCase("bunqueue", "bunqueue/v2", [{"op": "add", "queue": "q"}], 0,
                        {"kind": "wrong_type", "value": 5, "pick": 0})
     [f] = judge_client(wrong, PROFILE, results=ok, failure=None, hung=False, replies=replies)
-    assert f.requirement == "BQ-ENV-6" and f.level == level_of(PROFILE, "BQ-ENV-6")
+    assert f.requirement == "BQ-ENV-6" and f.level == requirement_verdict(PROFILE, "BQ-ENV-6")
     assert not f.fails
     # a duplicated reply must not answer anything else: a wrong value is BQ-PIPE-5
     dup = ClientCase("bunqueue", "bunqueue/v2", [{"op": "add", "queue": "q"}], 0,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queuewire.judge import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
+from queuewire.judge import FINDING_VERDICTS, Verdict, reading, requirement_verdict, verdict_for
 from queuewire.spec import BASES, load_profile
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "queuewire"
@@ -73,3 +73,7 @@ def test_no_module_keeps_its_own_list_of_verdicts_or_levels():
                     or words == LEVEL_WORDS:
                 copies.append(f"{rel}:{line}: {sorted(words)}")
     assert not copies, "use queuewire.judge.FINDING_VERDICTS / queuewire.spec.LEVELS:\n" + "\n".join(copies)
+
+
+def test_a_reading_of_a_rule_is_never_more_than_non_strict():
+    assert [reading(v) for v in FINDING_VERDICTS] == [Verdict.NON_STRICT, Verdict.NON_STRICT, Verdict.INFO]

@@ -45,16 +45,9 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
-from ..judge import Finding, Verdict, reqid_key, requirement_verdict, verdict_for
+from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict, verdict_for
 from ..spec import Profile
 from .case import Case
-
-
-def level_of(profile: Profile, rid: str) -> Verdict:
-    """The verdict of a finding that cites ``rid`` (the judge's mapping)."""
-    return requirement_verdict(profile, rid)
-
-
 
 
 # -- bunqueue ---------------------------------------------------------------------------------
@@ -138,7 +131,7 @@ def _lenient_read(stream: bytes, err: ProtocolError, profile: Profile) -> dict |
     """The request a frame holds when the spec's decoder refused it by a rule a server need
     not apply (a MAY: the nesting depth, BQ-MSGPACK-3; msgpackr has no limit), read by a
     decoder without that rule; None when the rule binds or the frame holds no request."""
-    if level_of(profile, err.requirement) is not Verdict.INFO or err.offset is None:
+    if requirement_verdict(profile, err.requirement) is not Verdict.INFO or err.offset is None:
         return None
     prefix = struct.Struct(profile.model.len_format)
     start = err.offset - prefix.size
@@ -163,7 +156,7 @@ class BunqueueJudge:
         self.error_patterns = [re.compile(_template(e.message)) for e in spec.errors.values()]
 
     def _finding(self, rid: str, kind: str, message: str) -> Finding:
-        return Finding(level_of(self.profile, rid), rid, kind, message)
+        return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: Expected, replies: list[Any], closed: bool, timed_out: bool,
               reply_errors: list[ProtocolError] = (), half_closed: bool = False,
@@ -260,9 +253,8 @@ class BunqueueJudge:
             elif item.error is not None and exp.close_error is not None and closed:
                 # the frame error's reply lost to the close a later frame demands: as for a
                 # command read before it (below), answering first is a reading
-                level = level_of(self.profile, item.error.requirement)
-                out.append(Finding(Verdict.NON_STRICT if level is Verdict.FAIL else level,
-                                   item.error.requirement,
+                level = requirement_verdict(self.profile, item.error.requirement)
+                out.append(Finding(reading(level), item.error.requirement,
                                    "lost_before_close",
                                    f"{item.error.kind} not answered: the connection was "
                                    f"closed for the {exp.close_error.kind} that followed it"))
@@ -554,7 +546,7 @@ class QuicxJudge:
         return QuicxDecoder(self.profile, self.clients)
 
     def _finding(self, rid: str, kind: str, message: str) -> Finding:
-        return Finding(level_of(self.profile, rid), rid, kind, message)
+        return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: QuicxExpected, replies: list[Any], closed: bool, timed_out: bool,
               reply_errors: list[ProtocolError] = ()) -> list[Finding]:

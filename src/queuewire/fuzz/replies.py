@@ -60,11 +60,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
-from ..judge import Verdict
+from ..judge import reading, requirement_verdict
 from ..spec import Profile
 from .case import split_by
 from .gen import BOOL, SeededDraw, binary, ints, pick
-from .oracles import Finding, level_of
+from .oracles import Finding
 from .strategies import bunqueue_strategies
 
 FORMAT = "queuewire-client-fuzz-transcript/1"
@@ -258,10 +258,8 @@ def recipe_rule(case: ClientCase, reply: dict[str, Any] | None = None) -> str:
 
 def _finding(profile: Profile, rid: str, kind: str, message: str,
              cap: bool = False) -> Finding:
-    level = level_of(profile, rid)
-    if cap and level is Verdict.FAIL:
-        level = Verdict.NON_STRICT
-    return Finding(level, rid, kind, message)
+    level = requirement_verdict(profile, rid)
+    return Finding(reading(level) if cap else level, rid, kind, message)
 
 
 def expected_value(op: str, reply: dict[str, Any] | None) -> Any:

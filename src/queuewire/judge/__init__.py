@@ -29,7 +29,7 @@ reports (the tap, the trace pipeline, the fuzz oracles).
 from .findings import Finding
 from .opening import OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
-from .verdicts import FINDING_VERDICTS, Verdict, requirement_verdict, verdict_for
+from .verdicts import FINDING_VERDICTS, Verdict, reading, requirement_verdict, verdict_for
 
-__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Finding", "Verdict", "opens_with_hello", "reqid_key",
-           "requirement_verdict", "verdict_for"]
+__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Finding", "Verdict", "opens_with_hello", "reading",
+           "reqid_key", "requirement_verdict", "verdict_for"]

@@ -42,6 +42,12 @@ def verdict_for(level: Level | str | None, basis: Basis | str | None = "stated")
     return verdict
 
 
+def reading(verdict: Verdict) -> Verdict:
+    """The verdict of a finding that rests on a reading of the rule it cites (the rule is
+    stated, but that it applies here is queuewire's reading): never more than NON-STRICT."""
+    return Verdict.NON_STRICT if verdict is Verdict.FAIL else verdict
+
+
 def requirement_verdict(profile: Profile, requirement: str | None) -> Verdict:
     """The verdict of a finding that cites ``requirement`` in ``profile`` (INFO when it cites
     none, or one the profile does not know)."""

@@ -141,7 +141,7 @@ class BunqueueConn:
         if req_id is UNDEFINED:
             self._no_id.append((name, t_ns))
             return name
-        key = reqid_key(req_id)
+        key = req_id if type(req_id) is str else reqid_key(req_id)  # str: its own key
         entry = (name, t_ns)
         held = self.in_flight.get(key)
         if held is None:
@@ -202,7 +202,7 @@ class BunqueueConn:
             cmd, sent = self._no_id.popleft()
             self._judge_reply(cmd, msg, None, sent, t_ns)
             return True
-        key = reqid_key(req_id)
+        key = req_id if type(req_id) is str else reqid_key(req_id)  # str: its own key
         held = self.in_flight.pop(key, None)
         if held is None:
             if self._orphan is not None:
