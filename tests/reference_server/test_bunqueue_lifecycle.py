@@ -959,3 +959,65 @@ def test_obliterate_forgets_results_and_drain_removes_logs():
     r.ok("Drain", queue="q")
     assert r.ok("GetLogs", id=logged)["data"]["logs"] == []
     assert logged not in dict(r.store.iter_logs())
+
+
+# =============================================================================================
+# Counters that add up (each survived a mutant that sets them to 1 instead of adding 1)
+# =============================================================================================
+def test_a_worker_counts_every_job_it_completed_or_failed():
+    """ListWorkers processedJobs and failedJobs count each ACK and each FAIL of a job pulled
+    under the worker's id, not only the first."""
+    r = Rig()
+    wid = r.ok("RegisterWorker", name="w", queues=["q"], workerId="w1")["data"]["workerId"]
+    ids = [r.push(maxAttempts=1) for _ in range(5)]
+    tokens = r.ok("PULLB", queue="q", count=5, owner=wid)["tokens"]
+    for job_id, token in zip(ids[:3], tokens[:3]):
+        r.ok("ACK", id=job_id, token=token)
+    for job_id, token in zip(ids[3:], tokens[3:]):
+        r.ok("FAIL", id=job_id, token=token, error="e")
+    worker = r.ok("ListWorkers")["data"]["workers"][0]
+    assert (worker["processedJobs"], worker["failedJobs"]) == (3, 2)
+
+
+def test_total_failed_counts_every_final_failure_and_last_stall():
+    """Metrics totalFailed adds one per job failed for good, by FAIL or by its last stall."""
+    r = Rig(stall_interval_ms=1000, max_stalls=1)
+    for _ in range(2):
+        job_id = r.push(maxAttempts=1)
+        r.pull()
+        r.ok("FAIL", id=job_id, error="fatal")
+    assert r.metrics()["totalFailed"] == 2
+    for _ in range(2):
+        r.push()
+        r.pull()
+        r.tick(1000)
+    assert r.metrics()["totalFailed"] == 4
+
+
+def test_dependents_are_released_in_push_order_whatever_their_ids():
+    """A completed dependency releases its dependents in push order, not in the order of their
+    ids (custom ids here run backwards) nor in a set's order."""
+    r = Rig()
+    dep = r.push()
+    names = [f"job-{n:02d}" for n in range(20, 0, -1)]
+    for name in names:
+        r.push(jobId=name, dependsOn=[dep])
+    r.pull()
+    r.notified.clear()
+    r.ok("ACK", id=dep)
+    assert [e.job_id for e in r.notified if e.reason == "waiting"] == names
+    assert [r.pull()["id"] for _ in names] == names
+
+
+def test_removing_a_job_leaves_another_holder_of_its_unique_key_alone():
+    """BQ-DEDUP-1: removing a finished job whose uniqueKey another job now holds keeps the key
+    held by that job."""
+    r = Rig()
+    old = r.push(uniqueKey="u")
+    r.pull()
+    r.ok("ACK", id=old)
+    holder = r.push(uniqueKey="u")
+    assert holder != old
+    r.ok("Clean", queue="q", grace=0, state="completed")
+    assert r("GetJob", id=old)["ok"] is False
+    assert r.push(uniqueKey="u") == holder
