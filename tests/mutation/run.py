@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import difflib
 import fnmatch
 import json
 import os
@@ -47,6 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -286,33 +288,58 @@ def run_mutmut(copy: Path, budget: int, children: int, log: Path,
 
 
 # ---------------------------------------------------------------------------------------------
-# reading mutmut's results (run inside the copy, with mutmut's own readers)
+# reading mutmut's results, through its public surface: the `mutmut results` command for the
+# statuses, and the mutants/ copy of the module it writes (every mutant a function beside the
+# original, named ``x_<function>__mutmut_<n>`` or ``xǁ<Class>ǁ<method>__mutmut_<n>``) for the diffs
 
-COLLECT = r'''
-import json, sys
-from pathlib import Path
-import libcst as cst
-from mutmut.mutation.data import SourceFileMutationData
-from mutmut.mutation.diff_apply import get_diff_for_mutant, read_functions_from_index
-from mutmut.stats import status_by_exit_code
-from mutmut.utils.format_utils import orig_function_and_class_names_from_key
-
-path = Path(sys.argv[1])
-data = SourceFileMutationData(path=path)
-data.load()
-out = []
-for name, code in data.exit_code_by_key.items():
-    func, cls = orig_function_and_class_names_from_key(name)
-    diff = get_diff_for_mutant(name, path=path)
-    functions = read_functions_from_index(name, path)
-    orig = cst.Module([functions[0]]).code.strip() if functions else ""
-    out.append({"name": name, "function": f"{cls}.{func}" if cls else func, "class": cls,
-                "func": func, "status": status_by_exit_code[code], "diff": diff, "orig": orig})
-json.dump(out, sys.stdout)
-'''
-
+RESULT_LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+?)\s*$")
+MUTANT_DEF = re.compile(r"^(?:x_(?P<func>\w+?)|xǁ(?P<cls>[^ǁ]+)ǁ(?P<meth>\w+?))__mutmut_(?P<n>\d+|orig)$")
 DEF_LINE = re.compile(r"^\s*(async\s+)?def\s")
 HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+def mutmut_statuses(copy: Path) -> dict[str, str]:
+    """Every mutant's name -> its status, as ``mutmut results --all true`` prints them."""
+    mutmut = Path(sys.executable).with_name("mutmut")
+    done = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=copy, check=True,
+                          capture_output=True, text=True)
+    out = {}
+    for line in done.stdout.splitlines():
+        match = RESULT_LINE.match(line)
+        if match:
+            out[match["name"]] = match["status"]
+    return out
+
+
+def mutant_functions(mutated: str) -> dict[tuple[str, str], str]:
+    """(``Class.method`` or ``function``, mutant number or "orig") -> the function's text in
+    mutmut's mutants/ copy of a module, dedented, renamed to the original name."""
+    lines = mutated.splitlines()
+    out: dict[tuple[str, str], str] = {}
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body)
+                continue
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            match = MUTANT_DEF.match(node.name)
+            if not match:
+                continue
+            original = match["func"] or match["meth"]
+            function = f"{match['cls']}.{original}" if match["cls"] else original
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            text = textwrap.dedent("\n".join(lines[start - 1:node.end_lineno]))
+            text = re.sub(rf"\bdef {re.escape(node.name)}\(", f"def {original}(", text, count=1)
+            out[function, match["n"]] = text
+    visit(ast.parse(mutated).body)
+    return out
+
+
+def mutant_diff(path: str, orig: str, mutant: str) -> str:
+    return "\n".join(difflib.unified_diff(orig.split("\n"), mutant.split("\n"), fromfile=path,
+                                          tofile=path, lineterm=""))
 
 
 def def_lines(source: str) -> dict[str, int]:
@@ -361,15 +388,22 @@ def parse_diff(diff: str, orig: str, def_line: int | None) -> tuple[int | None, 
 
 
 def collect(copy: Path, module_path: str) -> list[Mutant]:
-    done = subprocess.run([sys.executable, "-c", COLLECT, module_path], cwd=copy, check=True,
-                          capture_output=True, text=True)
-    source = (copy / module_path).read_text(encoding="utf-8")
-    defs = def_lines(source)
+    """Every mutant of the module in the copy: its status, function, line and diff."""
+    dotted = ".".join(Path(module_path).with_suffix("").parts[1:])  # below src/
+    functions = mutant_functions((copy / "mutants" / module_path).read_text(encoding="utf-8"))
+    defs = def_lines((copy / module_path).read_text(encoding="utf-8"))
     mutants = []
-    for row in json.loads(done.stdout):
-        line, removed, added = parse_diff(row["diff"], row["orig"], defs.get(row["function"]))
-        mutants.append(Mutant(row["name"], row["function"], row["status"], line, row["diff"],
-                              removed, added))
+    for name, status in mutmut_statuses(copy).items():
+        module, _, short = name.rpartition(".")
+        match = MUTANT_DEF.match(short)
+        if module != dotted or not match:
+            continue
+        original = match["func"] or match["meth"]
+        function = f"{match['cls']}.{original}" if match["cls"] else original
+        orig, mutated = functions[function, "orig"], functions[function, match["n"]]
+        diff = mutant_diff(module_path, orig, mutated)
+        line, removed, added = parse_diff(diff, orig, defs.get(function))
+        mutants.append(Mutant(name, function, status, line, diff, removed, added))
     return mutants
 
 

@@ -67,6 +67,56 @@ def test_a_removed_argument_is_a_one_sided_diff():
     assert added == ['return text if len(text) <= 10 else text[:7] + "XX...XX"']
 
 
+# the shape of mutmut's mutants/ copy of SOURCE: the original and each mutant beside it, renamed
+MUTATED = textwrap.dedent('''\
+    """doc"""
+
+
+    def x__short__mutmut_orig(text):
+        return text if len(text) <= 10 else text[:7] + "..."
+
+
+    def x__short__mutmut_1(text):
+        return text if len(text) < 10 else text[:7] + "..."
+
+
+    class Validator:
+        # a comment above the method
+        @staticmethod
+        def xǁValidatorǁcheck__mutmut_orig(value):
+            if value is None:
+                return False
+            return value > 0
+
+        # a comment above the method
+        @staticmethod
+        def xǁValidatorǁcheck__mutmut_1(value):
+            if value is None:
+                return False
+            return value >= 0
+''')
+
+
+def test_mutants_are_read_from_mutmuts_copy_of_the_module():
+    """The driver reads mutmut's mutants/ copy (not its internals): each mutant's text beside the
+    original, renamed back, gives the diff, the file line and the changed lines."""
+    functions = run.mutant_functions(MUTATED)
+    assert set(functions) == {("_short", "orig"), ("_short", "1"), ("Validator.check", "orig"),
+                              ("Validator.check", "1")}
+    assert functions["Validator.check", "orig"].splitlines()[:2] == ["@staticmethod", "def check(value):"]
+    defs = run.def_lines(SOURCE)
+    for function, old, new in [("_short", "<= 10", "< 10"), ("Validator.check", "> 0", ">= 0")]:
+        orig = functions[function, "orig"]
+        diff = run.mutant_diff("src/m.py", orig, functions[function, "1"])
+        line, removed, added = run.parse_diff(diff, orig, defs[function])
+        assert old in SOURCE.splitlines()[line - 1]
+        assert len(removed) == len(added) == 1
+        assert removed[0].replace(old, new) == added[0]
+    assert run.MUTANT_DEF.match("xǁValidatorǁcheck__mutmut_12").group("cls", "meth", "n") == \
+        ("Validator", "check", "12")
+    assert run.MUTANT_DEF.match("x__short__mutmut_3").group("func", "n") == ("_short", "3")
+
+
 def _mutant(name, status, removed, added, function="Validator.check"):
     return run.Mutant(name=f"queuewire.m.xǁValidatorǁcheck__mutmut_{name}", function=function,
                       status=status, line=15, diff="", removed=removed, added=added)
