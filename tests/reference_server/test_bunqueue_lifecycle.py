@@ -1021,3 +1021,25 @@ def test_removing_a_job_leaves_another_holder_of_its_unique_key_alone():
     r.ok("Clean", queue="q", grace=0, state="completed")
     assert r("GetJob", id=old)["ok"] is False
     assert r.push(uniqueKey="u") == holder
+
+
+def test_a_dependency_named_twice_is_waited_for_once():
+    """dependsOn [A, A]: the job waits for A once, becomes pullable when A completes, and counts
+    A once in childrenCompleted; so after a restart from the store."""
+    r = Rig()
+    dep = r.push()
+    child = r.push(dependsOn=[dep, dep])
+    assert r.job(child)["childrenCompleted"] == 0
+    assert r.pull()["id"] == dep
+    r.ok("ACK", id=dep)
+    assert r.job(child)["childrenCompleted"] == 1
+    assert r.pull()["id"] == child
+    r2 = Rig()
+    dep2 = r2.push()
+    child2 = r2.push(dependsOn=[dep2, dep2])
+    again = BunqueueEngine("bunqueue/2.9.5", now_ms=lambda: r2.t, store=r2.store,
+                           config=EngineConfig(allow_private_webhooks=True))
+    assert again.handle("c1", {"cmd": "GetJob", "id": child2})["job"]["childrenCompleted"] == 0
+    assert again.handle("c1", {"cmd": "PULL", "queue": "q"})["job"]["id"] == dep2
+    assert again.handle("c1", {"cmd": "ACK", "id": dep2})["ok"] is True
+    assert again.handle("c1", {"cmd": "PULL", "queue": "q"})["job"]["id"] == child2

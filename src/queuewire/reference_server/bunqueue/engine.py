@@ -460,7 +460,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         for job in jobs:
             q = self._queue(job.queue)
             q.all[job.id] = None
-            job.pending_deps = sum(1 for dep in job.depends_on if not self._is_completed(dep))
+            job.pending_deps = len({dep for dep in job.depends_on if not self._is_completed(dep)})
             for dep in job.depends_on:
                 if not self._is_completed(dep):
                     self._dependents.setdefault(dep, set()).add(job.id)

@@ -196,7 +196,7 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "completedAt": job.completed_at, "attempts": job.attempts, "backoff": job.backoff,
         "backoffConfig": None, "dependsOn": list(job.depends_on),
         "childrenIds": list(job.depends_on),
-        "childrenCompleted": len(job.depends_on) - job.pending_deps, "tags": list(job.tags),
+        "childrenCompleted": len(set(job.depends_on)) - job.pending_deps, "tags": list(job.tags),
         "progress": job.progress, "progressMessage": job.progress_message,
         "stacktrace": list(job.stacktrace) if job.stacktrace is not None else None,
         "repeat": dict(job.repeat) if job.repeat is not None else None,

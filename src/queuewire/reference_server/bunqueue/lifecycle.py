@@ -238,7 +238,7 @@ class Lifecycle:
             job.durable = bool(d.get("durable", False))
         assert job.state in self._initial
         if job.depends_on:
-            job.pending_deps = sum(1 for dep in job.depends_on if not self._is_completed(dep))
+            job.pending_deps = len({dep for dep in job.depends_on if not self._is_completed(dep)})
         if job.durable and self._keeps_jobs:  # BQ-PUSH-8: on disk before anything changes
             self.store.put_job(job.to_record(), durable=True)
         q = self._queue(queue)
