@@ -104,7 +104,7 @@ class BrokenServer:
 
 # which oracle each mode must trip, by finding kind
 MODES = {"crash": {"dead", "lost_reply"}, "drop": {"lost_reply"},
-         "duplicate": {"duplicate_reply"}, "wrong_type": {"invalid_reply"}}
+         "duplicate": {"duplicate_reply"}, "wrong_type": {"reply_schema"}}
 
 
 @pytest.mark.asyncio

@@ -91,7 +91,7 @@ def test_a_shared_reqid_still_finds_the_reply_that_breaks_its_command():
     frames = [frame({"cmd": "Ping", "reqId": "1"}),
               frame({"cmd": "WaitJob", "id": "U", "timeout": 0, "reqId": "1"})]
     replies = [valid("Ping", reqId="1"), {"ok": True, "reqId": "1"}]
-    assert ("BQ-CMD-WaitJob", "invalid_reply") in failing(judge(frames, replies))
+    assert ("BQ-CMD-WaitJob", "reply_schema") in failing(judge(frames, replies))
 
 
 # -- a reply echoing what an invalid request sent -----------------------------------------
@@ -107,11 +107,11 @@ def test_getstate_echoing_an_id_of_the_wrong_type_is_info():
     # a valid request answered with another id's type is still the command's shape
     found = judge([frame({"cmd": "GetState", "id": "j1", "reqId": "1"})],
                   [{"ok": True, "id": 115, "state": "waiting", "reqId": "1"}])
-    assert ("BQ-CMD-GetState", "invalid_reply") in failing(found)
+    assert ("BQ-CMD-GetState", "reply_schema") in failing(found)
     # as is an invalid id answered with a different bad value
     found = judge([frame({"cmd": "GetState", "id": 115, "reqId": "1"})],
                   [{"ok": True, "id": 116, "state": "waiting", "reqId": "1"}])
-    assert ("BQ-CMD-GetState", "invalid_reply") in failing(found)
+    assert ("BQ-CMD-GetState", "reply_schema") in failing(found)
 
 
 def test_registerworker_without_name_answered_with_no_name_is_info():
@@ -125,7 +125,7 @@ def test_registerworker_without_name_answered_with_no_name_is_info():
     # with a name sent, a reply without one breaks RegisterWorker's shape
     found = judge([frame({"cmd": "RegisterWorker", "name": "w", "queues": [], "reqId": "2"})],
                   [{"ok": True, "data": data, "reqId": "2"}])
-    assert ("BQ-CMD-RegisterWorker", "invalid_reply") in failing(found)
+    assert ("BQ-CMD-RegisterWorker", "reply_schema") in failing(found)
 
 
 # -- a reqId that is no string -------------------------------------------------------------

@@ -35,7 +35,6 @@ conformance suite and the tap. The oracles and the requirements they rest on:
 
 from __future__ import annotations
 
-import re
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,7 +44,8 @@ from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
-from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict, verdict_for
+from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict
+from ..judge.exchange import CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
 from ..spec import Profile
 from .case import Case
 
@@ -151,12 +151,24 @@ class BunqueueJudge:
     def __init__(self, profile: Profile, waits: tuple[str, ...] = ()):
         self.profile = profile
         self.validator = BunqueueValidator(profile)
-        spec = profile.model
         self.waits = frozenset(waits)
-        self.error_patterns = [re.compile(_template(e.message)) for e in spec.errors.values()]
+        self.judgement = Judgement(profile, self.validator)
 
     def _finding(self, rid: str, kind: str, message: str) -> Finding:
         return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
+
+    def judge_requests(self, exp: Expected) -> list[Finding]:
+        """What the case's own bytes break, judged by the registry's request checks as the
+        tap and ``conform client`` judge a client (a fuzz case breaks rules on purpose: these
+        are what it exercises, never the server's failures)."""
+        exchange = BunqueueExchange(self.judgement, checks=[
+            name for name, c in CHECKS.items() if c.on in ("request", "unreadable")])
+        out: list[Finding] = []
+        for item in exp.items:
+            out += exchange.request(item.request, 0, item.error)[1]
+        if exp.close_error is not None:
+            out += exchange.request(None, 0, exp.close_error)[1]
+        return out
 
     def judge(self, exp: Expected, replies: list[Any], closed: bool, timed_out: bool,
               reply_errors: list[ProtocolError] = (), half_closed: bool = False,
@@ -361,12 +373,7 @@ class BunqueueJudge:
         not name (whatever their values): the reply of that command, though not valid."""
         req = item.alt if item.error is not None else item.request
         cmd = req.get("cmd") if type(req) is dict else None
-        if reply.get("ok") is not True or not isinstance(cmd, str) \
-                or cmd not in self.profile.model.commands:
-            return False
-        body = {k: v for k, v in reply.items() if k != "reqId"}
-        return not self.validator.missing_fields(cmd, body, reply=True) and \
-            not self.validator.extra_fields(cmd, body, reply=True)
+        return isinstance(cmd, str) and self.judgement.plausible(cmd, reply)
 
     def _parks(self, item: Item) -> bool:
         cmd = item.request.get("cmd") if type(item.request) is dict else None
@@ -408,50 +415,20 @@ class BunqueueJudge:
         return item
 
     def _check(self, item: Item, reply: dict) -> list[Finding]:
-        out: list[Finding] = []
-        body = reply
-        bad: tuple = ()
-        item = self._as_read(item, reply)
+        """The registry's reply checks (:func:`~queuewire.judge.exchange.judge_reply`, as
+        the tap judges a reply) on ``reply`` as the answer to ``item``."""
+        return judge_reply(self.judgement, self._pending(self._as_read(item, reply)), reply)
+
+    def _pending(self, item: Item) -> Pending:
         if item.error is not None:
-            if reply.get("ok") is not False:
-                return [self._finding(item.error.requirement, "accepted_bad_frame",
-                                      f"{item.error.kind} answered {_short(reply)}")]
-            cmd = ""
-        else:
-            req = item.request
-            cmd = req.get("cmd") if type(req) is dict else None
-            rid = item.req_id
-            if rid is not UNDEFINED and type(rid) is not str:
-                body = {k: v for k, v in reply.items() if k != "reqId"}  # echoed verbatim
-            if reply.get("ok") is True:
-                if not isinstance(cmd, str) or cmd not in self.profile.model.commands:
-                    return [self._finding("BQ-ENV-5", "accepted_unknown",
-                                          f"{_short(req)} answered ok")]
-                bad = () if self.validator.request_is_valid(req) else \
-                    self.validator.request_violations(req)
-                if bad:
-                    out.append(self._finding("BQ-ENV-6", "accepted_invalid",
-                                             f"{cmd} breaking {bad[0]} answered ok"))
-        ok = body.get("ok") is True
-        if self.validator.reply_is_valid(cmd or "", body, ok=ok) if (cmd or not ok) else False:
-            violations: tuple = ()
-        else:
-            violations = self.validator.reply_violations(cmd or "", body)
-        for v in violations:
-            if bad and _echoes(item.request, bad, body, v):
-                # the request broke this field's rule and the reply gives back what it sent:
-                # the request's fault (BQ-ENV-6 above); the documents' reply shapes are
-                # those of valid requests
-                out.append(Finding(Verdict.INFO, v.requirement, "echoed_invalid",
-                                   f"reply to {cmd}: {v} (as the request sent it)"))
-                continue
-            out.append(Finding(verdict_for(v.level), v.requirement, "invalid_reply",
-                               f"reply to {cmd or 'a bad frame'}: {v}"))
-        if reply.get("ok") is False and isinstance(reply.get("error"), str) and not any(
-                p.fullmatch(reply["error"]) for p in self.error_patterns):
-            out.append(Finding(Verdict.INFO, "BQ-ENV-4", "undocumented_error",
-                               f"error string {reply['error']!r:.80} is none of the spec's"))
-        return out
+            return Pending("(unreadable)", 0, error=item.error)
+        req = item.request
+        cmd = req.get("cmd") if type(req) is dict else None
+        validator = self.validator
+        bad = None if validator.request_is_valid(req) else (req, validator.request_violations(req))
+        rid = item.req_id
+        return Pending(cmd if isinstance(cmd, str) else "(no cmd)", 0, bad=bad,
+                       reqid_is_str=rid is UNDEFINED or type(rid) is str)
 
     def judge_alive(self, reply: Any) -> list[Finding]:
         if type(reply) is dict and reply.get("ok") is True and \
@@ -460,44 +437,6 @@ class BunqueueJudge:
             return []
         return [self._finding("BQ-CMD-Ping", "dead",
                               f"a fresh connection's Ping got {_short(reply)}")]
-
-
-_REQUIRED = re.compile(r'"(.*)" is a required property')
-
-
-def _fields(path: str, message: str) -> list[str]:
-    """The field path a violation names: its JSON pointer, plus the missing property of a
-    "required" one."""
-    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
-    m = _REQUIRED.fullmatch(message)
-    return parts + [m.group(1)] if m else parts
-
-
-def _echoes(request: dict, bad: tuple, reply: dict, v: Any) -> bool:
-    """Whether reply violation ``v`` is at a field of the request's own violations (``bad``)
-    and the reply holds there exactly what the request sent (both absent counts)."""
-    where = _fields(v.path, v.message)
-    if not where:
-        return False
-    name = where[-1]
-    broken = {f[0] for f in (_fields(b.path, b.message) for b in bad) if f}
-    if name not in broken:
-        return False
-    value: Any = reply
-    for part in where:
-        if type(value) is dict:
-            value = value.get(part, UNDEFINED)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return False
-    return reqid_key(value) == reqid_key(request.get(name, UNDEFINED))
-
-
-def _template(message: str) -> str:
-    """A spec error string as a regex: ``{name}`` placeholders match anything."""
-    parts = re.split(r"\{[^{}]*\}", message)
-    return "(?s)" + ".*".join(re.escape(p) for p in parts)
 
 
 def _short(obj: Any) -> str:

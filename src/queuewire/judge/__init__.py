@@ -23,7 +23,11 @@ Seams
 the one rule of when two reqIds are the same, by which every tool pairs a reply with its
 request; :mod:`queuewire.judge.opening` how a client opens a connection (Hello first);
 :mod:`queuewire.judge.findings` the one :class:`~queuewire.judge.findings.Finding` every tool
-reports (the tap, the trace pipeline, the fuzz oracles).
+reports (the tap, the trace pipeline, the fuzz oracles); :mod:`queuewire.judge.exchange` the
+registry of bunqueue frame checks (``CHECKS``) and the one connection judge that applies them,
+:class:`~queuewire.judge.exchange.BunqueueExchange`, through which the tap, the trace pipeline,
+``conform client``'s checker and the fuzz oracles all judge (``tests/judge/test_one_registry.py``
+feeds one exchange to the four and holds them to the same findings).
 """
 
 from .findings import Finding

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..judge import Verdict, requirement_verdict
+from ..judge import Verdict
+from ..judge.exchange import Pending, judge_reply
 from ..spec import Profile
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, PROTOCOLS
 
@@ -123,9 +124,10 @@ def settle(protocol: str, profile: Profile, matched: list[tuple[Row, Row]],
 
 
 def judge_split(protocol: str, profile: Profile, command: str, payload: bytes) -> list[dict]:
-    """Findings on an answer joined to its request across files: for bunqueue the reply's
-    shape for its command (what the tap judges in ``BunqueueConn._judge_reply``); quicx
-    answers were judged whole when decoded."""
+    """Findings on an answer joined to its request across files: for bunqueue the reply
+    judged as the answer to its command (the registry's reply checks,
+    :func:`queuewire.judge.exchange.judge_reply`, as the tap judges it); quicx answers were
+    judged whole when decoded."""
     if protocol != "bunqueue":
         return []
     proto = _split_proto(protocol, profile)
@@ -134,12 +136,9 @@ def judge_split(protocol: str, profile: Profile, command: str, payload: bytes) -
     if not items or items[0].message is None or not isinstance(items[0].message, dict):
         return []
     msg = items[0].message
-    ok = msg.get("ok") is True
-    if command not in proto.commands or proto.reply_is_valid(command, ok, msg):
-        return []
-    return [{"level": requirement_verdict(profile, v.requirement), "requirement": v.requirement,
-             "kind": "reply_schema", "command": command, "message": str(v)}
-            for v in proto.validator.reply_violations(command, msg)]
+    pending = Pending(command, 0, reqid_is_str=type(msg.get("reqId", "")) is str)
+    return [{"level": f.level, "requirement": f.requirement, "kind": f.kind, "command": command,
+             "message": f.message} for f in judge_reply(proto.judgement, pending, msg)]
 
 
 _SPLIT: dict[str, Any] = {}

@@ -3,18 +3,20 @@
 :class:`ClientChecker` is fed the bytes each connection of a scenario sent
 (:meth:`ClientChecker.feed`) and told each reply the server sends
 (:meth:`ClientChecker.replied`); it owns no socket and no clock (times are passed in). It
-decodes with the codecs' :class:`~queuewire.codecs.bunqueue.FrameDecoder` (a framing error is a
-violation of the requirement the decoder names: BQ-FRAME-1, BQ-MSGPACK-*),
-and checks each request: a map with a string ``cmd`` (BQ-ENV-1); the command's schema
-(:class:`~queuewire.codecs.validation.BunqueueValidator`: each violation cites its own
-requirement and level, the batching limits among them); a ``reqId`` that no request still in
-flight on the connection carries, and a ``reqId`` on every request sent while another is in
-flight (BQ-PIPE-4; a request the server never answered stays in flight); with a token
-configured, nothing but Auth (and Hello, which document 000 sends first) before a successful
-Auth (BQ-AUTH-1); ACK, ACKB and FAIL of a job pulled with an owner carry a lock token the
-server gave for that job (BQ-LOCK-2: "The token must be passed to ACK or FAIL"), and name a
-job the client pulled (a reading of the same requirement, SHOULD). What it saw (requests,
-replies, pulls and heartbeats with their times) stays available to the judgements
+decodes with the codecs' :class:`~queuewire.codecs.bunqueue.FrameDecoder` and judges each
+frame through the one registry of frame checks, a
+:class:`~queuewire.judge.exchange.BunqueueExchange` per connection (the checks the tap, the
+trace pipeline and the fuzz oracles apply): a frame that does not decode breaks the rule its
+error cites (BQ-FRAME-1, BQ-MSGPACK-*); a request follows its command's schema (each
+violation cites its own requirement: BQ-ENV-1, BQ-ENV-5, the limits); a reqId that no request
+still in flight carries, and one on every request sent while another is in flight
+(BQ-PIPE-4; a request the server never answered stays in flight); a connection opens with
+Hello (BQ-HELLO-1). On top of those, the rules of a scenario only this checker knows: with a
+token configured, nothing but Auth (and Hello, which document 000 sends first) before a
+successful Auth (BQ-AUTH-1); ACK, ACKB and FAIL of a job pulled with an owner carry a lock
+token the server gave for that job (BQ-LOCK-2: "The token must be passed to ACK or FAIL"),
+and name a job the client pulled (a reading of the same requirement, SHOULD). What it saw
+(requests, replies, pulls and heartbeats with their times) stays available to the judgements
 (:mod:`.judges`). :meth:`ClientChecker.checks` gives one passing check per rule that held, with
 the number of frames it looked at, and every violation as a failing check (the first
 ``MAX_FINDINGS`` of each rule).
@@ -34,13 +36,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...codecs.bunqueue import FrameDecoder
 from ...codecs.errors import ProtocolError
 from ...codecs.validation import BunqueueValidator, jsonable
-from ...judge import reqid_key
+from ...judge import Finding, Verdict
+from ...judge.exchange import CHECKS, BunqueueExchange, Judgement
 from ...spec import Profile
 from ..model import Check
 from .records import HeadTail
@@ -52,6 +55,11 @@ ACK_CMDS = ("ACK", "FAIL")
 #: seconds: heartbeat times closer than this are thinned (far below the cadence judgement's
 #: slack, so its verdict does not move; a heartbeat flood then costs bounded memory)
 HEARTBEAT_RESOLUTION = 0.005
+#: the registry's checks this checker runs: every request-side one (the replies are the
+#: reference engine's own)
+EXCHANGE_CHECKS = tuple(name for name, c in CHECKS.items() if c.on in ("request", "unreadable"))
+#: a finding's verdict as the level of a conform check (conform's report maps it back)
+_LEVEL = {Verdict.FAIL: "MUST", Verdict.NON_STRICT: "SHOULD", Verdict.INFO: "MAY"}
 #: job ids a client may name in heartbeats and ACKs without having pulled them that are
 #: recorded (those are judged against nothing; the bound keeps a flood of invented ids cheap)
 RECORD_JOBS = 10_000
@@ -65,8 +73,7 @@ def _items(value: Any) -> list[Any]:
 @dataclass
 class _Conn:
     decoder: FrameDecoder
-    in_flight: dict[Any, int] = field(default_factory=dict)  # reqId -> count unanswered
-    unanswered: int = 0
+    exchange: BunqueueExchange
     authenticated: bool = False
     closed: bool = False
 
@@ -74,10 +81,15 @@ class _Conn:
 class ClientChecker:
     """The per-frame rules of one scenario, over all its connections."""
 
-    def __init__(self, profile: Profile, *, token: str | None = None):
+    def __init__(self, profile: Profile, *, token: str | None = None, replies: bool = False):
+        """``replies``: judge the server's replies too (the registry's reply checks), for an
+        exchange recorded elsewhere; off when the replies are the reference engine's own
+        (a scenario: what it sends, fuzz plans included, is not what is under test)."""
         self.profile = profile
         self.token = token
+        self.judge_replies = replies
         self.validator = BunqueueValidator(profile)
+        self.judgement = Judgement(profile, self.validator)
         self.conns: dict[int, _Conn] = {}
         self.looked: Counter[tuple[str, str]] = Counter()  # (requirement, kind) -> frames seen
         self.findings: dict[tuple[str, str], list[Check]] = defaultdict(list)
@@ -100,6 +112,15 @@ class ClientChecker:
     def _look(self, rid: str, kind: str) -> None:
         self.looked[(rid, kind)] += 1
 
+    def _found(self, f: Finding, kind: str, actual: Any) -> None:
+        """A finding of the registry's checks, as a failing check (its verdict as a level)."""
+        rid = f.requirement or ""
+        self.looked[(rid, kind)] += 1
+        found = self.findings[(rid, kind)]
+        if len(found) < MAX_FINDINGS:
+            found.append(Check(f.requirement, _LEVEL[f.level], False, kind, f.message,  # type: ignore[arg-type]
+                               None, actual))
+
     def _violate(self, rid: str, kind: str, message: str, *, actual: Any = None,
                  expected: Any = None, cap: str | None = None) -> None:
         self.looked[(rid, kind)] += 1
@@ -110,7 +131,10 @@ class ClientChecker:
 
     # -- the connection's bytes
     def opened(self, conn: int) -> None:
-        self.conns[conn] = _Conn(FrameDecoder(self.profile))
+        self.conns[conn] = _Conn(FrameDecoder(self.profile),
+                                 BunqueueExchange(self.judgement, conn, count=True,
+                                                  checks=None if self.judge_replies
+                                                  else EXCHANGE_CHECKS))
 
     def closed(self, conn: int) -> None:
         if conn in self.conns:
@@ -126,40 +150,24 @@ class ClientChecker:
             frames = state.decoder.feed(data)
         except ProtocolError as err:
             frames, error = list(err.frames), err
-            self._violate(err.requirement, "framing", str(err), actual=err.kind)
         for msg in frames:
             self._look("BQ-FRAME-1", "framing")
             self.request(conn, msg, t)
+        if error is not None:
+            _, found = state.exchange.request(None, int(t * 1e9), error, expect_reply=False)
+            for f in found:
+                self._found(f, "framing", error.kind)
         return frames, error
 
     def request(self, conn: int, msg: Any, t: float) -> None:
         state = self.conns[conn]
+        _, found = state.exchange.request(msg, int(t * 1e9))
+        for f in found:
+            self._found(f, f.kind, jsonable(msg))
         if type(msg) is not dict or not isinstance(msg.get("cmd"), str):
-            self._violate("BQ-ENV-1", "envelope", "a request that is not a map with a string cmd",
-                          actual=jsonable(msg))
             return
-        self._look("BQ-ENV-1", "envelope")
         cmd = msg["cmd"]
         self.requests.append((t, conn, msg))
-        # the schema: each violation cites its own requirement (limits, shapes)
-        violations = self.validator.request_violations(msg)
-        self._look("BQ-ENV-6", "schema")
-        for v in violations:
-            self._violate(v.requirement, "schema", f"{cmd}: {v}", actual=jsonable(msg),
-                          cap=None if v.level == "MUST" else "SHOULD")
-        # reqId: unique among the requests in flight, present when pipelining (BQ-PIPE-4)
-        req_id = msg.get("reqId")
-        key = reqid_key(req_id)
-        if req_id is None and state.unanswered > 0:
-            self._violate("BQ-PIPE-4", "reqid", f"{cmd} without reqId while {state.unanswered} "
-                          "request(s) are in flight", actual=jsonable(msg))
-        elif req_id is not None and state.in_flight.get(key):
-            self._violate("BQ-PIPE-4", "reqid", f"{cmd} reuses reqId {req_id!r} of a request "
-                          "still in flight", actual=jsonable(msg))
-        else:
-            self._look("BQ-PIPE-4", "reqid")
-        state.in_flight[key] = state.in_flight.get(key, 0) + 1
-        state.unanswered += 1
         # Auth first when a token is configured (BQ-AUTH-1; Hello may come first: doc 000)
         if self.token is not None:
             if cmd in ("Auth", "Hello") or state.authenticated:
@@ -217,12 +225,12 @@ class ClientChecker:
         state = self.conns.get(conn)
         if state is None or type(request) is not dict:
             return
-        key = reqid_key(request.get("reqId"))
-        if state.in_flight.get(key):
-            state.in_flight[key] -= 1
-            if not state.in_flight[key]:
-                del state.in_flight[key]
-        state.unanswered = max(0, state.unanswered - 1)
+        if self.judge_replies:
+            _, found = state.exchange.reply(dict(reply), int(t * 1e9))
+            for f in found:
+                self._found(f, f.kind, jsonable(reply))
+        else:
+            state.exchange.settle(request)
         self.replies.append((t, conn, request, dict(reply)))
         cmd = request.get("cmd")
         if cmd == "Auth" and reply.get("ok") is True:
@@ -240,7 +248,12 @@ class ClientChecker:
     # -- the verdict material
     def checks(self) -> list[Check]:
         out: list[Check] = []
-        for (rid, kind), seen in sorted(self.looked.items()):
+        looked = Counter(self.looked)
+        for state in self.conns.values():
+            for name, seen in (state.exchange.looked or {}).items():
+                if name != "unreadable":   # the frames that decoded are counted as framing
+                    looked[(CHECKS[name].requirement, name)] += seen
+        for (rid, kind), seen in sorted(looked.items()):
             found = self.findings.get((rid, kind))
             if found:
                 out.extend(found)

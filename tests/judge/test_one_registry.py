@@ -1,0 +1,176 @@
+"""One recorded exchange with known violations, judged by every tool that judges bunqueue frames:
+conform client's checker, the fuzz oracles, the tap and the trace pipeline (its local engine:
+the same decoder Spark runs, without Spark). All four judge through the one registry of checks
+(:mod:`queuewire.judge.exchange`), so they report the same requirement ids at the same
+verdicts.
+
+The exchange breaks, on the client's side: no Hello first (BQ-HELLO-1, SHOULD), a reqId reused
+while in flight (BQ-PIPE-4, MUST), a limit (PULLB count above 1000), an unknown command
+(BQ-ENV-5, SHOULD); on the server's side: a reply missing a field of its command's reply.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
+from queuewire.conformance.client.checker import ClientChecker
+from queuewire.fuzz.case import Case
+from queuewire.fuzz.oracles import BunqueueJudge, expect_bunqueue
+from queuewire.judge import Verdict
+from queuewire.judge.exchange import CHECKS
+from queuewire.spec import load_profile
+from queuewire.trace.analyze import analyze
+from queuewire.traffic.analyzer import Analyzer
+from queuewire.traffic.record import Recorder
+
+PROFILE_NAME = "bunqueue/v2"
+PROFILE = load_profile(PROFILE_NAME)
+
+# (client request, server reply): in this order on one connection, every request sent first
+EXCHANGE = [
+    ({"cmd": "PUSH", "queue": "q", "data": {"n": 1}, "reqId": "a"}, {"ok": True, "id": "1",
+                                                                       "reqId": "a"}),
+    ({"cmd": "Ping", "reqId": "b"}, {"ok": True, "data": {"pong": True, "time": 1}, "reqId": "b"}),
+    ({"cmd": "Count", "queue": "q", "reqId": "b"}, {"ok": True, "count": 1, "reqId": "b"}),
+    ({"cmd": "PULLB", "queue": "q", "count": 5000, "reqId": "c"},
+     {"ok": False, "error": "count must be at most 1000", "reqId": "c"}),
+    ({"cmd": "Frobnicate", "reqId": "d"}, {"ok": False, "error": "Unknown command: Frobnicate",
+                                            "reqId": "d"}),
+    ({"cmd": "PUSH", "queue": "q", "data": {"n": 2}, "reqId": "e"}, {"ok": True, "reqId": "e"}),
+]
+HELLO_REPLY = {"ok": True, "protocolVersion": 2, "capabilities": ["pipelining"], "server": "bunqueue",
+               "version": "2.0.0", "reqId": "h"}
+
+#: what the exchange breaks, as (requirement, verdict): the test's own reading of the documents
+EXPECTED = {
+    ("BQ-HELLO-1", Verdict.NON_STRICT),   # opened with PUSH
+    ("BQ-PIPE-4", Verdict.FAIL),          # reqId "b" reused while in flight
+    ("BQ-ENV-5", Verdict.NON_STRICT),     # Frobnicate
+    ("BQ-CMD-PUSH", Verdict.FAIL),        # the second PUSH's reply has no id
+}
+
+
+def _limit_requirement() -> str:
+    """The requirement the PULLB count limit cites (from the validator, not restated here)."""
+    from queuewire.codecs.validation import BunqueueValidator
+    (v,) = BunqueueValidator(PROFILE).request_violations(EXCHANGE[3][0])
+    return v.requirement
+
+
+def _judged(pairs) -> set[tuple[str, Verdict]]:
+    """(requirement, verdict) above INFO."""
+    return {(rid, Verdict(level)) for rid, level in pairs if rid and Verdict(level) is not Verdict.INFO}
+
+
+def _wire(exchange: list) -> tuple[bytes, bytes]:
+    """The client's bytes and the server's, of an exchange of (request, reply)."""
+    return (b"".join(encode_frame(req) for req, _ in exchange),
+            b"".join(encode_frame(rep) for _, rep in exchange))
+
+
+def _checker(exchange: list) -> set[tuple[str, Verdict]]:
+    client, server = _wire(exchange)
+    checker = ClientChecker(PROFILE, replies=True)
+    checker.opened(1)
+    frames, error = checker.feed(1, client, 0.0)
+    assert error is None and len(frames) == len(exchange)
+    for (request, _), reply in zip(exchange, FrameDecoder(PROFILE).feed(server)):
+        checker.replied(1, request, reply, 0.1)
+    by_level = {"MUST": Verdict.FAIL, "SHOULD": Verdict.NON_STRICT, "MAY": Verdict.INFO}
+    return _judged((c.requirement, by_level[c.level]) for c in checker.checks() if not c.ok)
+
+
+def _oracles(exchange: list) -> set[tuple[str, Verdict]]:
+    judge = BunqueueJudge(PROFILE)
+    exp = expect_bunqueue(Case("bunqueue", PROFILE_NAME, [encode_frame(r) for r, _ in exchange]),
+                          PROFILE)
+    replies = FrameDecoder(PROFILE).feed(_wire(exchange)[1])
+    findings = judge.judge_requests(exp) + judge.judge(exp, replies, closed=False, timed_out=False)
+    return _judged((f.requirement, f.level) for f in findings)
+
+
+def _tapped(exchange: list, sink=None) -> Analyzer:
+    client, server = _wire(exchange)
+    analyzer = Analyzer("bunqueue", PROFILE_NAME, sink=sink)
+    analyzer.open(1, 1_000, client="127.0.0.1:5001", upstream="127.0.0.1:6789")
+    analyzer.feed(1, "c2s", client, 2_000)
+    analyzer.feed(1, "s2c", server, 3_000)
+    analyzer.close(1, 4_000, "eof")
+    return analyzer
+
+
+def _tap(exchange: list) -> set[tuple[str, Verdict]]:
+    findings = _tapped(exchange).summary()["findings"]
+    return _judged((f["requirement"], f["level"]) for f in findings)
+
+
+def _trace(exchange: list, tmp_path) -> set[tuple[str, Verdict]]:
+    recorder = Recorder(tmp_path / "rec", protocol="bunqueue", profile=PROFILE_NAME, run="t")
+    _tapped(exchange, sink=recorder.write)
+    recorder.close()
+    analyze([tmp_path / "rec"], tmp_path / "out", engine="local", html=False)
+    rows = pq.read_table(tmp_path / "out" / "violations").to_pylist()
+    return _judged((r["requirement"], r["level"]) for r in rows)
+
+
+def test_the_exchange_breaks_what_it_means_to():
+    """The test's own premise, from the spec: the limit is a MUST of the profile."""
+    assert PROFILE.requirements[_limit_requirement()].level == "MUST"
+
+
+def test_every_tool_reports_the_same_requirements_at_the_same_verdicts(tmp_path):
+    expected = EXPECTED | {(_limit_requirement(), Verdict.FAIL)}
+    results = {"checker": _checker(EXCHANGE), "oracles": _oracles(EXCHANGE), "tap": _tap(EXCHANGE),
+               "trace": _trace(EXCHANGE, tmp_path)}
+    for tool, found in results.items():
+        assert found == expected, (tool, json.dumps(sorted(found), default=str))
+
+
+def test_the_registry_names_each_check_once_with_a_requirement():
+    assert len(CHECKS) == len({c.name for c in CHECKS.values()})
+    for c in CHECKS.values():
+        assert c.on in ("request", "reply", "event", "unreadable") and c.requirement and c.doc
+
+
+@pytest.mark.parametrize("tool", ["checker", "oracles", "tap"])
+@pytest.mark.parametrize("broken", [{"ok": True, "data": {"pong": 1}}, {"ok": True, "odd": 1}])
+def test_a_broken_reply_to_a_shared_reqid_is_judged_alike_by_every_tool(tool, broken):
+    """Two requests in flight with one reqId (the client's fault, BQ-PIPE-4). A valid reply
+    answers its own request; the other reply is judged against the request left (by
+    elimination) or the one whose command's reply fields it has: every tool blames the server
+    for the Ping reply's shape."""
+    exchange = [({"cmd": "Hello", "protocolVersion": 2, "reqId": "h"}, HELLO_REPLY),
+                ({"cmd": "Count", "queue": "q", "reqId": "b"}, {"ok": True, "count": 1, "reqId": "b"}),
+                ({"cmd": "Ping", "reqId": "b"}, {**broken, "reqId": "b"})]
+    assert _with(exchange, tool) == {("BQ-PIPE-4", Verdict.FAIL), ("BQ-CMD-Ping", Verdict.FAIL)}
+
+
+def test_a_reply_that_fits_none_of_a_shared_reqid_is_info_on_the_tap():
+    """Online, the tap cannot tell which of two requests sharing a reqId a reply that fits
+    neither answers: its shape is INFO there (the fuzz oracles, which see every reply of a case
+    at once, match it by elimination: the one place the tools may differ, and only on the
+    client's ambiguity)."""
+    exchange = [({"cmd": "Hello", "protocolVersion": 2, "reqId": "h"}, HELLO_REPLY),
+                ({"cmd": "Ping", "reqId": "b"}, {"ok": True, "odd": 1, "reqId": "b"}),
+                ({"cmd": "Count", "queue": "q", "reqId": "b"}, {"ok": True, "count": 1, "reqId": "b"})]
+    assert _tap(exchange) == {("BQ-PIPE-4", Verdict.FAIL)}
+
+
+@pytest.mark.parametrize("tool", ["checker", "oracles", "tap"])
+def test_a_clean_exchange_gives_no_finding_above_info(tool):
+    """The same tools on a well-behaved exchange: Hello first, unique reqIds, valid replies."""
+    exchange = [({"cmd": "Hello", "protocolVersion": 2, "reqId": "h"}, HELLO_REPLY),
+                ({"cmd": "Ping", "reqId": "p"}, {"ok": True, "data": {"pong": True, "time": 1},
+                                                 "reqId": "p"})]
+    assert _with(exchange, tool) == set()
+
+
+TOOLS = {"checker": _checker, "oracles": _oracles, "tap": _tap}
+
+
+def _with(exchange: list, tool: str) -> set[tuple[str, Verdict]]:
+    return TOOLS[tool](exchange)
