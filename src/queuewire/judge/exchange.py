@@ -29,7 +29,11 @@ violations (what a reply to it is judged against: BQ-ENV-6, echoed fields).
 
 The request path is the hot path of the tap: the validator's compiled ``request_is_valid``
 first, the slow ``request_violations`` only for a request that fails it; likewise for
-replies.
+replies. The exchange establishes the facts the request checks read (the request broke its
+schema, reused a reqId in flight, came without one while others wait, the opening is still
+being judged) and runs them only when one holds; a reply runs the reply checks unless
+:func:`quiet_reply` says there is nothing to find (a valid success reply to a valid request).
+With ``count`` on (the checker's "N frames checked"), every check runs on every frame.
 
 Seams
 -----
@@ -55,8 +59,8 @@ from .opening import HELLO, OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
 from .verdicts import Verdict, requirement_verdict
 
-__all__ = ["CHECKS", "Answer", "BunqueueExchange", "Check", "Frame", "Judgement", "Pending",
-           "check", "judge_reply"]
+__all__ = ["CHECKS", "BunqueueExchange", "Check", "Frame", "Judgement", "Pending",
+           "check", "judge_reply", "quiet_reply"]
 
 UNREADABLE = "(unreadable)"
 NO_CMD = "(no cmd)"
@@ -291,19 +295,16 @@ def judge_reply(j: Judgement, pending: Pending, reply: Any, *, shared: bool = Fa
     return out
 
 
+def quiet_reply(j: Judgement, pending: Pending, reply: Any) -> bool:
+    """True only when :func:`judge_reply` finds nothing: a success reply, valid for a known
+    command, to a request that broke no rule (the hot path: the compiled check alone).
+    False says nothing (judge_reply decides)."""
+    return (type(reply) is dict and reply.get("ok") is True and pending.bad is None
+            and pending.error is None and pending.reqid_is_str and pending.command in j.commands
+            and j.validator.reply_is_valid(pending.command, reply, ok=True))
+
+
 # -- the exchange -----------------------------------------------------------------------------
-@dataclass(slots=True)
-class Answer:
-    """What a server frame answered: the request it is paired with, or why none."""
-
-    pending: Pending | None
-    shared: bool = False
-    #: None: paired; "event": a pushed job event; "no_request": without reqId and no request
-    #: without one waits; "unknown_reqid": a reqId no request in flight carries
-    unpaired: str | None = None
-    key: Any = None   # "unknown_reqid": the reply's reqId key
-
-
 class BunqueueExchange:
     """One bunqueue connection, judged frame by frame (see the module's Design).
 
@@ -312,8 +313,9 @@ class BunqueueExchange:
     opening is not judged, and a reply nothing here was sent for is not a finding (the caller
     pairs it across files). ``count``: keep :attr:`looked` (frames each check looked at)."""
 
-    __slots__ = ("_guessed", "_is_valid", "_no_id", "_on", "conn_id", "in_flight", "judgement", "last_bad",
-                 "last_reused", "last_waiting", "looked", "opening", "partial")
+    __slots__ = ("_guessed", "_is_valid", "_no_id", "_on", "conn_id", "in_flight", "judgement",
+                 "last_bad", "last_reused", "last_waiting", "looked", "opening", "partial",
+                 "unpaired", "unpaired_key")
 
     def __init__(self, judgement: Judgement, conn_id: int | None = None, *,
                  checks: Iterable[str] | None = None, partial: bool = False, count: bool = False):
@@ -338,6 +340,8 @@ class BunqueueExchange:
         self.last_bad: tuple[Any, tuple[Violation, ...]] | None = None
         self.last_reused = False
         self.last_waiting = 0
+        self.unpaired: str | None = None   # why the last reply answered nothing
+        self.unpaired_key: Any = None
 
     def finding(self, rid: str | None, kind: str, message: str, frame: Frame,
                 level: Verdict | None = None) -> Finding:
@@ -370,63 +374,77 @@ class BunqueueExchange:
         is_map = type(message) is dict
         cmd = message.get("cmd") if is_map else None
         name = cmd if type(cmd) is str else NO_CMD
-        valid = self._is_valid(message)
-        bad = None if valid else (message, self.judgement.validator.request_violations(message))
-        self.last_bad = bad
-        self.last_waiting = len(self._no_id) + len(self.in_flight)
+        bad = None if self._is_valid(message) else \
+            (message, self.judgement.validator.request_violations(message))
+        no_id = self._no_id
+        in_flight = self.in_flight
+        waiting = len(no_id) + len(in_flight)
         req_id = message.get("reqId", UNDEFINED) if is_map else UNDEFINED
-        self.last_reused = False
+        reused = False
         if req_id is UNDEFINED:
-            self._no_id.append(Pending(name, t_ns, None, bad))
+            no_id.append(Pending(name, t_ns, None, bad))
+            quiet = bad is None and not waiting
         else:
-            is_str = type(req_id) is str
-            key = req_id if is_str else reqid_key(req_id)
-            entry = Pending(name, t_ns, key, bad, reqid_is_str=is_str)
-            held = self.in_flight.get(key)
-            if held is None:
-                self.in_flight[key] = entry
+            quiet = bad is None
+            if type(req_id) is str:
+                entry = Pending(name, t_ns, req_id, bad)
+                key: Any = req_id
             else:
-                self.last_reused = True
+                key = reqid_key(req_id)
+                entry = Pending(name, t_ns, key, bad, reqid_is_str=False)
+            held = in_flight.get(key)
+            if held is None:
+                in_flight[key] = entry
+            else:
+                reused = True
                 if type(held) is deque:
                     held.append(entry)
                 else:
-                    self.in_flight[key] = deque((held, entry))
+                    in_flight[key] = deque((held, entry))
+        if quiet and not reused and self.opening is None and self.looked is None:
+            return name, []   # none of the facts the request checks read: nothing to find
+        self.last_bad, self.last_waiting, self.last_reused = bad, waiting, reused
         return name, self._run("request", Frame("c2s", message, t_ns, name))
 
     # -- server to client
     def reply(self, message: Any, t_ns: int = 0, error: ProtocolError | None = None
-              ) -> tuple[Answer, list[Finding]]:
-        """Judge a server frame; returns what it answered and the findings."""
+              ) -> tuple[Pending | None, list[Finding]]:
+        """Judge a server frame; returns the request it answered (None: none, and
+        :attr:`unpaired` says why: "unreadable", "event", "no_request" (no reqId, and no
+        request without one waits) or "unknown_reqid" (:attr:`unpaired_key` is its key))
+        and the findings."""
+        self.unpaired = None
         if error is not None:
-            return Answer(None, unpaired="unreadable"), \
-                self._run("unreadable", Frame("s2c", None, t_ns, None, error))
+            self.unpaired = "unreadable"
+            return None, self._run("unreadable", Frame("s2c", None, t_ns, None, error))
         if type(message) is not dict:
-            pending = self._no_id.popleft() if self._no_id else None
-            if pending is None:
-                return Answer(None, unpaired="no_request"), \
-                    [self.finding("BQ-ENV-3", "invalid_reply", f"reply is not a map: "
-                                  f"{_short(message)}", Frame("s2c", message, t_ns, None))]
-            return self._answered(pending, message, t_ns)
+            if not self._no_id:
+                self.unpaired = "no_request"
+                return None, [self.finding("BQ-ENV-3", "invalid_reply", "reply is not a map: "
+                                           f"{_short(message)}", Frame("s2c", message, t_ns, None))]
+            return self._answered(self._no_id.popleft(), message, t_ns)
         req_id = message.get("reqId", UNDEFINED)
         if req_id is UNDEFINED:
             j = self.judgement
             if j.event_type is not None and message.get("type") == j.event_type:
                 # a pushed job event (BQ-EVENT-102): answers nothing; its shape is judged
-                return Answer(None, unpaired="event"), \
-                    self._run("event", Frame("s2c", message, t_ns, EVENT))
+                self.unpaired = "event"
+                return None, self._run("event", Frame("s2c", message, t_ns, EVENT))
             if not self._no_id:
+                self.unpaired = "no_request"
                 if self.partial:
-                    return Answer(None, unpaired="no_request"), []
-                return Answer(None, unpaired="no_request"), [self.finding(
+                    return None, []
+                return None, [self.finding(
                     None, "reply_unpaired", "a frame without reqId that answers no request seen "
                     "without one", Frame("s2c", message, t_ns, None), level=Verdict.INFO)]
             return self._answered(self._no_id.popleft(), message, t_ns)
         key = req_id if type(req_id) is str else reqid_key(req_id)
         held = self.in_flight.pop(key, None)
         if held is None:
+            self.unpaired, self.unpaired_key = "unknown_reqid", key
             if self.partial:
-                return Answer(None, unpaired="unknown_reqid", key=key), []
-            return Answer(None, unpaired="unknown_reqid", key=key), [self.finding(
+                return None, []
+            return None, [self.finding(
                 "BQ-ENV-2", "reqid_unknown", f"a reply with reqId {req_id!r}, which no request "
                 "in flight carries", Frame("s2c", message, t_ns, None), level=Verdict.NON_STRICT)]
         if type(held) is not deque:
@@ -474,9 +492,11 @@ class BunqueueExchange:
         return all(f.level is Verdict.INFO for f in judge_reply(self.judgement, pending, message))
 
     def _answered(self, pending: Pending, message: Any, t_ns: int,
-                  shared: bool = False) -> tuple[Answer, list[Finding]]:
+                  shared: bool = False) -> tuple[Pending | None, list[Finding]]:
+        if self.looked is None and quiet_reply(self.judgement, pending, message):
+            return pending, []
         frame = Frame("s2c", message, t_ns, pending.command, request=pending, shared=shared)
-        return Answer(pending, shared), self._run("reply", frame)
+        return pending, self._run("reply", frame)
 
     # -- what is left
     def open_ends(self) -> list[Pending]:

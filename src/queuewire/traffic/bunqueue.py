@@ -100,23 +100,24 @@ class BunqueueConn:
     # -- server to client
     def server_frame(self, item: Item, t_ns: int) -> bool:
         """Judge a server frame; True when it answered a request."""
-        answer, findings = self.exchange.reply(item.message, t_ns, item.error)
+        exchange = self.exchange
+        pending, findings = exchange.reply(item.message, t_ns, item.error)
         if findings:
             self._tell(findings)
-        pending = answer.pending
         msg = item.message
-        ok = type(msg) is dict and msg.get("ok") is True
         if pending is not None:
             self._pair(pending.command, None if pending.key is None else msg["reqId"], pending.sent,
-                       t_ns, ok, "reply")
+                       t_ns, type(msg) is dict and msg.get("ok") is True, "reply")
             return True
-        if self._orphan is None or answer.unpaired not in ("no_request", "unknown_reqid"):
+        unpaired = exchange.unpaired
+        if self._orphan is None or unpaired not in ("no_request", "unknown_reqid"):
             return False
-        if answer.unpaired == "no_request":
+        ok = type(msg) is dict and msg.get("ok") is True
+        if unpaired == "no_request":
             self._orphan(f"n:{self._orphans}", t_ns, "reply", ok, item.raw)
             self._orphans += 1
         else:
-            self._orphan(match_key(answer.key), t_ns, "reply", ok, item.raw)
+            self._orphan(match_key(exchange.unpaired_key), t_ns, "reply", ok, item.raw)
         return True
 
     def open_ends(self) -> list[tuple[str, str, int]]:
