@@ -174,3 +174,32 @@ TOOLS = {"checker": _checker, "oracles": _oracles, "tap": _tap}
 
 def _with(exchange: list, tool: str) -> set[tuple[str, Verdict]]:
     return TOOLS[tool](exchange)
+
+
+def test_the_quiet_reply_shortcut_never_hides_a_finding():
+    """quiet_reply (the tap's hot path) says "nothing to find" only where judge_reply finds
+    nothing: real replies of the reference engine, each also with a field dropped, a field
+    added, ok flipped, and as the answer to an invalid request or an unknown command."""
+    from queuewire.judge.exchange import Judgement, Pending, judge_reply, quiet_reply
+    from queuewire.reference_server.bunqueue import BunqueueEngine
+
+    engine = BunqueueEngine(PROFILE_NAME)
+    requests = [{"cmd": "PUSH", "queue": "q", "data": {"n": 1}}, {"cmd": "Ping"},
+                {"cmd": "Count", "queue": "q"}, {"cmd": "PULL", "queue": "q"},
+                {"cmd": "GetJobCounts", "queue": "q"}, {"cmd": "ListQueues"},
+                {"cmd": "Stats"}, {"cmd": "PULL", "queue": "empty"}]
+    j = Judgement(PROFILE)
+    checked = 0
+    for request in requests:
+        reply = engine.handle("c1", request)
+        assert isinstance(reply, dict)
+        variants = [reply, {**reply, "extra": 1}, {**reply, "ok": not reply.get("ok")}]
+        variants += [{k: v for k, v in reply.items() if k != key} for key in reply]
+        for variant in variants:
+            for pending in (Pending(request["cmd"], 0),
+                            Pending(request["cmd"], 0, bad=(request, (None,))),
+                            Pending("Frobnicate", 0)):
+                if quiet_reply(j, pending, variant):
+                    assert judge_reply(j, pending, variant) == [], (pending, variant)
+                    checked += 1
+    assert checked >= len(requests)   # the shortcut was taken, on the untouched replies at least
