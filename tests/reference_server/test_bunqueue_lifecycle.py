@@ -1043,3 +1043,86 @@ def test_a_dependency_named_twice_is_waited_for_once():
     assert again.handle("c1", {"cmd": "PULL", "queue": "q"})["job"]["id"] == dep2
     assert again.handle("c1", {"cmd": "ACK", "id": dep2})["ok"] is True
     assert again.handle("c1", {"cmd": "PULL", "queue": "q"})["job"]["id"] == child2
+
+
+# =============================================================================================
+# Ill-typed options and missing defaults on the general path (_create)
+# =============================================================================================
+def test_an_ill_typed_option_takes_the_profile_default_not_zero():
+    """_create: priority, delay, maxAttempts and backoff that are not integers are the
+    profile's defaults (here none of the spec's); with tags (the general path's extras) and
+    without."""
+    defaults = {"priority": 4, "maxAttempts": 2, "backoff": 7, "delay": 250}
+    r = Rig(_profile_with_job_defaults(**defaults))
+    bad = {"priority": "x", "maxAttempts": "x", "backoff": "x", "delay": "x"}
+    for job_id in (r.push(tags=["t"], **bad), r.push(**bad)):
+        job = r.job(job_id)
+        assert {k: job[k] for k in ("priority", "maxAttempts", "backoff")} == \
+            {"priority": 4, "maxAttempts": 2, "backoff": 7}
+        assert (job["state"], job["runAt"]) == ("delayed", T0 + 250)
+
+
+def test_an_option_without_a_profile_default_falls_back_to_its_own():
+    """With no default in the profile's PUSH schema: an absent or ill-typed priority or delay
+    is 0, backoff None (the job's own); lifo, removeOnComplete, removeOnFail and durable are
+    off, on the general path (tags) and the plain one."""
+    names = ("lifo", "removeOnComplete", "removeOnFail", "durable")
+    r = Rig(_profile_with_job_defaults(priority=NO_DEFAULT, delay=NO_DEFAULT, backoff=NO_DEFAULT,
+                                       **{n: NO_DEFAULT for n in names}))
+    for job_id in (r.push(tags=["t"], priority="x", delay="x"), r.push(priority="x", delay="x"),
+                   r.push(tags=["t"]), r.push()):
+        job = r.job(job_id)
+        assert (job["priority"], job["state"], job["runAt"]) == (0, "waiting", T0)
+        assert [job[n] for n in names if n != "durable"] == [False, False, False]
+    assert r.store.durable_puts == 0
+
+
+def test_pushed_jobs_are_announced_and_counted_at_their_time():
+    """_create: a pushed job goes to the job.pushed webhook and the pushed job event with the
+    push's time, and counts in Metrics totalPushed."""
+    r = Rig(watch=True)
+    r.hooks(), r.events()
+    r.t += 5
+    job_id = r.push(tags=["t"])
+    assert r.hooks() == [("job.pushed", {"event": "job.pushed", "timestamp": T0 + 5,
+                                         "jobId": job_id, "queue": "q"})]
+    assert [(e["eventType"], e["jobId"], e["timestamp"]) for e in r.events()] == \
+        [("pushed", job_id, T0 + 5)]
+    assert r.metrics()["totalPushed"] == 1
+
+
+# =============================================================================================
+# The legacy envelope's data.name (BQ-NAME-102, bunqueue/2.9.5)
+# =============================================================================================
+def test_a_legacy_data_name_becomes_the_jobs_name_and_leaves_the_data():
+    """Under bunqueue/2.9.5 a PUSH without a top-level name whose data has a string name: the
+    job's name is data.name, and its data is the rest (the request's own map untouched); with
+    a top-level name, data keeps its name. Under bunqueue/v2 data is never split."""
+    r = Rig("bunqueue/2.9.5")
+    data = {"name": "mail", "to": "a@b.c"}
+    job = r.job(r.push(data=data))
+    assert (job["name"], job["data"]) == ("mail", {"to": "a@b.c"})
+    assert data == {"name": "mail", "to": "a@b.c"}
+    job = r.job(r.push(name="top", data={"name": "inner", "x": 1}))
+    assert (job["name"], job["data"]) == ("top", {"name": "inner", "x": 1})
+    job = r.job(r.push(data={"name": 5, "x": 1}))
+    assert (job["name"], job["data"]) == ("default", {"name": 5, "x": 1})
+    v2 = Rig("bunqueue/v2")
+    job = v2.job(v2.push(data={"name": "mail", "to": "a@b.c"}))
+    assert (job["name"], job["data"]) == ("default", {"name": "mail", "to": "a@b.c"})
+
+
+@pytest.mark.parametrize("length, ok", [(0, False), (1, True), (256, True), (257, False)])
+def test_a_legacy_data_name_obeys_the_job_name_length(length, ok):
+    """BQ-NAME-102: data.name of a legacy envelope is 1 to 256 characters under bunqueue/2.9.5
+    (job_name_length), as a top-level name; refused with job_name_invalid otherwise. A
+    top-level name makes data.name plain data; bunqueue/v2 has no such rule."""
+    r = Rig("bunqueue/2.9.5")
+    reply = r("PUSH", queue="q", data={"name": "n" * length})
+    if ok:
+        assert reply["ok"] is True
+    else:
+        assert reply == {"ok": False, "error": r.engine.error_message("job_name_invalid")}
+    assert r("PUSH", queue="q", name="top", data={"name": "n" * length})["ok"] is True
+    v2 = Rig("bunqueue/v2")
+    assert v2("PUSH", queue="q", data={"name": "n" * length})["ok"] is True
