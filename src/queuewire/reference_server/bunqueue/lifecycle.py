@@ -63,13 +63,13 @@ class Lifecycle:
               **timeline: Any) -> None:
         """Move ``job`` along the job_lifecycle row (its state, ``event``)."""
         target = self._lifecycle[(job.state, event)]
-        self._leave(job, now)
+        self._leave(job)
         job.state = target
         self._enter(job, now, **timeline)
         if save:
             self._save(job)
 
-    def _leave(self, job: Job, now: float) -> None:
+    def _leave(self, job: Job) -> None:
         q = self._queues[job.queue]
         state = job.state
         q.members[state].pop(job.id, None)
@@ -145,7 +145,7 @@ class Lifecycle:
         q = self._queues[job.queue]
         if remember and job.state == COMPLETED:
             self._remember_result(job)
-        self._leave(job, now)
+        self._leave(job)
         q.all.pop(job.id, None)
         if job.unique_key is not None and q.unique.get(job.unique_key) == job.id:
             del q.unique[job.unique_key]
