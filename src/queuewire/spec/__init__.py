@@ -48,8 +48,9 @@ __all__ = [
 
 
 @functools.cache
-def _profiles_file() -> dict:
-    return read_yaml(spec_dir() / "profiles.yaml")
+def _profiles_file() -> dict[str, Any]:
+    data: dict[str, Any] = read_yaml(spec_dir() / "profiles.yaml")
+    return data
 
 
 def profile_names(protocol: str | None = None) -> list[str]:
@@ -60,7 +61,8 @@ def profile_names(protocol: str | None = None) -> list[str]:
 
 def default_profile(protocol: str) -> str:
     try:
-        return _profiles_file()["defaults"][protocol]
+        name: str = _profiles_file()["defaults"][protocol]
+        return name
     except KeyError:
         raise SpecError(f"unknown protocol {protocol!r}") from None
 
@@ -75,7 +77,7 @@ def sources() -> Mapping[str, Source]:
 
 
 def _requirements(raw: Mapping[str, Any]) -> Mapping[str, Requirement]:
-    out = {}
+    out: dict[str, Requirement] = {}
     for rid, r in (raw or {}).items():
         src = r.get("source") or {}
         out[rid] = Requirement(
@@ -87,8 +89,9 @@ def _requirements(raw: Mapping[str, Any]) -> Mapping[str, Requirement]:
     return frozen_map(out)
 
 
-def _limits(raw: Mapping[str, Any], uses: list) -> Mapping[str, Limit]:
-    where: dict[str, list] = {}
+def _limits(raw: Mapping[str, Any], uses: list[tuple[str, str, tuple[Any, ...]]]
+            ) -> Mapping[str, Limit]:
+    where: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
     for name, key, path in uses:
         where.setdefault(name, []).append((key, path))
     return frozen_map({
@@ -101,7 +104,7 @@ def _limits(raw: Mapping[str, Any], uses: list) -> Mapping[str, Limit]:
     })
 
 
-def raw_tree(name: str) -> dict:
+def raw_tree(name: str) -> dict[str, Any]:
     """A profile's merged tree before ``$limit`` substitution (what ``spec export`` starts from)."""
     profiles = _profiles_file()["profiles"]
     if name not in profiles:
@@ -121,7 +124,7 @@ def load_profile(name: str) -> Profile:
     entry = _profiles_file()["profiles"].get(name)
     tree = raw_tree(name)  # raises SpecError for an unknown name
     raw_limits = tree.get("limits") or {}
-    uses: list = []
+    uses: list[tuple[str, str, tuple[Any, ...]]] = []
     resolved = substitute_limits({k: v for k, v in tree.items() if k != "limits"}, raw_limits, uses)
     resolved["limits"] = raw_limits
     limits = _limits(raw_limits, uses)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def read_yaml(path: Path) -> Any:
         raise SpecError(f"cannot read: {exc.strerror}", file=str(path)) from None
 
 
-def merge_maps(base: dict, extra: dict, *, file: str, what: str) -> None:
+def merge_maps(base: dict[str, Any], extra: dict[str, Any], *, file: str, what: str) -> None:
     """Merge the maps of ``extra`` into ``base`` one level down; a key defined twice is an error."""
     for section, value in extra.items():
         if not isinstance(value, dict) or not isinstance(base.get(section, {}), dict):
@@ -73,7 +73,7 @@ def merge_maps(base: dict, extra: dict, *, file: str, what: str) -> None:
             target[key] = item
 
 
-def load_protocol_tree(root: Path, protocol: str) -> dict:
+def load_protocol_tree(root: Path, protocol: str) -> dict[str, Any]:
     """The base tree of a protocol: protocol.yaml plus every YAML file in its subdirectories."""
     pdir = root / protocol
     tree = read_yaml(pdir / "protocol.yaml")
@@ -105,7 +105,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 LIMIT_KEYS = ("min", "max", "value", "pattern")
 
 
-def substitute_limits(tree: Any, limits: dict, uses: list, where: tuple = ()) -> Any:
+def substitute_limits(tree: Any, limits: Mapping[str, Any], uses: list[tuple[str, str, tuple[Any, ...]]],
+                      where: tuple[Any, ...] = ()) -> Any:
     """Replace ``{$limit: name.key}`` nodes; append ``(name, key, where)`` to ``uses``."""
     if isinstance(tree, dict):
         if set(tree) == {"$limit"}:
@@ -122,7 +123,7 @@ def substitute_limits(tree: Any, limits: dict, uses: list, where: tuple = ()) ->
     return tree
 
 
-def walk(tree: Any, where: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+def walk(tree: Any, where: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
     """Every node of a plain tree with its path, parents first."""
     yield where, tree
     if isinstance(tree, dict):

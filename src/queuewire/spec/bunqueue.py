@@ -44,8 +44,8 @@ class Command:
     doc: str
     doc_ref: str | None
     requirement: str
-    request: Mapping = field(repr=False)   # full JSON Schema of the request
-    response: Mapping = field(repr=False)  # full JSON Schema of the success reply
+    request: Mapping[str, Any] = field(repr=False)   # full JSON Schema of the request
+    response: Mapping[str, Any] = field(repr=False)  # full JSON Schema of the success reply
     request_fields: tuple[str, ...] = ()   # documented request fields, envelope included
     required_fields: tuple[str, ...] = ()
     response_fields: tuple[str, ...] = ()
@@ -57,7 +57,7 @@ class BunqueueSpec:
     definitions: Mapping[str, Any]
     errors: Mapping[str, ErrorString]
     protocol_errors: Mapping[str, ProtocolErrorKind]
-    error_reply: Mapping
+    error_reply: Mapping[str, Any]
     job_states: Mapping[str, str]
     job_lifecycle: StateMachine
     connection_lifecycle: StateMachine
@@ -106,13 +106,13 @@ def used_defs(schema: Any, definitions: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def complete_schema(own: Mapping | None, envelope: Mapping, required: list[str],
-                    definitions: Mapping[str, Any], title: str) -> dict:
+def complete_schema(own: Mapping[str, Any] | None, envelope: Mapping[str, Any], required: list[str],
+                    definitions: Mapping[str, Any], title: str) -> dict[str, Any]:
     """A command's own schema plus the envelope properties and the ``$defs`` it needs."""
     own = copy.deepcopy(dict(own or {"type": "object"}))
     props = dict(envelope)
     props.update(own.pop("properties", {}) or {})
-    schema = {"$schema": DIALECT, "title": title, "type": "object"}
+    schema: dict[str, Any] = {"$schema": DIALECT, "title": title, "type": "object"}
     schema.update(own)
     schema["properties"] = props
     schema["required"] = list(dict.fromkeys(required + list(own.get("required", []))))
@@ -122,7 +122,7 @@ def complete_schema(own: Mapping | None, envelope: Mapping, required: list[str],
     return schema
 
 
-def _len_format(framing: Mapping) -> str:
+def _len_format(framing: Mapping[str, Any]) -> str:
     """The struct format of the frame's length field, from its declared type."""
     field = next((f for f in framing.get("fields", ()) if str(f.get("id", "")).startswith("len_")),
                  None)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def resolve(schema: Mapping, node: Any) -> Any:
+def resolve(schema: Mapping[str, Any], node: Any) -> Any:
     """Follow local ``$ref`` chains of ``node`` inside ``schema``'s ``$defs``."""
     seen = 0
     while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 32:
@@ -26,7 +26,7 @@ def resolve(schema: Mapping, node: Any) -> Any:
     return node
 
 
-def minimal(schema: Mapping, node: Any = None) -> Any:
+def minimal(schema: Mapping[str, Any], node: Any = None) -> Any:
     """The smallest valid value for ``node`` (the whole schema by default)."""
     node = resolve(schema, schema if node is None else node)
     if not isinstance(node, Mapping):

@@ -106,7 +106,7 @@ def _check_docs(name: str, tree: Any) -> Iterable[LintIssue]:
                     yield LintIssue(name, _dotted(path + (i,)), "field without doc")
 
 
-def _cited_ids(tree: Any) -> Iterable[tuple[tuple, str]]:
+def _cited_ids(tree: Any) -> Iterable[tuple[tuple[Any, ...], str]]:
     for path, node in walk(tree):
         if not isinstance(node, dict) or (path and path[0] == "requirements"):
             continue

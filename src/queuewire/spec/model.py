@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 # Kaitai Struct integer type names, as the spec's layouts use them, to struct formats. This
 # maps a notation to Python; the spec says which type each field has.
@@ -27,7 +27,11 @@ Basis = Literal["stated", "implied", "decision"]
 BASES: tuple[Basis, ...] = ("stated", "implied", "decision")
 
 
-def frozen_map(items: Mapping | None = None) -> Mapping:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
     return MappingProxyType(dict(items or {}))
 
 
@@ -54,7 +58,7 @@ class Requirement:
     quote: str | None = None
     rationale: str | None = None
     basis: Basis | None = None
-    disagrees: tuple = ()
+    disagrees: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def cite(self) -> str:
@@ -73,7 +77,7 @@ class Limit:
     max: int | float | None = None
     value: Any = None
     pattern: str | None = None
-    uses: tuple[tuple[str, tuple], ...] = ()
+    uses: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,7 @@ def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
     )
 
 
-def error_kinds(raw: Mapping[str, Any]) -> Mapping[str, ProtocolErrorKind]:
+def error_kinds(raw: Mapping[str, Any] | None) -> Mapping[str, ProtocolErrorKind]:
     """The protocol error kinds of a ``protocol_errors`` section."""
     return frozen_map({
         k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
@@ -150,7 +154,7 @@ class Profile:
     protocol: str
     doc: str
     overlays: tuple[str, ...]
-    tree: Mapping = field(repr=False)
+    tree: Mapping[str, Any] = field(repr=False)
     requirements: Mapping[str, Requirement] = field(repr=False)
     limits: Mapping[str, Limit] = field(repr=False)
     sources: Mapping[str, Source] = field(repr=False)

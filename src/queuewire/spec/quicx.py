@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import codecs
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from construct import (
     Bytes,
     Construct,
+    FormatField,
     GreedyBytes,
     Int8ub,
     Int16ub,
@@ -41,10 +42,10 @@ from construct import (
 )
 
 from ._load import SpecError
-from .model import Profile, ProtocolErrorKind, error_kinds, frozen_map
+from .model import Limit, Profile, ProtocolErrorKind, error_kinds, frozen_map
 
 #: Integer types of the layout language: construct class and width in bytes (all big-endian).
-INT_TYPES: Mapping[str, tuple[Construct, int]] = frozen_map({
+INT_TYPES: Mapping[str, tuple[FormatField[int, int], int]] = frozen_map({
     "u1": (Int8ub, 1), "u2be": (Int16ub, 2), "u4be": (Int32ub, 4), "u8be": (Int64ub, 8),
 })
 #: Variable types of the layout language.
@@ -104,7 +105,7 @@ class MessageType:
     payload: str                        # required | empty | any
     directions: frozenset[tuple[str, str]]
     layout: tuple[LayoutField, ...]
-    struct: Construct = field(repr=False, compare=False)
+    struct: Construct[Any, Any] = field(repr=False, compare=False)
     fixed_size: int | None = None       # payload size when every field has a fixed width
     min_size: int = 0                   # bytes of the fixed-width fields
     offsets: Mapping[str, int] = field(default_factory=frozen_map, repr=False)  # fixed prefix
@@ -153,7 +154,8 @@ class QuicxSpec:
     roles: Mapping[str, str] = field(repr=False)   # role -> doc
     header: tuple[LayoutField, ...] = field(repr=False)
     header_size: int = 0
-    header_struct: Construct = field(repr=False, default=None)
+    # always built (build() passes it); keyword-only so it needs no default after header_size
+    header_struct: Construct[Any, Any] = field(repr=False, kw_only=True)
     header_offsets: Mapping[str, int] = field(repr=False, default_factory=frozen_map)
     version: int = 0
     accepted_versions: frozenset[int] = frozenset()
@@ -219,7 +221,8 @@ def _encoding(name: str, where: str) -> str:
         raise SpecError(f"unknown encoding {name!r}", path=where) from None
 
 
-def _field(raw: Mapping[str, Any], limits: Mapping, kinds: Mapping, where: str) -> LayoutField:
+def _field(raw: Mapping[str, Any], limits: Mapping[str, Limit], kinds: Mapping[str, ProtocolErrorKind],
+           where: str) -> LayoutField:
     ftype = raw.get("type")
     fid = raw.get("id")
     if not fid:
@@ -249,7 +252,7 @@ def _field(raw: Mapping[str, Any], limits: Mapping, kinds: Mapping, where: str) 
         if kind not in kinds:
             raise SpecError(f"errors.{check} names undeclared kind {kind!r}", path=where)
     return LayoutField(
-        id=fid, type=ftype, doc=raw.get("doc", ""), requirement=raw.get("requirement"),
+        id=fid, type=str(ftype), doc=raw.get("doc", ""), requirement=raw.get("requirement"),
         size=size, size_eos=eos, encoding=encoding, max_size=max_size,
         max_bytes=None if max_bytes is None else int(max_bytes), enum=raw.get("enum"),
         errors=frozen_map(errors),
@@ -260,7 +263,7 @@ def _field(raw: Mapping[str, Any], limits: Mapping, kinds: Mapping, where: str) 
 #: A layout field built from its spec entry (public: the trace format's layouts use it too).
 layout_field = _field
 
-def _length_of(target: LayoutField):
+def _length_of(target: LayoutField) -> Callable[[Any], int]:
     """Rebuild function: the encoded length of ``target``'s value."""
     if target.type == "str":
         enc = target.encoding
@@ -276,7 +279,7 @@ def compile_layout(layout: Iterable[LayoutField], where: str = "") -> Struct:
     subcons = []
     for i, f in enumerate(layout):
         if f.is_int:
-            con: Construct = INT_TYPES[f.type][0]
+            con: Construct[Any, Any] = INT_TYPES[f.type][0]
             if f.id in sized_by:
                 con = Rebuild(con, _length_of(sized_by[f.id]))
         else:
@@ -287,12 +290,14 @@ def compile_layout(layout: Iterable[LayoutField], where: str = "") -> Struct:
             elif isinstance(f.size, int):
                 con = Bytes(f.size)
             else:
-                ref = seen.get(f.size)
+                ref = seen.get(f.size) if isinstance(f.size, str) else None
                 if ref is None or not ref.is_int:
                     raise SpecError(f"size of {f.id!r} names no earlier integer field {f.size!r}",
                                     path=where)
-                con = Bytes(this[f.size])
+                con = Bytes(this[ref.id])  # ref.id is f.size: seen is keyed by id
             if f.type == "str":
+                if f.encoding is None:
+                    raise SpecError(f"str field {f.id!r} has no encoding", path=where)
                 con = StringEncoded(con, f.encoding)
         subcons.append(f.id / con)
         seen[f.id] = f
@@ -328,8 +333,8 @@ def _expand(roles_spec: Any, roles: Mapping[str, Any], where: str) -> set[str]:
     return out
 
 
-def _message(name: str, raw: Mapping[str, Any], roles: Mapping, limits: Mapping,
-             kinds: Mapping, default_transport: str) -> MessageType:
+def _message(name: str, raw: Mapping[str, Any], roles: Mapping[str, Any], limits: Mapping[str, Limit],
+             kinds: Mapping[str, ProtocolErrorKind], default_transport: str) -> MessageType:
     where = f"messages/{name}"
     if "code" not in raw:
         raise SpecError("a message needs a code", path=where)
@@ -360,7 +365,8 @@ def _message(name: str, raw: Mapping[str, Any], roles: Mapping, limits: Mapping,
         offsets[f.id] = pos
         pos += f.width
     widths = [f.width for f in layout]
-    fixed = sum(widths) if all(w is not None for w in widths) else None
+    known = [w for w in widths if w is not None]
+    fixed = sum(known) if len(known) == len(widths) else None
     declared = raw.get("size")
     if declared is not None and declared != fixed:
         raise SpecError(f"layout is {fixed} bytes, size says {declared}", path=where)
@@ -368,7 +374,7 @@ def _message(name: str, raw: Mapping[str, Any], roles: Mapping, limits: Mapping,
         name=name, code=int(raw["code"]), doc=raw.get("doc", ""), doc_ref=raw.get("doc-ref"),
         requirement=raw.get("requirement"), payload=payload, directions=directions,
         layout=layout, struct=compile_layout(layout, where), fixed_size=fixed,
-        min_size=sum(w for w in widths if w is not None), offsets=frozen_map(offsets),
+        min_size=sum(known), offsets=frozen_map(offsets),
         reserved=bool(raw.get("reserved", False)),
         transport=raw.get("transport", default_transport), errors=frozen_map(errors),
     )
@@ -413,15 +419,16 @@ def build(profile: Profile) -> QuicxSpec:
 
     hdr = tree["header"]
     header = tuple(_field(f, limits, kinds, "header") for f in hdr["fields"])
-    if any(f.width is None for f in header):
+    header_widths = [f.width for f in header if f.width is not None]
+    if len(header_widths) != len(header):
         raise SpecError("header fields must have fixed widths", path="header")
-    header_size = sum(f.width for f in header)  # type: ignore[misc]
+    header_size = sum(header_widths)
     if hdr.get("size") is not None and hdr["size"] != header_size:
         raise SpecError(f"header fields take {header_size} bytes, size says {hdr['size']}")
     header_offsets, pos = {}, 0
-    for f in header:
+    for f, width in zip(header, header_widths):
         header_offsets[f.id] = pos
-        pos += f.width  # type: ignore[operator]
+        pos += width
 
     versions = tree.get("versions") or {}
     max_payload = limits["max_payload_bytes"].max if "max_payload_bytes" in limits else None
