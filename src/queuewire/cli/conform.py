@@ -243,7 +243,7 @@ def _replay_judged(file: str, where: Any, target: str, protocol: str | None, tim
     from ..conformance.httpapi import parse_http_target
     from ..conformance.rejudge import describe, load_saved, rejudge
     from ..conformance.replay import ReplayError
-    from ..conformance.runner import _preflight
+    from ..conformance.runner import preflight
     from ..conformance.targets import embedded_target
 
     try:
@@ -265,7 +265,7 @@ def _replay_judged(file: str, where: Any, target: str, protocol: str | None, tim
                 return await rejudge(saved, emb.host, emb.port, timeout=timeout,
                                      auth_token=auth_token, http_target=http or emb.http)
         host, port = where
-        problem = await _preflight(host, port, timeout)
+        problem = await preflight(host, port, timeout)
         if problem:
             raise click.ClickException(problem)
         return await rejudge(saved, host, port, timeout=timeout, auth_token=auth_token,

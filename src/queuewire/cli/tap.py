@@ -105,9 +105,9 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     """
     prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
                                                                    profile)
-    summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, record_dir,
-                   rotate_bytes, max_frame_bytes, analysis_lag, duration, forwarder,
-                   analysis_nice)
+    summary = run_tap(protocol, prof, listen_host, listen_port, up_host, up_port, record_dir,
+                      rotate_bytes, max_frame_bytes, analysis_lag, duration, forwarder,
+                      analysis_nice)
     from ..tap.report import print_console, write_html, write_json
 
     print_console(summary, console)
@@ -121,10 +121,13 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
         raise SystemExit(1)
 
 
-def _run(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: str,
-         up_port: int, record_dir: str | None, rotate_bytes: int | None,
-         max_frame_bytes: int | None, analysis_lag: int, duration: float | None,
-         forwarder: str = "threads", analysis_nice: int = 0) -> dict:
+def run_tap(protocol: str, prof: Any, listen_host: str, listen_port: int, up_host: str,
+            up_port: int, record_dir: str | None, rotate_bytes: int | None,
+            max_frame_bytes: int | None, analysis_lag: int, duration: float | None,
+            forwarder: str = "threads", analysis_nice: int = 0) -> dict:
+    """Run the tap (proxy, optional recorder, analyzer) until stopped; the analyzer's summary.
+
+    ``queuewire tap`` and ``queuewire trace record`` both run it."""
     import asyncio
     import signal
 

@@ -7,12 +7,12 @@ import click
 from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
 from .tap import (
-    _run,
     duration_opt,
     listen_opt,
     protocol_opt,
     proxy_setup,
     rotate_opt,
+    run_tap,
     upstream_opt,
 )
 
@@ -48,8 +48,8 @@ def record(protocol: str, listen: str, upstream: str, out_dir: str, profile: str
     """
     prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
                                                                    profile)
-    summary = _run(protocol, prof, listen_host, listen_port, up_host, up_port, out_dir,
-                   rotate_bytes, None, 4 * 1024 * 1024, duration)
+    summary = run_tap(protocol, prof, listen_host, listen_port, up_host, up_port, out_dir,
+                      rotate_bytes, None, 4 * 1024 * 1024, duration)
     t = summary["totals"]
     console.print(f"recorded {t['connections']} connection(s), "
                   f"{t['frames']['c2s']} + {t['frames']['s2c']} frames (client to server + "

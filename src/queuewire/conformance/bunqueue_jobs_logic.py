@@ -14,12 +14,12 @@ from .bunqueue_logic import (
     LOCK_POLL_MS,
     POLL_MS,
     UUID7,
-    _cleanup,
-    _is_error,
-    _is_ok,
-    _ms,
-    _push,
-    _setup,
+    is_error,
+    is_ok,
+    obliterate,
+    push_job,
+    setup_request,
+    to_ms,
 )
 from .context import CaseAbort, CaseContext, Conn
 
@@ -30,9 +30,9 @@ async def push_uuidv7(ctx: CaseContext) -> None:
     queue = ctx.var("queue")
     conn = await ctx.connect()
     try:
-        ids = [await _push(ctx, conn, queue) for _ in range(3)]
-        reply = await _setup(ctx, conn, {"cmd": "PUSHB", "queue": queue,
-                                         "jobs": [{"data": {"n": 1}}, {"data": {"n": 2}}]}, "PUSHB")
+        ids = [await push_job(ctx, conn, queue) for _ in range(3)]
+        reply = await setup_request(ctx, conn, {"cmd": "PUSHB", "queue": queue,
+                                                "jobs": [{"data": {"n": 1}}, {"data": {"n": 2}}]}, "PUSHB")
         ids += list(reply.get("ids") or [])
         bad = [i for i in ids if not (isinstance(i, str) and UUID7.match(i))]
         ctx.check(not bad, f"{len(ids)} generated ids are UUIDv7" if not bad else
@@ -42,7 +42,7 @@ async def push_uuidv7(ctx: CaseContext) -> None:
         ctx.check(len(set(ids)) == len(ids), "the generated ids are distinct",
                   requirement="BQ-PUSH-10", kind="behaviour", actual=ids)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def backoff_exponential(ctx: CaseContext) -> None:
@@ -55,18 +55,18 @@ async def backoff_exponential(ctx: CaseContext) -> None:
     backoff = 150
     conn = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue, maxAttempts=5, backoff=backoff)
-        got = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        job = await push_job(ctx, conn, queue, maxAttempts=5, backoff=backoff)
+        got = await setup_request(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
         if (got.get("job") or {}).get("id") != job:
             raise CaseAbort()
         waits = []
         for attempt in (1, 2, 3):
             t0 = time.monotonic()
-            await _setup(ctx, conn, {"cmd": "FAIL", "id": job, "error": "qw"}, "FAIL")
+            await setup_request(ctx, conn, {"cmd": "FAIL", "id": job, "error": "qw"}, "FAIL")
             reply = await conn.request({"cmd": "PULL", "queue": queue, "timeout": POLL_MS},
                                        timeout=POLL_MS / 1000 + ctx.timeout)
             waited = time.monotonic() - t0
-            if not (_is_ok(reply) and (reply.get("job") or {}).get("id") == job):
+            if not (is_ok(reply) and (reply.get("job") or {}).get("id") == job):
                 ctx.check(False, f"after FAIL number {attempt} (backoff {backoff} ms) the job "
                           f"was not handed out again within {POLL_MS} ms: {reply!r}"[:300],
                           requirement="BQ-JOB-5", level="SHOULD", kind="timing",
@@ -75,15 +75,15 @@ async def backoff_exponential(ctx: CaseContext) -> None:
             waits.append(waited)
         expected = [backoff, backoff * 2, backoff * 4]
         ctx.check(True, f"the job was handed out again after each FAIL (after "
-                  f"{[_ms(w) for w in waits]} ms)", requirement="BQ-JOB-5", kind="behaviour",
-                  actual=[_ms(w) for w in waits])
+                  f"{[to_ms(w) for w in waits]} ms)", requirement="BQ-JOB-5", kind="behaviour",
+                  actual=[to_ms(w) for w in waits])
         close = all(e * 0.85 <= w * 1000 <= e * 1.25 + 60 for e, w in zip(expected, waits))
-        ctx.check(close, f"retry delays {[_ms(w) for w in waits]} ms for backoff {backoff}: "
+        ctx.check(close, f"retry delays {[to_ms(w) for w in waits]} ms for backoff {backoff}: "
                   f"expected about {expected} (backoff * 2^(attempts-1), no jitter)",
                   requirement="BQ-JOB-14", kind="timing", expected=expected,
-                  actual=[_ms(w) for w in waits])
+                  actual=[to_ms(w) for w in waits])
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def children_values(ctx: CaseContext) -> None:
@@ -96,23 +96,23 @@ async def children_values(ctx: CaseContext) -> None:
     queue = ctx.var("queue")
     conn = await ctx.connect()
     try:
-        a = await _push(ctx, conn, queue, priority=2)
-        b = await _push(ctx, conn, queue, priority=1)
-        parent = await _push(ctx, conn, queue, dependsOn=[a, b])
-        pulled = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        a = await push_job(ctx, conn, queue, priority=2)
+        b = await push_job(ctx, conn, queue, priority=1)
+        parent = await push_job(ctx, conn, queue, dependsOn=[a, b])
+        pulled = await setup_request(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
         first = (pulled.get("job") or {}).get("id")
-        await _setup(ctx, conn, {"cmd": "ACK", "id": first, "result": {"r": "first"}}, "ACK")
+        await setup_request(ctx, conn, {"cmd": "ACK", "id": first, "result": {"r": "first"}}, "ACK")
         reply = await conn.request({"cmd": "GetChildrenValues", "id": parent})
-        values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+        values = ((reply or {}).get("data") or {}).get("values") if is_ok(reply) else None
         ctx.check(values == {first: {"r": "first"}}, f"with one of two children completed, "
                   f"GetChildrenValues answered {values!r}", requirement="BQ-DEPS-3",
                   kind="behaviour", expected={first: {"r": "first"}},
                   actual=reply)
-        pulled = await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        pulled = await setup_request(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
         second = (pulled.get("job") or {}).get("id")
-        await _setup(ctx, conn, {"cmd": "ACK", "id": second, "result": [2]}, "ACK")
+        await setup_request(ctx, conn, {"cmd": "ACK", "id": second, "result": [2]}, "ACK")
         reply = await conn.request({"cmd": "GetChildrenValues", "id": parent})
-        values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+        values = ((reply or {}).get("data") or {}).get("values") if is_ok(reply) else None
         want = {first: {"r": "first"}, second: [2]}
         ctx.check(values == want, f"with both children completed, GetChildrenValues answered "
                   f"{values!r}", requirement="BQ-DEPS-3", kind="behaviour",
@@ -121,12 +121,12 @@ async def children_values(ctx: CaseContext) -> None:
                   requirement="BQ-DEPS-3", kind="behaviour", actual=[first, second])
         for target, what in ((a, "a job without children"), (ctx.var("uuid"), "an unknown id")):
             reply = await conn.request({"cmd": "GetChildrenValues", "id": target})
-            values = ((reply or {}).get("data") or {}).get("values") if _is_ok(reply) else None
+            values = ((reply or {}).get("data") or {}).get("values") if is_ok(reply) else None
             ctx.check(values == {}, f"GetChildrenValues of {what} answered {reply!r}"[:300],
                       requirement="BQ-DEPS-2", kind="behaviour", expected={"values": {}},
                       actual=reply)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def long_poll_wakes(ctx: CaseContext) -> None:
@@ -138,20 +138,20 @@ async def long_poll_wakes(ctx: CaseContext) -> None:
         t0 = time.monotonic()
         rid = await poller.send({"cmd": "PULL", "queue": queue, "timeout": POLL_MS})
         await asyncio.sleep(0.15)
-        job = await _push(ctx, pusher, queue)
+        job = await push_job(ctx, pusher, queue)
         frame = await poller.wait_reply(rid, ctx.deadline(POLL_MS / 1000 + ctx.timeout))
         waited = time.monotonic() - t0
         reply = None if frame is None else frame.value
-        got = _is_ok(reply) and (reply.get("job") or {}).get("id") == job
-        ctx.check(got, f"the long poll was answered with the pushed job after {_ms(waited)} ms"
+        got = is_ok(reply) and (reply.get("job") or {}).get("id") == job
+        ctx.check(got, f"the long poll was answered with the pushed job after {to_ms(waited)} ms"
                   if got else f"the long poll got {reply!r}", requirement="BQ-PULL-1",
                   kind="behaviour", actual=reply)
         if got:
-            ctx.check(waited * 1000 < POLL_MS * 0.75, f"it was answered {_ms(waited)} ms after "
+            ctx.check(waited * 1000 < POLL_MS * 0.75, f"it was answered {to_ms(waited)} ms after "
                       f"it was sent, well before its {POLL_MS} ms timeout",
-                      requirement="BQ-PULL-1", kind="timing", actual=_ms(waited))
+                      requirement="BQ-PULL-1", kind="timing", actual=to_ms(waited))
     finally:
-        await _cleanup(pusher, queue)
+        await obliterate(pusher, queue)
 
 
 async def waitjob_event(ctx: CaseContext) -> None:
@@ -160,28 +160,28 @@ async def waitjob_event(ctx: CaseContext) -> None:
     worker = await ctx.connect()
     waiter = await ctx.connect()
     try:
-        job = await _push(ctx, worker, queue)
-        await _setup(ctx, worker, {"cmd": "PULL", "queue": queue}, "PULL")
+        job = await push_job(ctx, worker, queue)
+        await setup_request(ctx, worker, {"cmd": "PULL", "queue": queue}, "PULL")
         t0 = time.monotonic()
         rid = await waiter.send({"cmd": "WaitJob", "id": job, "timeout": POLL_MS})
         await asyncio.sleep(0.15)
-        await _setup(ctx, worker, {"cmd": "ACK", "id": job, "result": {"done": True}}, "ACK")
+        await setup_request(ctx, worker, {"cmd": "ACK", "id": job, "result": {"done": True}}, "ACK")
         frame = await waiter.wait_reply(rid, ctx.deadline(POLL_MS / 1000 + ctx.timeout))
         waited = time.monotonic() - t0
         reply = None if frame is None else frame.value
-        ok = _is_ok(reply) and reply.get("completed") is True
-        ctx.check(ok, f"WaitJob answered {reply!r} after {_ms(waited)} ms"[:300],
+        ok = is_ok(reply) and reply.get("completed") is True
+        ctx.check(ok, f"WaitJob answered {reply!r} after {to_ms(waited)} ms"[:300],
                   requirement="BQ-WAITJOB-1", kind="behaviour",
                   expected={"completed": True}, actual=reply)
         if ok:
             ctx.check(reply.get("result") == {"done": True}, f"WaitJob carried the result "
                       f"{reply.get('result')!r}", requirement="BQ-JOB-10", kind="behaviour",
                       actual=reply.get("result"))
-            ctx.check(waited * 1000 < POLL_MS * 0.75, f"WaitJob was answered {_ms(waited)} ms "
+            ctx.check(waited * 1000 < POLL_MS * 0.75, f"WaitJob was answered {to_ms(waited)} ms "
                       f"after it was sent (the ACK came at about 150 ms), not at its timeout",
-                      requirement="BQ-WAITJOB-1", kind="timing", actual=_ms(waited))
+                      requirement="BQ-WAITJOB-1", kind="timing", actual=to_ms(waited))
     finally:
-        await _cleanup(worker, queue)
+        await obliterate(worker, queue)
 
 
 # -- locks and stalls ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ async def _pull_locked(ctx: CaseContext, conn: Conn, queue: str, ttl: int,
     reply = await conn.request({"cmd": "PULL", "queue": queue, "owner": "qw-owner",
                                 "lockTtl": ttl, "timeout": timeout},
                                timeout=timeout / 1000 + ctx.timeout)
-    if not _is_ok(reply) or not reply.get("job"):
+    if not is_ok(reply) or not reply.get("job"):
         return None, None
     return reply["job"].get("id"), reply.get("token")
 
@@ -200,7 +200,7 @@ async def lock_expiry_token(ctx: CaseContext) -> None:
     queue = ctx.var("queue")
     conn = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue)
+        job = await push_job(ctx, conn, queue)
         got, token = await _pull_locked(ctx, conn, queue, 200)
         if got != job or not token:
             ctx.check(False, "setup: PULL with an owner did not hand out the job and a token",
@@ -208,15 +208,15 @@ async def lock_expiry_token(ctx: CaseContext) -> None:
             return
         await asyncio.sleep(0.6)
         reply = await conn.request({"cmd": "ACK", "id": job, "token": token})
-        ctx.check(_is_error(reply), f"ACK with the token of a lock that expired 400 ms ago was "
+        ctx.check(is_error(reply), f"ACK with the token of a lock that expired 400 ms ago was "
                   f"answered {reply!r}"[:300], requirement="BQ-LOCK-5", kind="reply",
                   expected="an error reply", actual=reply)
         state = await conn.request({"cmd": "GetState", "id": job})
-        ctx.check(_is_ok(state) and state.get("state") != "completed",
-                  f"the job is {state.get('state') if _is_ok(state) else state!r} after that "
+        ctx.check(is_ok(state) and state.get("state") != "completed",
+                  f"the job is {state.get('state') if is_ok(state) else state!r} after that "
                   f"ACK", requirement="BQ-LOCK-5", kind="behaviour", actual=state)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def lock_expiry_requeue(ctx: CaseContext) -> None:
@@ -225,7 +225,7 @@ async def lock_expiry_requeue(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     other = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue, maxAttempts=5)
+        job = await push_job(ctx, conn, queue, maxAttempts=5)
         got, token = await _pull_locked(ctx, conn, queue, 150)
         if got != job:
             ctx.check(False, "setup: PULL with an owner did not hand out the job", kind="setup")
@@ -239,8 +239,8 @@ async def lock_expiry_requeue(ctx: CaseContext) -> None:
                       f"{LOCK_POLL_MS} ms)", requirement="BQ-LOCK-5", level="SHOULD",
                       kind="timing", actual=again)
             return
-        ctx.check(True, f"the job was handed out again {_ms(waited)} ms after its lock was "
-                  f"taken", requirement="BQ-LOCK-5", kind="behaviour", actual=_ms(waited))
+        ctx.check(True, f"the job was handed out again {to_ms(waited)} ms after its lock was "
+                  f"taken", requirement="BQ-LOCK-5", kind="behaviour", actual=to_ms(waited))
         info = await other.request({"cmd": "GetJob", "id": job})
         record = (info or {}).get("job") or {}
         ctx.check(record.get("attempts") == 1 and record.get("stallCount") == 1,
@@ -248,7 +248,7 @@ async def lock_expiry_requeue(ctx: CaseContext) -> None:
                   f"{record.get('stallCount')!r}", requirement="BQ-STALL-4", kind="behaviour",
                   expected={"attempts": 1, "stallCount": 1}, actual=record)
     finally:
-        await _cleanup(other, queue)
+        await obliterate(other, queue)
 
 
 async def stall_requeued_ack(ctx: CaseContext) -> None:
@@ -259,7 +259,7 @@ async def stall_requeued_ack(ctx: CaseContext) -> None:
     queue = ctx.var("queue")
     conn = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue, maxAttempts=5)
+        job = await push_job(ctx, conn, queue, maxAttempts=5)
         got, token = await _pull_locked(ctx, conn, queue, 150)
         if got != job or not token:
             ctx.check(False, "setup: PULL with an owner did not hand out the job and a token",
@@ -275,15 +275,15 @@ async def stall_requeued_ack(ctx: CaseContext) -> None:
         ctx.check(True, "the job whose lock expired is waiting again", requirement="BQ-LOCK-5",
                   kind="behaviour", actual=state)
         reply = await conn.request({"cmd": "ACK", "id": job})
-        ctx.check(_is_error(reply), f"ACK without a token of the requeued (waiting) job was "
+        ctx.check(is_error(reply), f"ACK without a token of the requeued (waiting) job was "
                   f"answered {reply!r}"[:300], requirement="BQ-JOB-12", kind="reply",
                   expected="an error reply", actual=reply)
         after = await conn.request({"cmd": "GetState", "id": job})
-        now = after.get("state") if _is_ok(after) else after
+        now = after.get("state") if is_ok(after) else after
         ctx.check(now == "waiting", f"after that ACK the job is {now!r}",
                   requirement="BQ-JOB-12", kind="behaviour", expected="waiting", actual=after)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def _state_after_active(conn: Conn, job: str) -> object:
@@ -293,7 +293,7 @@ async def _state_after_active(conn: Conn, job: str) -> object:
     state: object = "active"
     while time.monotonic() < deadline:
         reply = await conn.request({"cmd": "GetState", "id": job})
-        state = reply.get("state") if _is_ok(reply) else reply
+        state = reply.get("state") if is_ok(reply) else reply
         if state != "active":
             break
         await asyncio.sleep(0.05)
@@ -306,7 +306,7 @@ async def stall_to_dlq(ctx: CaseContext) -> None:
     max_stalls = int(ctx.profile.model.defaults["maxStalls"])
     conn = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue, maxAttempts=max_stalls + 5)
+        job = await push_job(ctx, conn, queue, maxAttempts=max_stalls + 5)
         got, _ = await _pull_locked(ctx, conn, queue, 100)
         if got != job:
             ctx.check(False, "setup: PULL with an owner did not hand out the job", kind="setup")
@@ -332,7 +332,7 @@ async def stall_to_dlq(ctx: CaseContext) -> None:
         ctx.check(job in ids, f"the dead-letter queue holds {ids}", requirement="BQ-STALL-2",
                   kind="behaviour", actual=ids)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def stall_interval(ctx: CaseContext) -> None:
@@ -341,18 +341,18 @@ async def stall_interval(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     interval = ctx.profile.model.defaults["stallInterval"]
     try:
-        job = await _push(ctx, conn, queue)
-        await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        job = await push_job(ctx, conn, queue)
+        await setup_request(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
         beat = await conn.request({"cmd": "JobHeartbeat", "id": job})
         info = await conn.request({"cmd": "GetJob", "id": job})
         record = (info or {}).get("job") or {}
-        ctx.check(_is_ok(beat), f"an active job's JobHeartbeat was answered {beat!r}; its "
+        ctx.check(is_ok(beat), f"an active job's JobHeartbeat was answered {beat!r}; its "
                   f"stallCount is {record.get('stallCount')!r}. Stall detection after "
                   f"stallInterval ({interval} ms by default) is server configuration and "
                   "longer than a case may wait, so it is not observed here",
                   requirement="BQ-STALL-1", kind="observation", actual=record)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)
 
 
 async def release_timing(ctx: CaseContext) -> None:
@@ -361,20 +361,20 @@ async def release_timing(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     other = await ctx.connect()
     try:
-        job = await _push(ctx, conn, queue)
-        await _setup(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
+        job = await push_job(ctx, conn, queue)
+        await setup_request(ctx, conn, {"cmd": "PULL", "queue": queue}, "PULL")
         t0 = time.monotonic()
         await conn.close()
         reply = await other.request({"cmd": "PULL", "queue": queue, "timeout": POLL_MS},
                                     timeout=POLL_MS / 1000 + ctx.timeout)
-        waited = _ms(time.monotonic() - t0)
-        back = _is_ok(reply) and (reply.get("job") or {}).get("id") == job
+        waited = to_ms(time.monotonic() - t0)
+        back = is_ok(reply) and (reply.get("job") or {}).get("id") == job
         ctx.check(back, f"the job was back {waited} ms after its connection closed (how the "
                   "server retries the release is not observable)" if back else
                   f"the job was not back within {POLL_MS} ms: {reply!r}"[:300],
                   requirement="BQ-CONN-3", kind="observation", actual=waited)
     finally:
-        await _cleanup(other, queue)
+        await obliterate(other, queue)
 
 
 # -- webhooks -----------------------------------------------------------------------------------
@@ -383,11 +383,11 @@ async def webhook_http(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     reply = await conn.request({"cmd": "AddWebhook", "url": f"http://example.com/{ctx.var('queue')}",
                                 "events": ["job.completed"]})
-    hook = ((reply or {}).get("data") or {}).get("webhookId") if _is_ok(reply) else None
+    hook = ((reply or {}).get("data") or {}).get("webhookId") if is_ok(reply) else None
     if hook:
         await conn.request({"cmd": "RemoveWebhook", "webhookId": hook})
-    ctx.check(_is_ok(reply) or _is_error(reply), "a plain http webhook URL was "
-              f"{'accepted' if _is_ok(reply) else 'refused: ' + repr((reply or {}).get('error'))}",
+    ctx.check(is_ok(reply) or is_error(reply), "a plain http webhook URL was "
+              f"{'accepted' if is_ok(reply) else 'refused: ' + repr((reply or {}).get('error'))}",
               requirement="BQ-WEBHOOK-2", kind="observation", actual=reply)
 
 
@@ -458,7 +458,7 @@ async def reply_numbers(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     prefix = len(FrameEncoder(ctx.profile).prefix(0))
     try:
-        job = await _push(ctx, conn, queue)
+        job = await push_job(ctx, conn, queue)
         seen = {}
         for msg in ({"cmd": "Ping"}, {"cmd": "GetJob", "id": job}):
             rid = await conn.send(dict(msg))
@@ -474,4 +474,4 @@ async def reply_numbers(ctx: CaseContext) -> None:
                   f"{bad}; a JavaScript peer decodes those as BigInt", requirement="BQ-MSGPACK-7",
                   kind="behaviour", actual=bad)
     finally:
-        await _cleanup(conn, queue)
+        await obliterate(conn, queue)

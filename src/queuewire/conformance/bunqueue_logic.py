@@ -36,11 +36,11 @@ UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _is_ok(reply: Any) -> bool:
+def is_ok(reply: Any) -> bool:
     return isinstance(reply, dict) and reply.get("ok") is True
 
 
-def _is_error(reply: Any, name: str | None = None, ctx: CaseContext | None = None) -> bool:
+def is_error(reply: Any, name: str | None = None, ctx: CaseContext | None = None) -> bool:
     if not (isinstance(reply, dict) and reply.get("ok") is False
             and isinstance(reply.get("error"), str)):
         return False
@@ -55,10 +55,10 @@ async def _req(conn: Conn, ctx: CaseContext, msg: dict, timeout: float | None = 
     return await conn.request(msg, timeout=timeout)
 
 
-async def _setup(ctx: CaseContext, conn: Conn, msg: dict, what: str) -> dict:
+async def setup_request(ctx: CaseContext, conn: Conn, msg: dict, what: str) -> dict:
     """A request the case needs to succeed before it can judge anything."""
     reply = await conn.request(msg)
-    ok = _is_ok(reply)
+    ok = is_ok(reply)
     if not ok:
         ctx.check(False, f"setup: {what} was not accepted: {reply!r}"[:300], kind="setup",
                   expected="an ok reply", actual=reply)
@@ -66,20 +66,20 @@ async def _setup(ctx: CaseContext, conn: Conn, msg: dict, what: str) -> dict:
     return reply
 
 
-async def _push(ctx: CaseContext, conn: Conn, queue: str, **options: Any) -> str:
-    reply = await _setup(ctx, conn, {"cmd": "PUSH", "queue": queue, "data": {"qw": 1}, **options},
-                         "PUSH")
+async def push_job(ctx: CaseContext, conn: Conn, queue: str, **options: Any) -> str:
+    reply = await setup_request(ctx, conn,
+                                {"cmd": "PUSH", "queue": queue, "data": {"qw": 1}, **options}, "PUSH")
     return reply["id"]
 
 
-async def _cleanup(conn: Conn, queue: str) -> None:
+async def obliterate(conn: Conn, queue: str) -> None:
     try:
         await conn.send({"cmd": "Obliterate", "queue": queue})
     except Exception:  # noqa: BLE001 - best effort: the connection may be gone
         pass
 
 
-def _ms(seconds: float) -> int:
+def to_ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
@@ -125,7 +125,7 @@ async def frame_over_limit(ctx: CaseContext) -> None:
               f"prefix of {limit + 1} bytes (max_frame_bytes {limit})",
               requirement="BQ-FRAME-2", kind="close", expected="the server closes",
               actual={"closed": conn.closed, "frames": frames[:3]})
-    bad = [f for _, f in conn.inbox if not _is_error(f.value)]
+    bad = [f for _, f in conn.inbox if not is_error(f.value)]
     ctx.check(not bad, "everything the server sent before closing was an error reply"
               if not bad else f"the server answered an oversized frame with {bad[0].view}",
               requirement="BQ-FRAME-2", kind="reply", actual=frames[:3])
@@ -148,8 +148,8 @@ async def frame_at_limit(ctx: CaseContext) -> None:
     del payload
     frame = await conn.wait_reply("at-limit", ctx.deadline(max(ctx.timeout, 30.0)))
     reply = None if frame is None else frame.value
-    ctx.check(_is_ok(reply), "a frame of exactly max_frame_bytes was processed"
-              if _is_ok(reply) else f"a frame of exactly max_frame_bytes got {reply!r} "
+    ctx.check(is_ok(reply), "a frame of exactly max_frame_bytes was processed"
+              if is_ok(reply) else f"a frame of exactly max_frame_bytes got {reply!r} "
               f"(closed: {conn.closed})", requirement="BQ-FRAME-2",
               kind="reply", expected="an ok reply to the Ping", actual=reply if frame is None
               else frame.view)
@@ -167,13 +167,13 @@ async def nesting_limit(ctx: CaseContext) -> None:
     await conn.send({"cmd": "Ping", "deep": value})
     frame = await conn.wait_next(ctx.deadline(), since=None)
     reply = None if frame is None else frame.value
-    answered = _is_ok(reply) or _is_error(reply)
+    answered = is_ok(reply) or is_error(reply)
     ctx.check(answered, f"a payload nested {depth + 1} deep was answered "
-              f"({'ok' if _is_ok(reply) else 'an error reply'})" if answered else
+              f"({'ok' if is_ok(reply) else 'an error reply'})" if answered else
               f"a payload nested {depth + 1} deep got {reply!r} (closed: {conn.closed})",
               requirement="BQ-MSGPACK-3", kind="reply", actual=reply)
     again = await (await ctx.connect()).request({"cmd": "Ping"})
-    ctx.check(_is_ok(again), "the server still answers Ping afterwards", requirement="BQ-ENV-3",
+    ctx.check(is_ok(again), "the server still answers Ping afterwards", requirement="BQ-ENV-3",
               kind="reply", actual=again)
 
 
@@ -252,7 +252,7 @@ async def hello_version(ctx: CaseContext) -> None:
     conn = await ctx.connect()
     reply = await conn.request({"cmd": "Hello", "protocolVersion": spec.protocol_version,
                                 "capabilities": list(spec.capabilities)})
-    if not _is_ok(reply):
+    if not is_ok(reply):
         ctx.check(False, f"Hello was not answered ok: {reply!r}", requirement=rid,
                   kind="reply", actual=reply)
         return
@@ -284,16 +284,16 @@ async def auth_always_permitted(ctx: CaseContext) -> None:
     """Auth is answered on a connection that has not authenticated (whatever the token)."""
     conn = await ctx.connect(auth=False)
     reply = await conn.request({"cmd": "Auth", "token": f"qw-wrong-{ctx.var('uuid')}"})
-    answered = _is_ok(reply) or _is_error(reply, "invalid_token", ctx)
+    answered = is_ok(reply) or is_error(reply, "invalid_token", ctx)
     ctx.check(answered, "Auth with a wrong token on a fresh connection was answered "
-              f"{'ok' if _is_ok(reply) else repr(reply.get('error'))}" if answered else
+              f"{'ok' if is_ok(reply) else repr(reply.get('error'))}" if answered else
               f"Auth on a fresh connection was not processed: {reply!r} (closed: "
               f"{conn.closed})", requirement="BQ-AUTH-1", kind="reply",
               expected="ok or the invalid_token error", actual=reply)
     if ctx.auth_token:
         good = await conn.request({"cmd": "Auth", "token": ctx.auth_token})
-        ctx.check(_is_ok(good), "Auth with the configured token after a failed one is accepted"
-                  if _is_ok(good) else f"Auth with the configured token got {good!r}",
+        ctx.check(is_ok(good), "Auth with the configured token after a failed one is accepted"
+                  if is_ok(good) else f"Auth with the configured token got {good!r}",
                   requirement="BQ-AUTH-3", kind="reply", actual=good)
 
 
@@ -306,28 +306,28 @@ async def auth_required(ctx: CaseContext) -> None:
         # the documented not_authenticated error.
         _needs_token(ctx, "BQ-AUTH-2")
         reply = await conn.request({"cmd": "Ping"})
-        fine = _is_ok(reply) or _is_error(reply, "not_authenticated", ctx)
+        fine = is_ok(reply) or is_error(reply, "not_authenticated", ctx)
         ctx.check(fine, "without --auth-token only this is checked: a Ping before Auth was "
-                  f"answered {'ok (no tokens configured)' if _is_ok(reply) else 'Not authenticated'}"
+                  f"answered {'ok (no tokens configured)' if is_ok(reply) else 'Not authenticated'}"
                   if fine else f"a Ping before Auth got {reply!r}", requirement="BQ-AUTH-2",
                   kind="reply", actual=reply)
         return
     for msg in ({"cmd": "Ping"}, {"cmd": "PUSH", "queue": ctx.var("queue"), "data": {"n": 1}},
                 {"cmd": "Stats"}):
         reply = await conn.request(dict(msg))
-        ctx.check(_is_error(reply, "not_authenticated", ctx),
+        ctx.check(is_error(reply, "not_authenticated", ctx),
                   f"{msg['cmd']} before Auth was answered {reply!r}"[:300],
                   requirement="BQ-AUTH-2", kind="reply", expected="the not_authenticated error",
                   actual=reply)
     good = await conn.request({"cmd": "Auth", "token": ctx.auth_token})
-    ctx.check(_is_ok(good), f"Auth with the configured token was answered {good!r}",
+    ctx.check(is_ok(good), f"Auth with the configured token was answered {good!r}",
               requirement="BQ-AUTH-3", kind="reply", actual=good)
     after = await conn.request({"cmd": "Ping"})
-    ctx.check(_is_ok(after), f"Ping after Auth was answered {after!r}",
+    ctx.check(is_ok(after), f"Ping after Auth was answered {after!r}",
               requirement="BQ-AUTH-1", kind="reply", actual=after)
     other = await ctx.connect(auth=False)
     reply = await other.request({"cmd": "Ping"})
-    ctx.check(_is_error(reply, "not_authenticated", ctx), "authentication is per connection: "
+    ctx.check(is_error(reply, "not_authenticated", ctx), "authentication is per connection: "
               f"a new connection's Ping before Auth was answered {reply!r}",
               requirement="BQ-AUTH-2", kind="reply", actual=reply)
 
@@ -338,23 +338,23 @@ async def auth_invalid_token(ctx: CaseContext) -> None:
     reply = await conn.request({"cmd": "Auth", "token": f"qw-wrong-{ctx.var('uuid')}"})
     if not ctx.auth_token:
         _needs_token(ctx, "BQ-AUTH-3")
-        fine = _is_ok(reply) or _is_error(reply, "invalid_token", ctx)
+        fine = is_ok(reply) or is_error(reply, "invalid_token", ctx)
         ctx.check(fine, "without --auth-token only this is checked: Auth with an unknown token "
                   f"was answered {reply!r}", requirement="BQ-AUTH-3", kind="reply",
                   expected="ok (no tokens configured) or the invalid_token error", actual=reply)
         return
-    ctx.check(_is_error(reply, "invalid_token", ctx), f"Auth with a wrong token was answered "
+    ctx.check(is_error(reply, "invalid_token", ctx), f"Auth with a wrong token was answered "
               f"{reply!r}", requirement="BQ-AUTH-3", kind="reply",
               expected="the invalid_token error", actual=reply)
     ping = await conn.request({"cmd": "Ping"})
-    ctx.check(_is_error(ping, "not_authenticated", ctx), "a failed Auth does not authenticate: "
+    ctx.check(is_error(ping, "not_authenticated", ctx), "a failed Auth does not authenticate: "
               f"the next Ping was answered {ping!r}", requirement="BQ-AUTH-2", kind="reply",
               actual=ping)
     empty = await conn.request({"cmd": "Auth", "token": ""})
-    ctx.check(_is_error(empty, "invalid_token", ctx), f"Auth with an empty token was answered "
+    ctx.check(is_error(empty, "invalid_token", ctx), f"Auth with an empty token was answered "
               f"{empty!r}", requirement="BQ-AUTH-3", kind="reply", actual=empty)
     near = await conn.request({"cmd": "Auth", "token": ctx.auth_token + "x"})
-    ctx.check(_is_error(near, "invalid_token", ctx), "Auth with the token plus one character "
+    ctx.check(is_error(near, "invalid_token", ctx), "Auth with the token plus one character "
               f"was answered {near!r}", requirement="BQ-AUTH-3", kind="reply", actual=near)
 
 
@@ -391,8 +391,8 @@ async def rate_per_connection(ctx: CaseContext) -> None:
     for m in msgs:
         f = await conn.wait_reply(m["reqId"], deadline)
         replies.append(None if f is None else f.value)
-    limited = sum(1 for r in replies if _is_error(r, "rate_limit_exceeded", ctx))
-    other = [r for r in replies if not _is_ok(r) and not _is_error(r, "rate_limit_exceeded", ctx)]
+    limited = sum(1 for r in replies if is_error(r, "rate_limit_exceeded", ctx))
+    other = [r for r in replies if not is_ok(r) and not is_error(r, "rate_limit_exceeded", ctx)]
     ctx.check(not other, f"{n} pipelined Pings: {n - limited - len(other)} ok, {limited} "
               f"refused with the rate_limit_exceeded error"
               + (f", {len(other)} otherwise: {other[0]!r}" if other else ""),

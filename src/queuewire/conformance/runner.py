@@ -256,7 +256,7 @@ class _Gate:
         self._admit()
 
 
-async def _preflight(host: str, port: int, timeout: float) -> str | None:
+async def preflight(host: str, port: int, timeout: float) -> str | None:
     """None when ``host:port`` accepts a connection, else the one-line reason."""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
@@ -338,7 +338,7 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
         return res
 
     async def run_all(host: str, port: int) -> tuple[list[CaseResult], Any]:
-        unreachable = await _preflight(host, port, timeout)
+        unreachable = await preflight(host, port, timeout)
         info = None if unreachable else await _server_info(prof, host, port, timeout, auth_token)
         if jobs <= 1 or unreachable:
             return [await run_one(c, host, port, unreachable) for c in chosen], info

@@ -95,7 +95,7 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
             obs = await observe(conn, outcomes, mark, timeout,
                                 lambda dl: conn.wait_next(dl, since=mark))
             judge(ctx, outcomes, obs, None)
-            _save(ctx, step, obs)
+            save_vars(ctx, step, obs)
     elif "send_frames" in step or "pipeline" in step:
         if "pipeline" in step:
             body = step["pipeline"]
@@ -108,7 +108,7 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         obs = await observe(conn, outcomes, mark, timeout,
                             lambda dl: conn.wait_next(dl, since=None, unsolicited=True))
         judge(ctx, outcomes, obs, None)
-        _save(ctx, step, obs)
+        save_vars(ctx, step, obs)
     else:  # the loader refuses such steps; a generated case may still carry one
         raise StepError(f"step {ctx.step}: no action")
 
@@ -138,7 +138,7 @@ async def run_http(ctx: CaseContext, step: dict, outcomes: list[dict], timeout: 
     implicit = not outcomes
     obs = Observation(http=reply)
     judge(ctx, outcomes or [IMPLICIT_HTTP], obs, None, implicit=implicit)
-    _save(ctx, step, obs)
+    save_vars(ctx, step, obs)
 
 
 def _outcomes(ctx: CaseContext, step: dict) -> list[dict]:
@@ -173,7 +173,7 @@ async def _send(ctx: CaseContext, conn: Conn, step: dict, outcomes: list[dict],
     judge(ctx, outcomes, obs, cmd, implicit=implicit)
     if obs.reply is not None and cmd is not None:
         validate(ctx, cmd, [obs.reply])
-    _save(ctx, step, obs)
+    save_vars(ctx, step, obs)
 
 
 async def _send_many(ctx: CaseContext, conn: Conn, step: dict, msgs: list[dict],
@@ -251,7 +251,7 @@ async def observe(conn: Conn, outcomes: list[dict], mark: int, timeout: float, g
             obs.waited = time.monotonic() - start
             return obs
         if kinds == {"none"}:
-            return _fill(conn, obs, mark, start)
+            return fill_observation(conn, obs, mark, start)
     if kinds & {"ok", "error", "frame"}:
         obs.reply = await getter(deadline)
     if "close" in kinds:
@@ -260,10 +260,10 @@ async def observe(conn: Conn, outcomes: list[dict], mark: int, timeout: float, g
             _match_one(o, obs, errors) for o in outcomes if set(o) & {"ok", "error", "frame"})
         if not reply_ok:
             await conn.wait_close(deadline)
-    return _fill(conn, obs, mark, start)
+    return fill_observation(conn, obs, mark, start)
 
 
-def _fill(conn: Conn, obs: Observation, mark: int, start: float) -> Observation:
+def fill_observation(conn: Conn, obs: Observation, mark: int, start: float) -> Observation:
     frames = conn.frames_since(mark)
     if obs.reply is not None:
         frames = [obs.reply] + [f for f in frames if f is not obs.reply]
@@ -411,7 +411,7 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, cmd: str | N
         if degraded:
             msg += " (accepted, but not what the requirement asks first)"
         ctx.check(not degraded, msg, requirement=rid, level=level, kind=kind,
-                  expected=_expected(outcomes), actual=obs.actual())
+                  expected=expected_outcomes(outcomes), actual=obs.actual())
         if degraded and level == "MUST":
             raise CaseAbort()
         return
@@ -424,7 +424,7 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, cmd: str | N
             and error_pattern(unknown.message).fullmatch(rep["error"])):
         ctx.unimplemented = True
         ctx.check(False, f"{where}: the target does not know {cmd}: {rep['error']!r}",
-                  kind="unimplemented", expected=_expected(outcomes), actual=obs.actual())
+                  kind="unimplemented", expected=expected_outcomes(outcomes), actual=obs.actual())
         raise CaseAbort()
     rids = [o.get("requirement") or ctx.default_requirement() for o in outcomes]
     levels = [o.get("level") or ctx.level_of(r) for o, r in zip(outcomes, rids)]
@@ -432,12 +432,12 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, cmd: str | N
     expected = " or ".join(describe(o) for o in outcomes)
     reasons = why_not(ctx, outcomes[0], obs)
     ctx.check(False, f"{where}: expected {expected}; {reasons}", requirement=rids[0], level=level,
-              kind=kind, expected=_expected(outcomes), actual=obs.actual())
+              kind=kind, expected=expected_outcomes(outcomes), actual=obs.actual())
     if level == "MUST":
         raise CaseAbort()
 
 
-def _expected(outcomes: list[dict]) -> Any:
+def expected_outcomes(outcomes: list[dict]) -> Any:
     return outcomes[0] if len(outcomes) == 1 else {"any_of": outcomes}
 
 
@@ -533,7 +533,7 @@ def _judge_cited(ctx: CaseContext, v: Any, cmd: str, rid: str, replies: list[Fra
                   kind="shape-observed", actual=shown)
 
 
-def _save(ctx: CaseContext, step: dict, obs: Observation) -> None:
+def save_vars(ctx: CaseContext, step: dict, obs: Observation) -> None:
     save = step.get("save")
     if not save:
         return

@@ -23,7 +23,14 @@ from typing import Any
 from ..codecs.quicx import QuicxEncoder
 from .context import CaseAbort, CaseContext, Conn, StepError, sleep_ms, strongest
 from .matching import subset_mismatch
-from .steps_bunqueue import Observation, _expected, _fill, _save, hex_bytes, match_transport
+from .steps_bunqueue import (
+    Observation,
+    expected_outcomes,
+    fill_observation,
+    hex_bytes,
+    match_transport,
+    save_vars,
+)
 
 ERROR_FIELD = "error_code"  # the MSG_ERROR layout field the codecs name the error code
 
@@ -55,7 +62,7 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         return
     obs = await observe(conn, outcomes, mark, timeout)
     judge(ctx, outcomes, obs, sent)
-    _save(ctx, step, obs)
+    save_vars(ctx, step, obs)
 
 
 def fields_of(ctx: CaseContext, name: str, fields: dict) -> dict[str, Any]:
@@ -117,7 +124,7 @@ async def observe(conn: Conn, outcomes: list[dict], mark: int, timeout: float) -
             return obs
         if kinds == {"none"}:
             obs.reply = conn._take(lambda s, f: True)
-            return _fill(conn, obs, mark, start)
+            return fill_observation(conn, obs, mark, start)
     if kinds & {"message", "error"}:
         obs.reply = await conn.wait_next(deadline, since=None)
     if "close" in kinds:
@@ -125,7 +132,7 @@ async def observe(conn: Conn, outcomes: list[dict], mark: int, timeout: float) -
         if obs.reply is None or not any(_match_one(spec, o, obs) for o in outcomes
                                         if "message" in o or "error" in o):
             await conn.wait_close(deadline)
-    return _fill(conn, obs, mark, start)
+    return fill_observation(conn, obs, mark, start)
 
 
 def _error_message(spec) -> set[str]:
@@ -204,7 +211,7 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, sent: str | 
         if degraded:
             msg += " (accepted, but not what the requirement asks first)"
         ctx.check(not degraded, msg, requirement=rid, level=level, kind="reply",
-                  expected=_expected(outcomes), actual=obs.actual())
+                  expected=expected_outcomes(outcomes), actual=obs.actual())
         if degraded and level == "MUST":
             raise CaseAbort()
         return
@@ -216,13 +223,13 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, sent: str | 
         ctx.unimplemented = True
         ctx.check(False, f"{where}: the target does not handle {sent} "
                   f"(error {unknown.error_code})", kind="unimplemented",
-                  expected=_expected(outcomes), actual=obs.actual())
+                  expected=expected_outcomes(outcomes), actual=obs.actual())
         raise CaseAbort()
     rids = [o.get("requirement") or ctx.default_requirement() for o in outcomes]
     level = strongest([o.get("level") or ctx.level_of(r) for o, r in zip(outcomes, rids)])
     expected = " or ".join(describe(o) for o in outcomes)
     ctx.check(False, f"{where}: expected {expected}; {why_not(spec, outcomes[0], obs)}",
-              requirement=rids[0], level=level, kind="reply", expected=_expected(outcomes),
+              requirement=rids[0], level=level, kind="reply", expected=expected_outcomes(outcomes),
               actual=obs.actual())
     if level == "MUST":
         raise CaseAbort()
