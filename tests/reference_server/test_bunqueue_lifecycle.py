@@ -1126,3 +1126,165 @@ def test_a_legacy_data_name_obeys_the_job_name_length(length, ok):
     assert r("PUSH", queue="q", name="top", data={"name": "n" * length})["ok"] is True
     v2 = Rig("bunqueue/v2")
     assert v2("PUSH", queue="q", data={"name": "n" * length})["ok"] is True
+
+
+def test_the_timeline_keeps_twenty_entries_whichever_path_writes_them():
+    """TIMELINE_MAX through _timeline itself (the general paths: batch paths off, as
+    test_bunqueue_batch runs them): 1 + 2 x 10 changes leave the last 20, and the 20th change
+    keeps all 20."""
+    for cycles, first in ((10, T0 + 1000), (9, T0)):   # 22 changes, and exactly 20
+        r = Rig(stall_interval_ms=1000, max_stalls=100)
+        r.engine._batch_paths = False
+        job_id = r.push(maxAttempts=100)
+        for _ in range(cycles):
+            r.pull()
+            r.tick(1000)
+        r.pull()
+        timeline = r.job(job_id)["timeline"]
+        assert len(timeline) == 20
+        assert (timeline[0]["state"], timeline[0]["timestamp"], timeline[-1]["state"]) == \
+            ("waiting", first, "active")
+
+
+def test_a_rate_window_reopening_is_announced_only_to_a_queue_it_held_back():
+    """BQ-RATE-2: a pull the rate limit refuses while jobs wait marks the queue; the tick that
+    sees its window reopen announces it ("rate window"), so parked long polls retry. A queue
+    whose pulls the limit never refused gets no announcement."""
+    r = Rig()
+    for _ in range(3):
+        r.push()
+    r.ok("RateLimit", queue="q", limit=2)
+    assert r.pull() is not None and r.pull() is not None
+    assert r.pull() is None                      # the window is full, a job waits
+    assert r.engine.next_deadline() == T0 + 1000
+    r.notified.clear()
+    r.tick(1000)
+    assert [(e.queue, e.reason) for e in r.notified] == [("q", "rate window")]
+    quiet = Rig()
+    quiet.push(), quiet.push()
+    quiet.ok("RateLimit", queue="q", limit=2)
+    assert quiet.pull() is not None              # room left: nothing held back
+    quiet.notified.clear()
+    quiet.tick(1000)
+    assert [e.reason for e in quiet.notified] == []
+
+
+def test_a_pull_skips_and_removes_jobs_whose_time_to_live_ran_out():
+    """BQ-PUSH-4: a waiting job whose ttl has run out is removed when a pull reaches it, and
+    the pull goes on to the next job; a job whose ttl is still live is handed out."""
+    for batch_paths in (True, False):
+        r = Rig()
+        r.engine._batch_paths = batch_paths
+        old = r.push(ttl=10)
+        live = r.push(ttl=60_000)
+        plain = r.push()
+        r.t += 10
+        assert [j["id"] for j in r.ok("PULLB", queue="q", count=5)["jobs"]] == [live, plain]
+        assert r("GetJob", id=old)["ok"] is False
+
+
+def test_the_queue_latency_of_a_job_pulled_when_it_became_runnable_is_zero():
+    """Metrics avgLatencyMs: from runAt to the pull; a pull at runAt adds 0 (not a minimum
+    of 1 ms), a pull 30 ms later adds 30 (on the general path; test_bunqueue_batch holds the
+    batch path to it)."""
+    r = Rig()
+    r.engine._batch_paths = False
+    r.push()
+    r.pull()
+    assert r.metrics()["avgLatencyMs"] == 0
+    r.push()
+    r.t += 30
+    r.pull()
+    assert r.metrics()["avgLatencyMs"] == 15
+
+
+def test_an_owner_that_is_not_a_string_takes_no_lock():
+    """BQ-LOCK-1: only a string owner locks the pulled job (a token in the reply)."""
+    r = Rig()
+    r.push(), r.push()
+    reply = r.ok("PULL", queue="q", owner=5)
+    assert reply["job"] is not None and reply.get("token") is None
+    assert isinstance(r.ok("PULL", queue="q", owner="w")["token"], str)
+
+
+def test_a_pull_waits_for_its_timeout_even_of_one_millisecond():
+    """BQ-PULL-1: a PULL with timeout 1 on an empty queue is a long poll (a Wait), one with
+    timeout 0 (or an ill-typed one, the profile's default 0) answers at once."""
+    r = Rig()
+    assert isinstance(r("PULL", queue="q", timeout=1), Wait)
+    assert r("PULL", queue="q", timeout=0) == {"ok": True, "job": None}
+    assert r("PULL", queue="q", timeout="x") == {"ok": True, "job": None}
+
+
+def test_a_profile_default_pull_timeout_makes_a_bare_pull_a_long_poll():
+    """The PULL schema's default timeout is the profile's: under a default of 500 ms a PULL
+    without timeout (or with an ill-typed one) on an empty queue waits until then."""
+    base = load_profile("bunqueue/v2")
+    pull = base.model.commands["PULL"]
+    request = _thaw(pull.request)
+    request["properties"]["timeout"]["default"] = 500
+    commands = dict(base.model.commands, PULL=dataclasses.replace(pull, request=request))
+    r = Rig(dataclasses.replace(base, model=dataclasses.replace(base.model, commands=commands)))
+    for req in ({}, {"timeout": "x"}):
+        wait = r("PULL", queue="q", **req)
+        assert isinstance(wait, Wait) and wait.deadline_ms == T0 + 500
+
+
+def test_a_lock_token_is_refused_from_the_moment_the_lock_expires():
+    """BQ-LOCK-2: the token is valid until lockTtl has passed, refused at that instant (before
+    any tick stalls the job); a token that is not valid text (a lone surrogate, which JSON over
+    HTTP can carry) is refused, not a crash."""
+    r = Rig()
+    job_id = r.push()
+    token = r.ok("PULL", queue="q", owner="w", lockTtl=500)["token"]
+    assert r("ACK", id=job_id, token="\ud800") == \
+        {"ok": False, "error": r.engine.error_message("lock_token_invalid", id=job_id)}
+    r.t += 499
+    assert r.ok("JobHeartbeat", id=job_id, token=token)
+    other = r.push()
+    token2 = r.ok("PULL", queue="q", owner="w", lockTtl=500)["token"]
+    r.t += 500
+    assert r("ACK", id=other, token=token2) == \
+        {"ok": False, "error": r.engine.error_message("lock_token_invalid", id=other)}
+
+
+def test_a_repeated_custom_id_answers_its_job_whatever_else_the_entry_says():
+    """BQ-CUSTOMID-1: a push whose custom id is taken answers that job, and nothing else in
+    it is judged (an unknown dependency included): within one PUSHB too."""
+    r = Rig()
+    r.push(jobId="a")
+    assert r.ok("PUSH", queue="q", data=1, jobId="a", dependsOn=["ghost"])["id"] == "a"
+    ids = r.ok("PUSHB", queue="q", jobs=[{"data": 1, "customId": "b"},
+                                         {"data": 2, "customId": "b", "dependsOn": ["ghost"]}])["ids"]
+    assert ids == ["b", "b"] and r.job("b")["data"] == 1
+
+
+def test_a_dependency_completed_before_the_push_is_not_waited_on_again():
+    """A job depending on a completed job and a pending one waits only for the pending one:
+    completing the first again (RetryCompleted) does not release it early."""
+    r = Rig()
+    done = r.push()
+    r.pull()
+    r.ok("ACK", id=done)
+    pending = r.push(priority=-1)
+    child = r.push(dependsOn=[done, pending])
+    r.ok("RetryCompleted", queue="q", id=done)
+    assert r.pull()["id"] == done
+    r.ok("ACK", id=done)
+    assert r.pull()["id"] == pending
+    assert r.pull() is None
+    r.ok("ACK", id=pending)
+    assert r.pull()["id"] == child
+
+
+@pytest.mark.parametrize("defaults", [{"delay": 250}, {"durable": True}])
+def test_a_default_delay_or_durability_alone_keeps_bare_pushes_off_the_plain_path(defaults):
+    """_plain_defaults: a profile whose pushes default to a delay, or to durability, makes
+    every bare PUSH and PUSHB entry a delayed, or durably written, job (the plain path makes
+    neither)."""
+    r = Rig(_profile_with_job_defaults(**defaults))
+    ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
+           *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
+    delayed = "delay" in defaults
+    assert [r.job(i)["state"] for i in ids] == ["delayed" if delayed else "waiting"] * 2
+    assert r.store.durable_puts == (0 if delayed else 2)

@@ -135,9 +135,9 @@ class Lifecycle:
         if len(timeline) > TIMELINE_MAX:
             del timeline[0]
 
-    def _save(self, job: Job, durable: bool = False) -> None:
+    def _save(self, job: Job) -> None:
         if self._keeps_jobs and job.id in self._jobs:
-            self.store.put_job(job.to_record(), durable=durable)
+            self.store.put_job(job.to_record())
 
     def _remove(self, job: Job, now: float, *, remember: bool = True) -> None:
         """Delete a job in any state, with everything that refers to it. A completed job's
@@ -191,9 +191,8 @@ class Lifecycle:
                 custom_key: str = "jobId", defaults: Mapping[str, Any] | None = None) -> Job:
         d = defaults or self._job_defaults
         get = opts.get
-        delay = get("delay")
-        delay = max(0, _int(delay, d.get("delay", 0))) if delay is not None \
-            else d.get("delay", 0)
+        # an absent or ill-typed option is the profile's default (_int); a negative delay none
+        delay = max(0, _int(get("delay"), d.get("delay", 0)))
         custom = get(custom_key)
         custom = custom if isinstance(custom, str) and custom else None
         name, data = self._name_and_data(opts)
@@ -208,12 +207,9 @@ class Lifecycle:
             state=DELAYED if delay > 0 else WAITING,
             created_at=now,
             run_at=now + delay,
-            priority=_int(priority, d.get("priority", 0)) if priority is not None
-            else d.get("priority", 0),
-            max_attempts=max(1, _int(max_attempts, d.get("maxAttempts")))
-            if max_attempts is not None else max(1, d.get("maxAttempts")),
-            backoff=_int(backoff, d.get("backoff")) if backoff is not None
-            else d.get("backoff"),
+            priority=_int(priority, d.get("priority", 0)),
+            max_attempts=max(1, _int(max_attempts, d.get("maxAttempts"))),
+            backoff=_int(backoff, d.get("backoff")),
             custom_id=custom,
             last_heartbeat=now,
         )
