@@ -55,7 +55,8 @@ def _frame(payload: bytes) -> bytes:
 # -- bunqueue generation ----------------------------------------------------------------------
 def set_path(schema: dict, instance: dict, path: tuple, value: Any) -> dict:
     """Set ``value`` at ``path`` ('*' = first array item, created minimal if needed)."""
-    node, sub = instance, resolve(schema, schema)
+    node: Any = instance  # a dict or, below a '*', a list
+    sub = resolve(schema, schema)
     for i, part in enumerate(path):
         last = i == len(path) - 1
         if part == "*":
@@ -324,7 +325,7 @@ def check_bunqueue_vector(profile: Any, vec: dict) -> str | None:
             return f"violations {ids} (valid={not got}), expected {vec['violations']}"
         return None
     data = bytes.fromhex(vec["hex"])
-    frames: list = []
+    frames = []
     error = None
     try:
         frames += dec.feed(data)
@@ -341,7 +342,7 @@ def check_bunqueue_vector(profile: Any, vec: dict) -> str | None:
     if want is not None:
         if error is None:
             return f"expected error {want['kind']}, got none"
-        got = {"kind": error.kind, "requirement": error.requirement, "offset": error.offset}
-        if got != want:
-            return f"error {got}, expected {want}"
+        found = {"kind": error.kind, "requirement": error.requirement, "offset": error.offset}
+        if found != want:
+            return f"error {found}, expected {want}"
     return None

@@ -71,7 +71,8 @@ def pack(msg: MessageType, values: dict[str, Any], overrides: dict[str, int] | N
     for f in msg.layout:
         if not f.is_int:
             v = values[f.id]
-            blobs[f.id] = v.encode(f.encoding) if isinstance(v, str) else bytes(v)
+            # bytes(str) raises as str.encode(None) would: a str value needs the field's encoding
+            blobs[f.id] = v.encode(f.encoding) if isinstance(v, str) and f.encoding else bytes(v)
     lengths = {f.size: len(blobs[f.id]) for f in msg.layout if isinstance(f.size, str)}
     out = bytearray()
     for f in msg.layout:
@@ -224,8 +225,9 @@ class _Builder:
                     good = pack(m, values)
                     pos = m.offsets[f.size]
                     width = next(x.width for x in m.layout if x.id == f.size)
+                    assert width is not None  # a length field is an integer of a fixed width
                     claim = len(good) - pos - width + 1
-                    limit = 1 << (8 * width)  # type: ignore[operator]
+                    limit = 1 << (8 * width)
                     if claim < limit:
                         payload = pack(m, values, {f.size: claim})
                         self.negative(f"{f.errors.get('size', 'payload_size')}/{m.name}.{f.id}", r,
@@ -255,6 +257,7 @@ class _Builder:
         self.negative("truncated/after-frame", DAEMON, good + good[:hs - 1], sender=s,
                       expect_kind="truncated")
         huge = {f.id: f for f in self.spec.header}["len_payload"].max_value
+        assert huge is not None  # the header's length field is an integer
         cap = self.spec.max_payload_bytes
         kind = "truncated" if cap is None or huge <= cap else "payload_too_large"
         self.negative(f"claimed-{huge}-bytes/{sub.name}", DAEMON,
@@ -302,7 +305,7 @@ class _Builder:
                             and mine.layout == om.layout):
                         continue  # same bytes, same meaning
                     suffix = f"from-{other_name.replace('/', '_')}/{om.name}/{s}->{r}"
-                    note = {"other": {"profile": other_name, "type": om.name}}
+                    note: dict[str, Any] = {"other": {"profile": other_name, "type": om.name}}
                     _, err = self._run(r, data)
                     if err is None:
                         self.positive(suffix, s, r, data, **note)
@@ -351,10 +354,10 @@ def check_vector(profile: Any, vec: dict[str, Any]) -> str | None:
         return None if got == [vec["decoded"]] else f"decoded {got}, expected {vec['decoded']}"
     if error is None:
         return f"expected error {vec['error']['kind']}, decoded {[m.name for m in frames]}"
-    got = {"kind": error.kind, "requirement": error.requirement, "reaction": error.reaction,
-           "error_code": getattr(error, "error_code", None), "offset": error.offset}
-    if got != vec["error"]:
-        return f"error {got}, expected {vec['error']}"
+    found = {"kind": error.kind, "requirement": error.requirement, "reaction": error.reaction,
+             "error_code": getattr(error, "error_code", None), "offset": error.offset}
+    if found != vec["error"]:
+        return f"error {found}, expected {vec['error']}"
     if len(frames) != vec["frames_before"]:
         return f"{len(frames)} frames before the error, expected {vec['frames_before']}"
     return None
