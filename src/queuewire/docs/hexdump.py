@@ -118,7 +118,8 @@ class _Walker:
     a container's marker is one, then its members (a map key is a group of its own)."""
 
     def __init__(self, data: bytes, base: int):
-        self.data, self.base, self.groups = data, base, []
+        self.data, self.base = data, base
+        self.groups: list[Group] = []
 
     def _add(self, start: int, end: int, path: str, kind: str, value: str, depth: int) -> None:
         self.groups.append(Group(self.base + start, self.base + end, path or "(payload)", kind,
@@ -129,6 +130,7 @@ class _Walker:
 
     def walk(self, pos: int, path: str, depth: int, key: bool = False) -> tuple[int, Any]:
         b = self.data[pos]
+        value: Any
         if b <= 0x7F or b >= 0xE0:
             value = b if b <= 0x7F else b - 256
             self._add(pos, pos + 1, path, "positive fixint" if b <= 0x7F else "negative fixint",
@@ -165,6 +167,7 @@ class _Walker:
     def _blob(self, pos: int, head: int, n: int, kind: str, family: str, path: str, depth: int,
               key: bool) -> tuple[int, Any]:
         raw = self.data[pos + head:pos + head + n]
+        value: str | bytes
         if family == "str":
             value = raw.decode("utf-8")
             shown = _short(value)
@@ -229,7 +232,7 @@ def _attr(value: Any) -> str:
 
 def hex_view(data: bytes, groups: list[Group]) -> str:
     """The bytes 16 a row, each coloured by its group and titled with its field."""
-    owner = [None] * len(data)
+    owner: list[int | None] = [None] * len(data)
     for i, g in enumerate(groups):
         for pos in range(g.start, min(g.end, len(data))):
             owner[pos] = i
@@ -237,11 +240,11 @@ def hex_view(data: bytes, groups: list[Group]) -> str:
     for row in range(0, len(data), ROW):
         cells = []
         for pos in range(row, min(row + ROW, len(data))):
-            i = owner[pos]
-            if i is None:
+            who = owner[pos]
+            if who is None:
                 cells.append(f"{data[pos]:02x}")
             else:
-                cells.append(f'<span class="qw-c{i % COLOURS}" title="{_attr(groups[i].field)}">'
+                cells.append(f'<span class="qw-c{who % COLOURS}" title="{_attr(groups[who].field)}">'
                              f"{data[pos]:02x}</span>")
         text = "".join(f"{chr(b)}" if 0x20 <= b < 0x7F else "." for b in data[row:row + ROW])
         pad = "   " * (ROW - min(ROW, len(data) - row))

@@ -5,6 +5,7 @@ disagrees. Each entry has a label other pages link to (:func:`.text.req_ref`).""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .text import esc, ref, target
@@ -39,7 +40,7 @@ def carriers(profile: Any) -> dict[str, list[str]]:
     return out
 
 
-def entry(profile: Any, req: Any, carried: list[str] = ()) -> list[str]:
+def entry(profile: Any, req: Any, carried: Sequence[str] = ()) -> list[str]:
     lines = [target(profile.name, "req", req.id), f"### {req.id}", "",
              f"**{req.level}** · basis *{req.basis or '?'}* · binds the *{req.subject}* · "
              f"source {req.source} § {esc(req.section)}", "", esc(req.text), ""]

@@ -51,7 +51,7 @@ def _type(prop: Mapping[str, Any], defname: str | None) -> str:
         if "const" in prop:
             kind = type(prop["const"]).__name__.replace("str", "string").replace("bool", "boolean")
         elif "anyOf" in prop or "oneOf" in prop:
-            alts = prop.get("anyOf") or prop.get("oneOf")
+            alts = prop.get("anyOf") or prop["oneOf"]  # one of the two is there
             kind = " or ".join(str(a.get("type") or a.get("$ref", "?").rsplit("/", 1)[-1])
                                for a in alts)
         else:

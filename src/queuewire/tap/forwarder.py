@@ -270,12 +270,12 @@ class Forwarder:
                 # reply to them is always recorded after them, and later
                 with lock:
                     slot = append(_PACK(code, conn_id, time.time_ns(), n), None)
-                data = view[:n]
+                chunk = view[:n]
                 try:
-                    sendall(data)
+                    sendall(chunk)
                 except OSError:
                     error = True
-                data = bytes(data)
+                data = bytes(chunk)
                 with lock:
                     slot[1] = data
                     self.last_ns = time.monotonic_ns()

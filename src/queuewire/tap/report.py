@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ code{font-size:12px}
 """
 
 
-def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+def _table(headers: list[str], rows: list[list[str]], numeric: Container[int] = frozenset()) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>" + "".join(f"<td class='n'>{c}</td>" if i in numeric else f"<td>{c}</td>"

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import pyarrow as pa
 
@@ -48,6 +48,8 @@ from ..codecs.errors import ProtocolError
 from ..judge import Verdict, requirement_verdict
 from ..spec import Profile, SpecError, load_profile, profile_names
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
+from ..traffic.bunqueue import BunqueueProtocol
+from ..traffic.quicx import QuicxProtocol
 from ..traffic.trace_format import TraceError, load_json, parse_header, scan, trace_format
 
 #: Rows per yielded batch: large enough that Arrow's per-batch cost vanishes, small enough
@@ -61,7 +63,7 @@ INT32_MAX = 2**31 - 1
 #: The ``table`` of a row that carries a decoder's TraceError out of a Spark executor.
 ERROR_TABLE = "error"
 
-SCHEMA = pa.schema([
+_SCHEMA_FIELDS: list[tuple[str, pa.DataType]] = [
     ("table", pa.string()),          # frames | violations | conns | opens | orphans
     ("run", pa.string()),            # the recording run (conn ids are unique within one)
     ("conn_id", pa.int64()),
@@ -85,7 +87,8 @@ SCHEMA = pa.schema([
     ("message", pa.string()),        # violations
     ("payload", pa.binary()),        # orphans: the answer frame, judged after the join
     ("info", pa.string()),           # conns: JSON of CONN_FIELDS
-])
+]
+SCHEMA = pa.schema(_SCHEMA_FIELDS)
 COLUMNS = tuple(SCHEMA.names)
 
 #: The columns of each table's rows in :data:`SCHEMA` (a pair is a column set of the frame
@@ -184,7 +187,7 @@ class _Proto:
     def __init__(self, protocol: str, profile: Profile, max_frame: int):
         self.name = protocol
         self.profile = profile
-        self.proto = PROTOCOLS[protocol](profile, max_frame)
+        self.proto = cast("BunqueueProtocol | QuicxProtocol", PROTOCOLS[protocol](profile, max_frame))
         self.hello, self.hello_field = None, None
         self.version_at: int | None = None
         if protocol == "bunqueue":
@@ -198,7 +201,7 @@ class _Proto:
         else:
             names = [f.id for f in profile.model.header]
             self.version_at = names.index("version") if "version" in names else None
-            self._head = self.proto._head
+            self._head = cast(QuicxProtocol, self.proto)._head
 
     def version(self, direction: str, item: Any, command: str | None) -> str | None:
         if item.message is None:
@@ -346,7 +349,7 @@ class _FileRun:
                  info=json.dumps(conn, separators=(",", ":")))
         yield from rows.batches()
 
-    def _refuse(self, n: int, values: tuple, types: dict, dirs: dict, reasons: dict) -> None:
+    def _refuse(self, n: int, values: tuple, types: dict, dirs: dict, reasons: dict) -> NoReturn:
         """The TraceError for record ``n``, whose header breaks a rule of the format."""
         at = self.dec.fmt.at
         code, direction = values[at["record_type"]], values[at["direction"]]

@@ -34,10 +34,11 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
-from ..judge import FINDING_VERDICTS
+from ..judge import FINDING_VERDICTS, Verdict
 
 HIST_COMMANDS = 12   # latency histograms drawn (commands with the most pairs)
 CONN_BARS = 30       # connections in the commands-per-connection chart (most frames)
@@ -172,7 +173,7 @@ def _badge(value: Any) -> str:
     return f'<span class="v" style="background:{COLOR.get(_level(value), GREY)}">{_e(shown)}</span>'
 
 
-def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset(),
+def _table(headers: list[str], rows: list[list[str]], numeric: Container[int] = frozenset(),
            empty: str = "None.") -> str:
     """A table from cells already escaped; ``empty`` (plain text) when there are no rows."""
     if not rows:
@@ -322,7 +323,7 @@ def _histograms(summary: dict, colours: dict[str, str]) -> str:
     return f'<div class="charts">{"".join(figs)}</div>{note}'
 
 
-def _time_bins(rows: list[dict], bucket_ns: int) -> tuple[int, int, int, list[dict[str, int]]]:
+def _time_bins(rows: list[dict], bucket_ns: int) -> tuple[int, int, int, list[dict[Verdict, int]]]:
     """(first bucket start, bin width in ns, buckets per bin, bins): the rows' buckets on a
     gap-free axis, merged k at a time so there are at most MAX_TIME_BARS bins."""
     points = [(_int(r.get("t_ns")), r) for r in rows if _num(r.get("t_ns")) is not None]
@@ -366,12 +367,14 @@ def _violations_over_time(summary: dict) -> str:
         return s[:-3] if fmt.endswith("%f") else s
 
     parts = [_svg_open("vtime", width, height, "violations over time",
-                       f"{total['FAIL']} FAIL, {total['NON-STRICT']} NON-STRICT and {total['INFO']} INFO "
+                       f"{total[Verdict.FAIL]} FAIL, {total[Verdict.NON_STRICT]} NON-STRICT and "
+                       f"{total[Verdict.INFO]} INFO "
                        f"violations in {len(bins)} time buckets of {_span(width_ns / 1e9)} from "
                        f"{_when(t0)} UTC; the busiest bucket holds {peak}.")]
     slot = pw / len(bins)
     for i, b in enumerate(bins):
-        x, y = left + i * slot, top + ph
+        x = left + i * slot
+        y: float = top + ph
         for lvl in FINDING_VERDICTS:
             if not b[lvl]:
                 continue

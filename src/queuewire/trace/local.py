@@ -38,7 +38,8 @@ def decode_files(files: list[Path], decoder: FileDecoder,
         for batch in decoder.decode(Path(path).read_bytes(), str(path)):
             table_col = batch.column(0)
             for name in TABLE_COLUMNS:
-                sub = batch.filter(pc.equal(table_col, name))
+                # pyarrow takes a Python scalar here; its stubs want a pa.Scalar
+                sub = batch.filter(pc.equal(table_col, name))  # type: ignore[call-overload]
                 if sub.num_rows:
                     parts[name].append(sub)
         if progress is not None:
@@ -58,7 +59,8 @@ def pairs_of(frames: pa.Table) -> pa.Table:
             "command": done["paired"], "key": done["key"], "sent_ns": done["sent_ns"],
             "answered_ns": done["t_ns"], "ok": done["ok"], "answer": done["answer"],
             "split": pa.array([False] * done.num_rows, pa.bool_())}
-    return pa.table({c: cols[c] for c in PAIR_COLUMNS})
+    # pa.table takes chunked arrays as a mapping's values; its stubs want an Array or a list
+    return pa.table({c: cols[c] for c in PAIR_COLUMNS})  # type: ignore[misc]
 
 
 def conns_of(conns: pa.Table) -> pa.Table:
@@ -107,7 +109,9 @@ def run(files: list[Path], out: Path, *, protocol: str, profile: Profile,
         d.mkdir(parents=True, exist_ok=True)
         pq.write_table(tables[name], d / "part-00000.parquet")
     say("aggregating")
-    ints = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}.get  # nulls stay ints
+    dtypes: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
+        pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+    ints = dtypes.get  # nulls stay ints
     aggs = pandas_aggregates(*(tables[t].to_pandas(types_mapper=ints)
                                for t in ("frames", "pairs", "violations", "conns")))
     return aggs, len(opens_left)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..judge import FINDING_VERDICTS
+from ..judge import FINDING_VERDICTS, Verdict
 from ..spec import Profile
 
 FORMAT = "queuewire-trace-summary"
@@ -84,7 +84,8 @@ def pandas_aggregates(frames: pd.DataFrame, pairs: pd.DataFrame, violations: pd.
         lat = pairs.assign(latency=pairs["answered_ns"] - pairs["sent_ns"],
                            err=~pairs["ok"].astype(bool), sp=pairs["split"].astype(bool))
         g = lat.groupby("command")
-        q = g["latency"].quantile(list(PERCENTILES)).unstack()
+        # pandas takes a list of quantiles; its stubs want an array-like
+        q = g["latency"].quantile(list(PERCENTILES)).unstack()  # type: ignore[arg-type]
         out["latency"] = pd.DataFrame({
             "pairs": g.size(), "split": g["sp"].sum(), "errors": g["err"].sum(),
             "p50": q[0.5], "p95": q[0.95], "p99": q[0.99], "max": g["latency"].max(),
@@ -227,7 +228,7 @@ def build_summary(aggs: dict[str, pd.DataFrame], *, profile: Profile, engine: st
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "engine": engine, "master": master,
         "protocol": profile.protocol, "profile": profile.name, "inputs": inputs, "files": files,
-        "elapsed_s": round(elapsed_s, 3), "verdict": "FAIL" if levels["FAIL"] else "PASS",
+        "elapsed_s": round(elapsed_s, 3), "verdict": "FAIL" if levels[Verdict.FAIL] else "PASS",
         "totals": totals, "commands": commands, "connections": connections,
         "requirements": requirements,
         "versions": [{"version": str(r["version"]), "frames": _int(r["n"])}
