@@ -1123,7 +1123,8 @@ def test_a_legacy_data_name_obeys_the_job_name_length(length, ok):
         assert reply["ok"] is True
     else:
         assert reply == {"ok": False, "error": r.engine.error_message("job_name_invalid")}
-    assert r("PUSH", queue="q", name="top", data={"name": "n" * length})["ok"] is True
+    for extra in ({}, {"tags": ["t"]}):   # the plain path and the general one
+        assert r("PUSH", queue="q", name="top", data={"name": "n" * length}, **extra)["ok"] is True
     v2 = Rig("bunqueue/v2")
     assert v2("PUSH", queue="q", data={"name": "n" * length})["ok"] is True
 
