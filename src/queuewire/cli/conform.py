@@ -381,7 +381,7 @@ def conform_detect(protocol: str, target: str, auth_token: str | None, timeout: 
         where = parse_target(target)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target") from None
-    if where == "embedded":
+    if isinstance(where, str):  # "embedded"
         raise click.BadParameter("detect needs a HOST:PORT", param_hint="--target")
     host, port = where
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -29,7 +30,7 @@ def _fuzz_modules() -> Any:
     try:
         from ..fuzz import campaign, case, runner
     except ImportError as exc:
-        if getattr(exc, "name", "") and exc.name.split(".")[0] == "hypothesis":
+        if (exc.name or "").split(".")[0] == "hypothesis":
             raise click.ClickException(MISSING) from None
         raise
     return case, runner, campaign
@@ -275,6 +276,7 @@ def _stateful_command(ctx: click.Context, protocol: str, target: str, profile: s
                                                 100)
     if load(profile).protocol != protocol:
         raise click.UsageError(f"profile {profile} is not a {protocol} profile")
+    run: Callable[..., Any]  # the two runners differ only in their target's type
     if protocol == "quicx":
         from ..fuzz.stateful_quicx import run_stateful_quicx as run
     else:

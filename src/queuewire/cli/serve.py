@@ -213,8 +213,9 @@ def serve_bunqueue(host: str, port: int, profile: str, auth_tokens: str | None,
                                 partial_frame_timeout=partial_frame_timeout or None)
     except Exception as exc:  # noqa: BLE001 - an unusable data file is the user's to fix
         raise click.ClickException(f"cannot open --data-path {data_path}: {exc}") from None
-    server.http_allowed_origins = http_allowed_origins  # read by the HttpFrontend it starts
-    server.http_allowed_hosts = http_allowed_hosts
+    # Read by the HttpFrontend it starts (with getattr: BunqueueServer does not declare them).
+    server.http_allowed_origins = http_allowed_origins  # type: ignore[attr-defined]
+    server.http_allowed_hosts = http_allowed_hosts  # type: ignore[attr-defined]
 
     tune_gc()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -34,7 +35,7 @@ def spec_list(profile: str | None) -> None:
             _list_quicx(prof)
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+def _table(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Table:
     """A table whose last column (the doc line) is cut with an ellipsis; the others keep
     their natural width, so codes and names stay readable in any terminal."""
     table = Table(title=title, title_justify="left")
@@ -143,7 +144,7 @@ def spec_lint(profile: str | None) -> None:
 def spec_export(fmt: str, profile: str | None, output: str) -> None:
     """Export resolved profiles ($limit substituted, overlays applied) as JSON."""
     names = [profile] if profile else profile_names()
-    doc = {"profiles": {}}
+    doc: dict[str, Any] = {"profiles": {}}
     for name in names:
         prof = load(name)
         doc["profiles"][name] = {"protocol": prof.protocol, "doc": prof.doc,
