@@ -422,9 +422,9 @@ def acquire_pool(profile: Profile | str, options: ConnectionOptions, *,
     """A started pool for this loop, profile and options: the shared one when there is one."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
     if not shared:
-        pool = Pool(prof, options).start()
-        pool.refs = 1
-        return pool
+        own = Pool(prof, options).start()
+        own.refs = 1
+        return own
     key = _key(prof, options)
     pools = _pools()
     pool = pools.get(key)

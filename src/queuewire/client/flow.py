@@ -88,7 +88,7 @@ class QueueGroup:
         if not namespace:
             raise ClientConfigError("a QueueGroup needs a namespace")
         self.prefix = namespace if namespace.endswith(":") else f"{namespace}:"
-        self._kw = {"connection": connection, "profile": profile, "embedded": embedded,
+        self._kw: dict[str, Any] = {"connection": connection, "profile": profile, "embedded": embedded,
                     "data_path": data_path}
         self.queues: dict[str, Queue] = {}
 

@@ -278,7 +278,7 @@ class QuicxProducer:
                     waiter.accepted.set_result(event.submission.task_id)
             elif isinstance(event, Settled):
                 sub = event.request
-                waiter = self._waiters.get(sub)  # type: ignore[arg-type]
+                waiter = self._waiters.get(sub) if isinstance(sub, Submission) else None
                 if waiter is None:
                     continue
                 if sub.state in (RequestState.ACCEPTED, RequestState.DONE, RequestState.FAILED):
@@ -382,8 +382,9 @@ class QuicxWorker:
         self.host = host
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self.concurrency = concurrency
-        self._session_args = {"backoff_min": backoff_min, "backoff_max": backoff_max,
-                              "heartbeat_interval": heartbeat_interval, "pong_timeout": pong_timeout}
+        self._session_args: dict[str, Any] = {
+            "backoff_min": backoff_min, "backoff_max": backoff_max,
+            "heartbeat_interval": heartbeat_interval, "pong_timeout": pong_timeout}
         self.reconnect = reconnect
         self.reconnect_min, self.reconnect_max = reconnect_min, reconnect_max
         self.done = 0

@@ -471,6 +471,7 @@ class ProducerSession(_RequestSession):
         name = msg.name
         if name == "MSG_OK":
             sub = self._answer()
+            assert isinstance(sub, Submission)  # a producer's FIFO holds only its submissions
             task_id = msg.fields["task_id"]
             if sub.fire(RequestEvent.OK) is RequestState.ACCEPTED:
                 sub.task_id = task_id
@@ -482,16 +483,16 @@ class ProducerSession(_RequestSession):
                     events.append(Settled(sub))
         elif name in ("MSG_DONE", "MSG_FAILED"):
             task_id = msg.fields["task_id"]
-            sub = self._results.pop(task_id, None)
-            if sub is None:  # a task given up on (timed out) or not ours
+            awaited = self._results.pop(task_id, None)
+            if awaited is None:  # a task given up on (timed out) or not ours
                 log.debug("producer session: result for task %d, not awaited", task_id)
                 return
             if name == "MSG_DONE":
-                sub.fire(RequestEvent.DONE)
+                awaited.fire(RequestEvent.DONE)
             else:
-                sub.fire(RequestEvent.FAILED)
-                sub.reason = msg.fields.get("reason", "")
-            events.append(Settled(sub))
+                awaited.fire(RequestEvent.FAILED)
+                awaited.reason = msg.fields.get("reason", "")
+            events.append(Settled(awaited))
         else:
             raise QuicxStateError(f"{name} is not expected by a producer")
         self._maybe_drained(events)

@@ -140,8 +140,7 @@ class EmbeddedTransport(Transport):
     async def call(self, payload: Mapping[str, Any], timeout: float | None = None) -> dict:
         if self._closed:
             raise BunqueueSessionStopped("Session stopped: the embedded transport is closed")
-        conn = self._connection() if self._conn is None else None
-        conn_id = await conn if conn is not None else self._conn
+        conn_id = self._conn if self._conn is not None else await self._connection()
         try:
             request = self._requests.feed(self._encode(payload))[0]
         except EncodeError as exc:
