@@ -186,7 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         sys.exit("the coverage-guided harness needs atheris: pip install 'queuewire[atheris]'")
     harness = Harness(protocol)
-    atheris.instrument_all()   # the codecs and the spec, loaded above, are what it steers by
+    # the codecs and the spec, loaded above, are what it steers by (types-atheris declares
+    # instrument_all in atheris.instrument_bytecode only, not where atheris exports it)
+    atheris.instrument_all()  # type: ignore[attr-defined]
     atheris.Setup(argv, harness.one_input)
     atheris.Fuzz()
 

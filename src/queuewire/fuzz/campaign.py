@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..judge import Verdict
 from .case import Case
@@ -271,10 +271,11 @@ async def _forked(plan: _Plan, workers: int, absorb: Callable[[tuple], None]) ->
         conns.append(recv)
 
     def pump() -> None:
-        from multiprocessing.connection import wait
+        from multiprocessing.connection import Connection, wait
         live = list(conns)
         while live:
-            for conn in wait(live):
+            # wait returns the ready ones of the connections it is given (typeshed: any kind)
+            for conn in cast("list[Connection[Any, Any]]", wait(live)):
                 try:
                     msg = conn.recv()
                 except EOFError:

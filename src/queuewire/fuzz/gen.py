@@ -154,6 +154,8 @@ def floats(lo: float | None = None, hi: float | None = None, finite: bool = Fals
         if finite:
             return Gen(sample, lambda: st.floats(allow_nan=False, allow_infinity=False))
         return Gen(sample, st.floats)
+    if lo is None or hi is None:  # as float(None) would
+        raise TypeError("floats takes both bounds or neither")
     low, high = float(lo), float(hi)
     ends = tuple(v for v in (low, high, 0.0, -0.0, 0.5) if low <= v <= high)
 

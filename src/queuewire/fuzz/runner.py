@@ -52,6 +52,7 @@ import select
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +100,7 @@ class Result:
 
 
 def _kinds(replies: list[Any]) -> list[tuple]:
-    out = []
+    out: list[tuple] = []
     for r in replies:
         if isinstance(r, dict):
             out.append((repr(reqid_key(r.get("reqId"))), r.get("ok"), "error" in r))
@@ -561,7 +562,7 @@ class Runner:
 
 
 # -- shrinking, transcripts, replay -------------------------------------------------------------
-def shrink(case: Case, run: Callable[[Case], Result], rids: set[str],
+def shrink(case: Case, run: Callable[[Case], Result], rids: AbstractSet[str | None],
            budget: int = 200) -> Case:
     """Delta debugging: the smallest variant of ``case`` that still fails on one of ``rids``."""
     tries = 0

@@ -196,6 +196,7 @@ class _Compiler:
             return named
         if extra is True:   # the caller's undocumented keys: their values have none of their own
             if self._extra is None:
+                assert self.extra is not None  # returned above when None
                 self._extra = _Compiler(self.extra, self.safe, None).gen(self.extra)
             values = self._extra
         else:

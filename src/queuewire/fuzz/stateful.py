@@ -53,8 +53,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
@@ -106,7 +107,7 @@ _FIELDS = {
 class LifecycleViolation(AssertionError):
     """The server disagreed with the model; ``requirement`` is the id the model rests on."""
 
-    def __init__(self, requirement: str, level: str, message: str):
+    def __init__(self, requirement: str | None, level: str, message: str):
         super().__init__(f"{requirement} ({level}): {message}")
         self.requirement, self.level, self.detail = requirement, level, message
 
@@ -163,13 +164,15 @@ class SpecLifecycle:
         rows = [t for t in self.rows_of(command) if t.source == state]
         return rows[0] if len(rows) == 1 else None
 
-    def level(self, requirement: str) -> str:
+    def level(self, requirement: str | None) -> str:
+        if requirement is None:  # a row that cites no requirement
+            return "?"
         try:
             return self.profile.requirement(requirement).level
         except (KeyError, LookupError):
             return "?"
 
-    def violation(self, requirement: str, message: str) -> LifecycleViolation:
+    def violation(self, requirement: str | None, message: str) -> LifecycleViolation:
         return LifecycleViolation(requirement, self.level(requirement), message)
 
 
@@ -183,7 +186,7 @@ class ModelJob:
     max_attempts: int
     backoff: int
     state: str
-    because: str                      # requirement of the row (or push rule) that put it there
+    because: str | None               # requirement of the row (or push rule) that put it there
     attempts: frozenset[int] = frozenset({0})  # candidates where the documents are silent
     token: str | None = None          # current lock token while active and locked
     locked: bool = False
@@ -215,7 +218,8 @@ class Link:
         ids = [f"st-{next(self._ids)}" for _ in requests]
         self.sock.sendall(b"".join(self._enc.encode({**r, "reqId": i})
                                    for r, i in zip(requests, ids)))
-        wanted, got = set(ids), {}
+        wanted = set(ids)
+        got: dict[str, dict] = {}
         while len(got) < len(ids):
             data = self.sock.recv(1 << 16)
             if not data:
@@ -240,8 +244,16 @@ def quiet_config(profile: Profile) -> Any:
     lock TTL are the spec's largest delay: no stall or lock expiry fires during a run (time is
     kept out of the model)."""
     from ..reference_server.bunqueue import EngineConfig
-    far = float(profile.limit("delay").max)
+    far = float(limit_max(profile, "delay"))
     return EngineConfig(stall_interval_ms=far, lock_ttl_ms=far)
+
+
+def limit_max(profile: Profile, name: str) -> int | float:
+    """The largest value of limit ``name``, which the model needs to exist."""
+    value = profile.limit(name).max
+    if value is None:
+        raise ValueError(f"{profile.name}: limit {name} has no max")
+    return value
 
 
 class ThreadedServer:
@@ -328,11 +340,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.log: list[str] = []
         type(self).steps_log = self.log
         profile = self.spec.profile
-        self.far_delay = int(profile.limit("delay").max)
-        self.far_backoff = int(profile.limit("backoff").max)
+        self.far_delay = int(limit_max(profile, "delay"))
+        self.far_backoff = int(limit_max(profile, "backoff"))
 
     # -- helpers ------------------------------------------------------------------------------
-    def _fail(self, requirement: str, message: str) -> None:
+    def _fail(self, requirement: str | None, message: str) -> NoReturn:
         raise self.spec.violation(requirement, f"{message} (queue {self.queue})")
 
     def _step(self, text: str) -> None:
@@ -347,11 +359,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             job.token, job.locked = None, False
         job.state, job.because = row.target, row.requirement
 
-    def _expect_refused(self, reply: dict, requirement: str, what: str) -> None:
+    def _expect_refused(self, reply: dict, requirement: str | None, what: str) -> None:
         if reply.get("ok") is not False:
             self._fail(requirement, f"{what} was answered {reply!r}; expected an error reply")
 
-    def _expect_ok(self, reply: dict, requirement: str, what: str) -> None:
+    def _expect_ok(self, reply: dict, requirement: str | None, what: str) -> None:
         if reply.get("ok") is not True:
             self._fail(requirement, f"{what} was refused: {reply!r}")
 
@@ -418,7 +430,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not isinstance(got, dict):
             self._fail(self.spec.rows_of("PULL")[0].requirement,
                        f"PULL answered {got!r}; job {order[0].id} is pullable")
-        job = self.model.get(got.get("id"))
+        job = self.model.get(_id(got))
         if job is None or job.state != self.spec.pullable:
             self._fail(self.spec.rows_of("PULL")[0].requirement,
                        f"PULL answered job {_id(got)!r}, which is not pullable; "
@@ -454,8 +466,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._expect_refused(reply, REQ_TOKEN, f"{cmd} of a locked job with a {kind} token")
             return
         if cmd == "ACK":
-            self._expect_ok(reply, self.spec.row(job.state, cmd).requirement, cmd)
-            self._move(job, self.spec.row(job.state, cmd))
+            row = self.spec.row(job.state, cmd)
+            assert row is not None, f"model bug: no {cmd} row from {job.state}"
+            self._expect_ok(reply, row.requirement, cmd)
+            self._move(job, row)
         else:
             self._expect_ok(reply, self.spec.fail_retry.requirement, cmd)
             self._failed(job)
@@ -464,8 +478,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         """A FAIL was accepted: predict the row from the attempts after it; where the
         candidates disagree, the server's answer picks (GetState)."""
         after = frozenset(a + 1 for a in job.attempts)
-        final = {a for a in after if a >= job.max_attempts}
-        retry = after - final
+        final: AbstractSet[int] = {a for a in after if a >= job.max_attempts}
+        retry: AbstractSet[int] = after - final
         if final and retry:
             state = self.link.call("GetState", id=job.id).get("state")
             ok_states = {self.spec.fail_final.target, self.spec.fail_retry.target,
@@ -677,7 +691,7 @@ def play_machine(machine: Any, name: str, profile_name: str, *, max_examples: in
         test = hypothesis_seed(seed)(test)
     started = time.monotonic()
     report = StatefulReport(name, profile_name, max_examples, seed, True, 0.0)
-    verdict: tuple[str, str, str] | None = None
+    verdict: tuple[str | None, str, str] | None = None
     try:
         try:
             test()
@@ -729,5 +743,5 @@ def run_stateful(target: str | EmbeddedTarget = "embedded",
         return play_machine(machine, name, prof.name, max_examples=max_examples,
                             step_count=step_count, seed=seed, extra_settings=extra_settings)
     finally:
-        if owned:
+        if owned and isinstance(server, EmbeddedTarget):
             server.close()

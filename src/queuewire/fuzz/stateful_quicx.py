@@ -53,7 +53,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -203,8 +203,9 @@ class DispatchMachine(RuleBasedStateMachine):
         self.log: list[str] = []
         type(self).steps_log = self.log
         prof = self.spec.profile
-        if type(self).reset is not None:
-            type(self).reset()
+        reset = type(self).reset
+        if reset is not None:
+            reset()
         else:
             self._drain()
         self.producer = QLink(self.host, self.port, prof, "producer")
@@ -218,7 +219,7 @@ class DispatchMachine(RuleBasedStateMachine):
         self._seq = itertools.count()
 
     # -- helpers ------------------------------------------------------------------------------
-    def _fail(self, requirement: str, message: str) -> None:
+    def _fail(self, requirement: str, message: str) -> NoReturn:
         raise self.spec.violation(requirement, message)
 
     def _expect(self, link: QLink, name: str, requirement: str, what: str) -> Message:
@@ -287,7 +288,7 @@ class DispatchMachine(RuleBasedStateMachine):
         return "finished" if task.finished else "queued"
 
     def _check_task(self, w: ModelWorker, msg: Message, want: ModelTask, what: str) -> None:
-        got = msg.fields.get("task_id")
+        got: Any = msg.fields.get("task_id")  # as the daemon sent it
         if got != want.id:
             other = self.tasks.get(got)
             if other is not None and other.worker is not None:
@@ -325,7 +326,7 @@ class DispatchMachine(RuleBasedStateMachine):
         self.log.append(f"SUBMIT {kind}")
         self.producer.send("MSG_SUBMIT", task_type=kind, payload=payload)
         msg = self._expect(self.producer, "MSG_OK", REQ_OK, "SUBMIT")
-        task_id = msg.fields.get("task_id")
+        task_id: Any = msg.fields.get("task_id")  # as the daemon sent it
         if task_id in self.tasks and not self.tasks[task_id].finished:
             self._fail(REQ_OK, f"SUBMIT answered id {task_id}, the id of a live task")
         self.tasks[task_id] = ModelTask(task_id, next(self._seq), kind, payload)
@@ -337,12 +338,13 @@ class DispatchMachine(RuleBasedStateMachine):
     def ready(self, slot: int) -> None:
         w = self.workers[slot]
         self.log.append(f"READY worker {slot}" + (" (connects)" if w.link is None else ""))
-        self._link(w).send("MSG_READY")
+        link = self._link(w)
+        link.send("MSG_READY")
         w.registered = True
         if self.queue:
             self._hand(w, f"READY of worker {slot}")
         elif self.spec.wait_when_empty:
-            msg = w.link.next()
+            msg = link.next()
             if msg is None or msg.name != "MSG_WAIT":
                 req = REQ_WAIT if msg is not None and msg.name == "MSG_TASK" else REQ_READY
                 what = "nothing" if msg is None else f"{msg.name} {msg.fields}" + (
@@ -351,7 +353,7 @@ class DispatchMachine(RuleBasedStateMachine):
                 self._fail(req, f"READY of worker {slot} with the queue empty was answered "
                                 f"{what}; expected MSG_WAIT")
         else:   # held: make sure the daemon has it before another connection's step
-            self._sync(w.link, "worker")
+            self._sync(link, "worker")
             self._arm(w, f"READY of worker {slot}")
 
     @rule(slot=st.integers(0, WORKERS - 1), done=st.booleans(), known=st.booleans())
@@ -537,5 +539,5 @@ def run_stateful_quicx(target: str | EmbeddedQuicx = "embedded",
                             step_count=step_count, seed=seed, extra_settings=extra_settings,
                             classify=classify)
     finally:
-        if owned:
+        if owned and isinstance(server, EmbeddedQuicx):
             server.close()

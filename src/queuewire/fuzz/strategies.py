@@ -102,7 +102,7 @@ def _narrow(node: Any, safe: int) -> Any:
         return [_narrow(v, safe) for v in node]
     if not isinstance(node, Mapping):
         return node
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in node.items():
         if k in ("properties", "$defs"):
             out[k] = {name: _narrow(sub, safe) for name, sub in v.items()}
@@ -110,8 +110,8 @@ def _narrow(node: Any, safe: int) -> Any:
             continue
         else:
             out[k] = _narrow(v, safe)
-    kinds = out.get("type")
-    kinds = kinds if isinstance(kinds, list) else [kinds]
+    kind = out.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
     if "integer" in kinds or "number" in kinds:
         out["minimum"] = max(out.get("minimum", -safe), -safe)
         out["maximum"] = min(out.get("maximum", safe), safe)
