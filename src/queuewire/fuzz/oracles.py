@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,7 +172,7 @@ class BunqueueJudge:
         return out
 
     def judge(self, exp: Expected, replies: list[Any], closed: bool, timed_out: bool,
-              reply_errors: list[ProtocolError] = (), half_closed: bool = False,
+              reply_errors: Sequence[ProtocolError] = (), half_closed: bool = False,
               reset: bool = False) -> list[Finding]:
         """``half_closed``: the client shut its side first; a long poll still parked then
         may be dropped (the documents say nothing of half-closed peers: INFO only).
@@ -226,12 +227,12 @@ class BunqueueJudge:
             known = {k for keys in item_keys for k in keys}
         any_reqid: bool | None = None
         lost: list[Item] = []
-        for its, rs in groups.values():
-            if len(its) == 1 and len(rs) == 1 and rs[0][0] == item_keys[its[0]][0]:
-                out += self._check(items[its[0]], rs[0][1])  # one request, its one reply
+        for its, answers in groups.values():
+            if len(its) == 1 and len(answers) == 1 and answers[0][0] == item_keys[its[0]][0]:
+                out += self._check(items[its[0]], answers[0][1])  # one request, its one reply
                 continue
             pairs, spare_items, spare_replies = self._match([items[i] for i in its],
-                                                            [item_keys[i] for i in its], rs)
+                                                            [item_keys[i] for i in its], answers)
             for item, key, reply, found in pairs:
                 out += found
                 if key is None and item.error is None and item.req_id is not UNDEFINED:
@@ -259,7 +260,7 @@ class BunqueueJudge:
         for item in lost:
             if reset and exp.close_error is not None:
                 out.append(Finding(Verdict.INFO, "BQ-PIPE-1", "reset_after_close",
-                                   f"no reply to {_short(item.request or item.error.kind)}: "
+                                   f"no reply to {_short(item.request or (item.error and item.error.kind))}: "
                                    f"the connection was reset after the close "
                                    f"{exp.close_error.kind} demands"))
             elif item.error is not None and exp.close_error is not None and closed:
@@ -488,7 +489,7 @@ class QuicxJudge:
         return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: QuicxExpected, replies: list[Any], closed: bool, timed_out: bool,
-              reply_errors: list[ProtocolError] = ()) -> list[Finding]:
+              reply_errors: Sequence[ProtocolError] = ()) -> list[Finding]:
         out = [self._finding(e.requirement, "undecodable_reply", str(e)) for e in reply_errors]
         got = Counter(m.fields.get("error_code") for m in replies if m.name == "MSG_ERROR")
         want = Counter(e.error_code for e in exp.errors)

@@ -109,9 +109,12 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(name: str, on: str, requirement: str) -> Callable:
+CheckFn = Callable[["BunqueueExchange", "Frame"], Iterable[Finding]]
+
+
+def check(name: str, on: str, requirement: str) -> Callable[[CheckFn], CheckFn]:
     """Register ``fn(exchange, frame) -> findings`` as the check ``name``."""
-    def register(fn: Callable[[BunqueueExchange, Frame], Iterable[Finding]]) -> Callable:
+    def register(fn: CheckFn) -> CheckFn:
         CHECKS[name] = Check(name, on, requirement, (fn.__doc__ or "").strip(), fn)
         return fn
     return register
@@ -203,7 +206,7 @@ def _opening(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
     opening = ex.opening
     if opening is None:
         return ()
-    opening.append(frame.command)
+    opening.append(frame.command or NO_CMD)
     opened_well = opens_with_hello(opening)
     if opened_well is None:
         return ()
@@ -397,7 +400,7 @@ class BunqueueExchange:
                 in_flight[key] = entry
             else:
                 reused = True
-                if type(held) is deque:
+                if isinstance(held, deque):
                     held.append(entry)
                 else:
                     in_flight[key] = deque((held, entry))
@@ -447,7 +450,7 @@ class BunqueueExchange:
             return None, [self.finding(
                 "BQ-ENV-2", "reqid_unknown", f"a reply with reqId {req_id!r}, which no request "
                 "in flight carries", Frame("s2c", message, t_ns, None), level=Verdict.NON_STRICT)]
-        if type(held) is not deque:
+        if not isinstance(held, deque):
             return self._answered(held, message, t_ns)
         # the client sent this reqId more than once (reported on the client): the reply
         # answers the first of those requests it is a valid reply to, in the order they were
@@ -481,14 +484,14 @@ class BunqueueExchange:
             return self._no_id.popleft() if self._no_id else None
         key = rid if type(rid) is str else reqid_key(rid)
         held = self.in_flight.pop(key, None)
-        if type(held) is deque:
+        if isinstance(held, deque):
             first = held.popleft()
             if held:
                 self.in_flight[key] = held
             return first
         return held
 
-    def _fits(self, pending: Pending, message: dict) -> bool:
+    def _fits(self, pending: Pending, message: dict[str, Any]) -> bool:
         return all(f.level is Verdict.INFO for f in judge_reply(self.judgement, pending, message))
 
     def _answered(self, pending: Pending, message: Any, t_ns: int,
@@ -504,13 +507,13 @@ class BunqueueExchange:
         rest."""
         out = list(self._no_id)
         for held in self.in_flight.values():
-            out.extend(held if type(held) is deque else (held,))
+            out.extend(held if isinstance(held, deque) else (held,))
         return out
 
     @property
     def waiting(self) -> int:
         """How many requests wait for a reply."""
-        return len(self._no_id) + sum(len(h) if type(h) is deque else 1
+        return len(self._no_id) + sum(len(h) if isinstance(h, deque) else 1
                                       for h in self.in_flight.values())
 
 
@@ -525,7 +528,7 @@ def _fields(path: str, message: str) -> list[str]:
     return parts + [m.group(1)] if m else parts
 
 
-def _echoes(request: Any, bad: tuple[Violation, ...], reply: dict, v: Violation) -> bool:
+def _echoes(request: Any, bad: tuple[Violation, ...], reply: dict[str, Any], v: Violation) -> bool:
     """Whether reply violation ``v`` is at a field of the request's own violations (``bad``)
     and the reply holds there exactly what the request sent (both absent counts)."""
     if type(request) is not dict:

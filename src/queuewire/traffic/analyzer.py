@@ -24,7 +24,8 @@ from .bunqueue import BunqueueProtocol
 from .model import CommandStats, ConnStats, Pair
 from .quicx import QuicxProtocol
 
-PROTOCOLS = {"bunqueue": BunqueueProtocol, "quicx": QuicxProtocol}
+PROTOCOLS: dict[str, type[BunqueueProtocol] | type[QuicxProtocol]] = {"bunqueue": BunqueueProtocol,
+                                                                   "quicx": QuicxProtocol}
 DIRECTIONS = ("c2s", "s2c")
 #: A frame the tap buffers for analysis; a longer one is passed on as raw gap records.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024 + 64
@@ -68,7 +69,7 @@ class Analyzer:
         self.levels = dict.fromkeys(FINDING_VERDICTS, 0)
         self.started_ns: int | None = None
         self.last_ns = 0
-        self._events: list = []
+        self._events: list[Any] = []
         self._cur: _Conn | None = None
         self._t = 0
         self._dir = "none"
@@ -106,7 +107,8 @@ class Analyzer:
         self.last_ns = t_ns
         stats = conn.stats
         stats.bytes[direction] += len(data)
-        self._events = events = []
+        events: list[Any] = []
+        self._events = events
         self._cur, self._t, self._dir = conn, t_ns, direction
         items = conn.streams[direction].feed(data)
         self._items(conn, direction, items, t_ns)
@@ -149,7 +151,8 @@ class Analyzer:
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
-        self._events = events = []
+        events: list[Any] = []
+        self._events = events
         self._cur, self._t, self._dir = conn, t_ns, direction
         self._end_stream(conn, direction, t_ns)
         if self.sink is not None:
@@ -165,7 +168,8 @@ class Analyzer:
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
-        self._events = events = []
+        events: list[Any] = []
+        self._events = events
         self._cur, self._t, self._dir = conn, t_ns, direction
         stream = conn.streams.get(direction)
         if stream is not None:
@@ -196,7 +200,8 @@ class Analyzer:
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return []
-        self._events = events = []
+        events: list[Any] = []
+        self._events = events
         self._cur, self._t = conn, t_ns
         for direction in DIRECTIONS:
             self._dir = direction
@@ -239,7 +244,7 @@ class Analyzer:
 
     def _report(self, conn: _Conn, level: str, requirement: str | None, direction: str,
                 command: str | None, kind: str, message: str) -> None:
-        finding = Finding(level, requirement, kind, message, conn_id=conn.stats.conn_id,
+        finding = Finding(Verdict(level), requirement, kind, message, conn_id=conn.stats.conn_id,
                           direction=direction, command=command, t_ns=self._t)
         self._finding(conn.stats, finding)
         if command is not None:

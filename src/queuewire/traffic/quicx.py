@@ -186,15 +186,15 @@ class QuicxConn:
             return False
         if name in _RESULTS:  # a result forwarded to a producer
             task_id = msg.fields["task_id"]
-            sent = self._results.pop(task_id, None)
-            if sent is None and self._orphaned(f"r:{task_id}", t_ns, name, name == "MSG_DONE",
-                                               item.raw):
+            submitted = self._results.pop(task_id, None)
+            if submitted is None and self._orphaned(f"r:{task_id}", t_ns, name,
+                                                    name == "MSG_DONE", item.raw):
                 return False
-            if sent is None:
+            if submitted is None:
                 self._report(Verdict.INFO, None, "s2c", name, "result_unpaired",
                              f"{name} for task {task_id}, not accepted on this connection")
                 return False
-            self._pair("MSG_SUBMIT", task_id, sent, t_ns, name == "MSG_DONE", name)
+            self._pair("MSG_SUBMIT", task_id, submitted, t_ns, name == "MSG_DONE", name)
             return False  # the submission was already paired by its MSG_OK
         if name == _ERROR:
             entry = self._pop(None)

@@ -72,6 +72,7 @@ class Recorder:
     def _reopen(self, conn_id: int, shard: _Shard) -> None:
         """Open the connection's current file again, to append (it was closed for room)."""
         self._make_room()
+        assert shard.path is not None
         shard.fh = open(shard.path, "ab", buffering=_BUFFER)  # noqa: SIM115
         self._open_lru[conn_id] = shard
 

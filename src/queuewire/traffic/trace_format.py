@@ -136,7 +136,7 @@ def trace_format() -> TraceFormat:
         return {name: int(entry["code"]) for name, entry in tree[section].items()}
 
     def typed(where: str, keys: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-        out = {}
+        out: dict[str, Mapping[str, Any]] = {}
         for key, entry in keys.items():
             if entry.get("type") not in JSON_TYPES:
                 raise SpecError(f"{where}.{key}: type {entry.get('type')!r} is not one of "

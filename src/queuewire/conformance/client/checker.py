@@ -242,8 +242,9 @@ class ClientChecker:
                 if isinstance(job, Mapping) and job.get("id") is not None:
                     job_id = str(job["id"])
                     self.pulled.setdefault(job_id, t)
-                    if i < len(tokens) and isinstance(tokens[i], str):
-                        self.tokens[job_id].add(tokens[i])
+                    token = tokens[i] if i < len(tokens) else None
+                    if isinstance(token, str):
+                        self.tokens[job_id].add(token)
 
     # -- the verdict material
     def checks(self) -> list[Check]:
