@@ -48,7 +48,6 @@ from ..codecs.errors import ProtocolError
 from ..judge import Verdict, requirement_verdict
 from ..spec import Profile, SpecError, load_profile, profile_names
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
-from ..traffic.bunqueue import BunqueueProtocol
 from ..traffic.quicx import QuicxProtocol
 from ..traffic.trace_format import TraceError, load_json, parse_header, scan, trace_format
 
@@ -187,7 +186,7 @@ class _Proto:
     def __init__(self, protocol: str, profile: Profile, max_frame: int):
         self.name = protocol
         self.profile = profile
-        self.proto = cast("BunqueueProtocol | QuicxProtocol", PROTOCOLS[protocol](profile, max_frame))
+        self.proto = PROTOCOLS[protocol](profile, max_frame)
         self.hello, self.hello_field = None, None
         self.version_at: int | None = None
         if protocol == "bunqueue":
