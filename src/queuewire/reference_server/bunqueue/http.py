@@ -93,10 +93,20 @@ from .._service import Service
 from .commands.auth import check_token
 from .cross_site import CrossSiteGuard, json_declared
 from .engine import BunqueueEngine, request_refusal
+from .gate import RequestGate
 from .model import Event, Wait
 from .waits import WaitRoom
 from .webhook_delivery import SIGNATURE_HEADER, WebhookDispatcher, WebhookRefused
 
+
+@dataclass
+class _WsConnection:
+    """A WebSocket connection as the request gate sees it (authenticated at the upgrade)."""
+
+    id: str
+    authenticated: bool = True
+    rate: Any = None
+    decoder: Any = None
 
 class ServesEngine(Protocol):
     """What the frontend needs of the TCP server it sits beside (no import of that module,
@@ -172,7 +182,8 @@ class HttpFrontend(Service):
         else:
             self._server = server_or_engine
             self.engine = server_or_engine.engine
-            tokens = tuple(getattr(server_or_engine, "_tokens", ()))
+            gate = getattr(server_or_engine, "gate", None)
+            tokens = tuple(gate.tokens) if gate is not None else ()
             if allowed_origins is None:
                 allowed_origins = getattr(server_or_engine, "http_allowed_origins", None)
             if allowed_hosts is None:
@@ -187,6 +198,7 @@ class HttpFrontend(Service):
         self.profile = self.engine.profile
         self._validator = BunqueueValidator(self.profile)
         self._encoder = FrameEncoder(self.profile, wide_integers=True)  # as the TCP shell's
+        self._gate = RequestGate(self.engine, self._tokens, validator=self._validator)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._room = WaitRoom(self.engine)  # parked long polls
@@ -320,11 +332,16 @@ class HttpFrontend(Service):
         return body
 
     def _violation(self, request: dict) -> dict | None:
-        """The spec's error reply for a request the validator refuses, else None. A JSON
-        request is first written as the MessagePack frame a TCP client would have sent and
-        read back by the profile's decoder: a value the TCP side could never carry (an integer
-        beyond 64 bits, a lone surrogate, nesting past max_nesting_depth) is refused here, when
-        it arrives, rather than accepted and then undeliverable to a TCP worker
+        """The spec's error reply for a request the validator refuses, else None (after
+        :meth:`_unwritable`)."""
+        return self._unwritable(request) or request_refusal(self.engine, self._validator, request)
+
+    def _unwritable(self, request: dict) -> dict | None:
+        """The error reply for a JSON request that a TCP client could not have sent: it is
+        first written as the MessagePack frame a TCP client would have sent and read back by
+        the profile's decoder, so a value the TCP side could never carry (an integer beyond
+        64 bits, a lone surrogate, nesting past max_nesting_depth) is refused here, when it
+        arrives, rather than accepted and then undeliverable to a TCP worker
         (BQ-MSGPACK-8)."""
         try:
             FrameDecoder(self.profile).feed(self._encoder.encode(request))
@@ -332,7 +349,7 @@ class HttpFrontend(Service):
             rule = "BQ-MSGPACK-8" if isinstance(exc, EncodeError) else exc.requirement
             detail = f"[{rule}] {exc.detail}"
             return {"ok": False, "error": self._message("invalid_request", detail=detail)}
-        return request_refusal(self.engine, self._validator, request)
+        return None
 
     async def _call(self, request: dict) -> dict | web.Response:
         """Validate and run one engine request; a violation is a 400 response."""
@@ -491,21 +508,18 @@ class HttpFrontend(Service):
 
     def _ws_command(self, conn_id: str, text: str) -> tuple[Any, dict | Wait]:
         """The request in one WebSocket message and its reply (without reqId), or the Wait
-        of a long poll: the TCP gate (shape, schema, Auth) and then the engine."""
+        of a long poll: written as MessagePack (:meth:`_unwritable`), then the TCP server's
+        request gate (:class:`~.gate.RequestGate`: shape, Auth, schema) and the engine. The
+        connection is authenticated already (the upgrade passed the bearer token) and has no
+        rate window (the TCP server's is per TCP connection)."""
         try:
             request = json.loads(text)
         except (ValueError, RecursionError):
             return None, {"ok": False, "error": self._message("invalid_command_format")}
-        if type(request) is not dict:
-            return request, {"ok": False, "error": self._message("invalid_command")}
-        refusal = self._violation(request)
+        refusal = self._unwritable(request) if type(request) is dict else None
         if refusal is not None:
             return request, refusal
-        if request.get("cmd") == "Auth" and self._tokens:
-            if check_token(self._tokens, request.get("token")):
-                return request, {"ok": True}
-            return request, {"ok": False, "error": self._message("invalid_token")}
-        reply = self.engine.handle(conn_id, request)
+        reply = self._gate.answer(_WsConnection(conn_id), request)
         self._wake_deliveries()
         return request, reply
 
