@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from .bunqueue_logic import (
@@ -168,7 +169,7 @@ async def waitjob_event(ctx: CaseContext) -> None:
         await setup_request(ctx, worker, {"cmd": "ACK", "id": job, "result": {"done": True}}, "ACK")
         frame = await waiter.wait_reply(rid, ctx.deadline(POLL_MS / 1000 + ctx.timeout))
         waited = time.monotonic() - t0
-        reply = None if frame is None else frame.value
+        reply: Any = None if frame is None else frame.value  # a decoded reply
         ok = is_ok(reply) and reply.get("completed") is True
         ctx.check(ok, f"WaitJob answered {reply!r} after {to_ms(waited)} ms"[:300],
                   requirement="BQ-WAITJOB-1", kind="behaviour",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..codecs.bunqueue import FrameEncoder
 from ..vectors.bunqueue import from_json
@@ -36,11 +36,12 @@ UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def is_ok(reply: Any) -> bool:
+def is_ok(reply: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(reply, dict) and reply.get("ok") is True
 
 
-def is_error(reply: Any, name: str | None = None, ctx: CaseContext | None = None) -> bool:
+def is_error(reply: Any, name: str | None = None, ctx: CaseContext | None = None
+             ) -> TypeGuard[dict[str, Any]]:
     if not (isinstance(reply, dict) and reply.get("ok") is False
             and isinstance(reply.get("error"), str)):
         return False
@@ -190,7 +191,7 @@ async def in_flight_limit(ctx: CaseContext) -> None:
     await conn.send_messages(msgs)
     order: list[str] = []
     deadline = ctx.deadline(ctx.timeout + poll_ms / 1000 * 3)
-    wanted = {m["reqId"] for m in msgs}
+    wanted: set[str] = {m["reqId"] for m in msgs}
     while wanted and await conn.pull(deadline):
         for _, f in list(conn.inbox):
             rid = f.value.get("reqId") if isinstance(f.value, dict) else None

@@ -21,15 +21,16 @@ import bisect
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
 from ..judge import reqid_key
 from ..spec import Profile
+from ..spec.model import Level
 from .matching import view
-from .model import Case, CaseTranscript, Check
+from .model import Case, CaseTranscript, Check, CheckLevel
 from .wire import Closed, Connection, Frame, Garbled, record_send
 
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -121,7 +122,7 @@ class Conn:
             self.pending.add(reqid_key(msg["reqId"]))
         await self._send(data, view(msg), "", split)
 
-    async def send_messages(self, msgs: list[Mapping], split: int = 0) -> None:
+    async def send_messages(self, msgs: Sequence[Mapping[str, Any]], split: int = 0) -> None:
         """Several frames in one write (or in ``split``-byte pieces); each is recorded."""
         parts = []
         for m in msgs:
@@ -317,7 +318,7 @@ class CaseContext:
         return self.var(name)
 
     # -- checks ---------------------------------------------------------------------------------
-    def level_of(self, requirement: str | None) -> str:
+    def level_of(self, requirement: str | None) -> Level:
         req = self.profile.requirements.get(requirement) if requirement else None
         return req.level if req is not None else "MUST"
 
@@ -325,7 +326,7 @@ class CaseContext:
         return self.case.requirements[0] if self.case.requirements else None
 
     def check(self, ok: bool, message: str, *, requirement: str | None = None,
-              level: str | None = None, kind: str = "behaviour", expected: Any = None,
+              level: CheckLevel | None = None, kind: str = "behaviour", expected: Any = None,
               actual: Any = None) -> Check:
         """Record one judged expectation (defaults: the case's first requirement, its level)."""
         rid = requirement or self.default_requirement()
@@ -427,7 +428,7 @@ def get_path(value: Any, path: str) -> Any:
     return node
 
 
-def strongest(levels: list[str]) -> str:
+def strongest(levels: list[CheckLevel]) -> CheckLevel:
     return max(levels, key=lambda lv: _LEVEL_RANK.get(lv, 2)) if levels else "MUST"
 
 

@@ -126,8 +126,9 @@ def _dummy(schema: Any, name: str, queue: str) -> Any:
         return queue
     kind = schema.get("type") if isinstance(schema, dict) else None
     kind = kind[0] if isinstance(kind, list) and kind else kind
-    return {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {},
-            "null": None}.get(kind, f"qw-detect-{name}")
+    values: dict[Any, Any] = {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {},
+                              "null": None}
+    return values.get(kind, f"qw-detect-{name}")
 
 
 def bunqueue_probes(profiles: Sequence[Profile], queue: str) -> list[tuple[Probe, Any]]:
@@ -218,6 +219,7 @@ def _reaction(p: Profile, code: int) -> str | None:
     m = p.model
     perr = m.protocol_errors
     msg = next((x for x in m.messages.values() if x.code == code), None)
+    kind: str | None
     if msg is None:
         kind = "unknown_type"
     elif msg.reserved:

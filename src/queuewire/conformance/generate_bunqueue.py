@@ -321,6 +321,7 @@ def limit_cases(profile: Profile | str) -> list[Case]:
         n = 0
         for keyword, bound, node in probes:
             rid = (node.get("x-keywordRequirements") or {}).get(keyword) or limit.requirement
+            assert rid is not None, f"limit {limit.name} names no requirement"
             rids.append(rid)
             for _label, probe, valid in probe_values(keyword, bound):
                 n += 1
@@ -422,6 +423,7 @@ def hello_cases(profile: Profile | str) -> list[Case]:
     the one the profile's protocol_version limit names (profiles replace it)."""
     profile = _profile(profile)
     rid = profile.limit("protocol_version").requirement
+    assert rid is not None, "limit protocol_version names no requirement"
     hello = profile.model.command("Hello")
     return [Case(
         id="bunqueue.hello.version",

@@ -97,7 +97,9 @@ def drain(*names: str, spec: QuicxSpec | None = None, conn: int = 9) -> list[dic
 
 def _no_task(spec: QuicxSpec) -> int:
     """A task id no connection of a case holds: the largest the field can carry."""
-    return next(f for f in spec.message(DONE).layout if f.id == "task_id").max_value
+    largest = next(f for f in spec.message(DONE).layout if f.id == "task_id").max_value
+    assert largest is not None  # task_id is an integer field
+    return largest
 
 
 def _sample_submit(spec: QuicxSpec) -> dict[str, Any]:
@@ -298,7 +300,7 @@ def coalesced_cases(profile: Profile | str) -> list[Case]:
                       {"recv": True, "expect": {"none": SILENCE_MS}}],
                      tags=("framing", "coalesced")))
     names = ("t1", "t2", "t3")
-    steps = [{"role": "producer", "send_raw": _hex(submit * len(names)),
+    steps: list[dict[str, Any]] = [{"role": "producer", "send_raw": _hex(submit * len(names)),
               "expect": {"message": {"type": OK}}, "save": {names[0]: "task_id"}}]
     steps += [{"recv": True, "expect": {"message": {"type": OK}}, "save": {n: "task_id"}}
               for n in names[1:]]
@@ -343,8 +345,8 @@ def coalesced_cases(profile: Profile | str) -> list[Case]:
     # every opcode the profile does not define, one empty frame each, in one write
     unknown = [c for c in range(256) if spec.opcode(c) is None]
     kind = spec.error("unknown_type")
-    name = spec.error_names[spec.error_replies["unknown_type"]]
-    steps: list[dict] = [{"role": role, "send_raw": _hex(b"".join(enc.frame(c) for c in unknown)),
+    name = spec.error_names[spec.reply_code("unknown_type")]
+    steps = [{"role": role, "send_raw": _hex(b"".join(enc.frame(c) for c in unknown)),
                           "expect": {"error": name}}]
     steps += [{"recv": True, "expect": {"error": name}} for _ in unknown[1:]]
     steps += probe()
@@ -352,7 +354,7 @@ def coalesced_cases(profile: Profile | str) -> list[Case]:
                      f"All {len(unknown)} opcodes the profile does not define, in one write: one "
                      f"MSG_ERROR {name} each, then the connection still works",
                      [kind.requirement, "QX-HDR-4", "QX-MSG-13",
-                      _code_requirement(spec, spec.error_replies["unknown_type"])], steps,
+                      _code_requirement(spec, spec.reply_code("unknown_type"))], steps,
                      tags=("framing", "coalesced", "header")))
     return out
 
@@ -378,7 +380,7 @@ def payload_rule_cases(profile: Profile | str) -> list[Case]:
             continue
         if f"{kind}/{m.name}" in have:
             continue  # a vector case sends it already
-        code = spec.error_replies[kind]
+        code = spec.reply_code(kind)
         name = spec.error_names[code]
         role = probe_role(spec, senders[0])
         out.append(_case(profile, f"quicx.length.{_slug(m.name)}-{_slug(kind)}",
@@ -400,12 +402,13 @@ def limit_cases(profile: Profile | str) -> list[Case]:
     enc = QuicxEncoder(profile)
     sub, task = spec.message(SUBMIT), spec.message(TASK)
     ok_any = {"message": {"type": OK, "fields": {"task_id": {"$type": "int"}}}}
-    too_large = spec.error_names[spec.error_replies["payload_too_large"]]
-    task_too_large = spec.error_names[spec.error_replies["task_too_large"]]
+    too_large = spec.error_names[spec.reply_code("payload_too_large")]
+    task_too_large = spec.error_names[spec.reply_code("task_too_large")]
     out = []
     fixed = len(enc.encode(SUBMIT, task_type=SAMPLE_SIZED_TEXT, payload=b"")) - spec.header_size
     cap = spec.max_payload_bytes
     huge = {f.id: f for f in spec.header}["len_payload"].max_value
+    assert huge is not None  # len_payload is an integer field
     if cap is not None and cap < huge:
         header_only = enc.frame(sub.code, length=cap + 1)
         out.append(_case(profile, "quicx.limit.header-over-max-payload",

@@ -50,6 +50,10 @@ from typing import Any, Literal
 from ..judge import Verdict, verdict_for
 from ..spec.model import Level
 
+#: The level of a :class:`Check`: its requirement's, or ``INFO`` for a note that never fails
+#: (a reply field the documents do not define).
+CheckLevel = Level | Literal["INFO"]
+
 # Order used by reports (worst first) and by exit-code logic.
 VERDICT_ORDER: tuple[Verdict, ...] = (Verdict.FAIL, Verdict.ERROR, Verdict.UNIMPLEMENTED,
                                       Verdict.NON_STRICT, Verdict.INFO, Verdict.PASS)
@@ -102,13 +106,17 @@ class Check:
     """
 
     requirement: str | None
-    level: Level
+    level: CheckLevel
     ok: bool
     kind: str
     message: str
     expected: Any = None
     actual: Any = None
     step: int | None = None  # index of the step that produced it
+
+
+#: What a :class:`WireEvent` records.
+Direction = Literal["send", "recv", "close", "open", "note"]
 
 
 @dataclass
@@ -121,7 +129,7 @@ class WireEvent:
 
     t: float
     conn: int
-    direction: Literal["send", "recv", "close", "open", "note"]
+    direction: Direction
     data: bytes = b""
     decoded: Any = None
     note: str = ""
@@ -139,7 +147,7 @@ class Transcript:
     started: float = field(default_factory=time.monotonic)
     events: list[WireEvent] = field(default_factory=list)
 
-    def add(self, conn: int, direction: str, data: bytes = b"", decoded: Any = None,
+    def add(self, conn: int, direction: Direction, data: bytes = b"", decoded: Any = None,
             note: str = "") -> WireEvent:
         ev = WireEvent(time.monotonic() - self.started, conn, direction, bytes(data), decoded, note)
         self.events.append(ev)
@@ -179,7 +187,7 @@ class CaseTranscript(Transcript):
     _tail_bytes: int = field(default=0, repr=False)
     _marker: WireEvent | None = field(default=None, repr=False)
 
-    def add(self, conn: int, direction: str, data: bytes = b"", decoded: Any = None,
+    def add(self, conn: int, direction: Direction, data: bytes = b"", decoded: Any = None,
             note: str = "") -> WireEvent:
         ev = super().add(conn, direction, data, decoded, note)
         size = len(ev.data)
@@ -491,8 +499,8 @@ def case_from_definition(d: dict[str, Any]) -> Case:
     for key in ("id", "title", "protocol", "requirements"):
         if key not in d:
             raise ValueError(f"'case' is missing {key!r}")
-    tuples = {k: tuple(d.get(k) or ()) for k in ("requirements", "steps", "profiles", "tags",
-                                                    "cleanup")}
+    tuples: dict[str, Any] = {k: tuple(d.get(k) or ()) for k in ("requirements", "steps", "profiles",
+                                                                 "tags", "cleanup")}
     return Case(id=str(d["id"]), title=str(d["title"]), protocol=str(d["protocol"]),
                 logic=d.get("logic"), command=d.get("command"), info=bool(d.get("info")),
                 params=d.get("params"), source=str(d.get("source") or ""), **tuples)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 _RESULTS = pytest.StashKey[dict]()
-_KNOWN = pytest.StashKey[dict]()  # case id -> reason, from --queuewire-known-failing
+_KNOWN = pytest.StashKey[dict[str, str]]()  # case id -> reason, from --queuewire-known-failing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -127,11 +127,12 @@ class ConformanceItem(pytest.Item):
 
             s = _settings(config)
             ids = [i.case.id for i in self.session.items if isinstance(i, ConformanceItem)]
+            known: dict[str, str] = config.stash.get(_KNOWN, {})
             run = run_target_sync(s["protocol"], s["target"], profile=s["profile"],
                                   auth_token=s["auth_token"], strict=s["strict"],
                                   select=tuple(glob.escape(i) for i in ids),
                                   timeout=s["timeout"], http_target=s["http_target"],
-                                  known_failing=tuple(config.stash.get(_KNOWN, {})))
+                                  known_failing=tuple(known))
             config.stash[_RESULTS] = {"run": run, "by_id": {r.case.id: r for r in run.results}}
         return config.stash[_RESULTS]
 

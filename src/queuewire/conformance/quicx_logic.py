@@ -49,7 +49,8 @@ def _describe(msg: Message | None, spec: QuicxSpec) -> Any:
         return "nothing"
     d = msg.as_dict()
     if msg.name == ERROR:
-        d["error"] = spec.error_names.get(msg.fields.get("error_code"), msg.fields.get("error_code"))
+        code: Any = msg.fields.get("error_code")  # a number, or missing from a broken message
+        d["error"] = spec.error_names.get(code, code)
     return d
 
 
@@ -114,7 +115,7 @@ async def _accepted_whole_or_too_large(ctx: Any, spec: Any, msg: Message | None,
                                        task: str, **fields: Any) -> None:
     """``msg`` answers a MSG_SUBMIT: MSG_OK (then a worker must get the task whole with
     ``fields``, and completes it) or the task-too-large error; anything else fails."""
-    too_large = spec.error_names[spec.error_replies["task_too_large"]]
+    too_large = spec.error_names[spec.reply_code("task_too_large")]
     ok = msg is not None and (msg.name == OK or _is_error(msg, spec, too_large))
     ctx.check(ok, f"{what} is accepted or refused {too_large}",
               kind="reply", expected=[OK, f"{ERROR} {too_large}"], actual=_describe(msg, spec))
@@ -210,7 +211,7 @@ async def unknown_task_type(ctx: Any) -> None:
     """A task type no daemon is likely configured for: accepted (and handed out) or refused
     UNKNOWN_TASK_TYPE, in which case it is neither queued nor given an id."""
     spec = _spec(ctx)
-    name = spec.error_names[spec.error_replies["unknown_task_type"]]
+    name = spec.error_names[spec.reply_code("unknown_task_type")]
     ttype = f"qw-undeclared-{uuid.uuid4().hex[:12]}"
     prod = await ctx.conn(1, role="producer")
     msg = await prod.request(SUBMIT, task_type=ttype, payload=b"?")
@@ -250,7 +251,7 @@ async def failed_reason_over_max(ctx: Any) -> None:
     enc = QuicxEncoder(ctx.profile)
     await worker.send_raw(enc.frame(failed.code, body), f"{FAILED}, reason of {limit + 1} bytes")
     reply = await worker.recv()
-    code = spec.error_replies[spec.message(FAILED).layout[-1].errors.get("max-size", "reason_too_long")]
+    code = spec.reply_code(spec.message(FAILED).layout[-1].errors.get("max-size", "reason_too_long"))
     await _expect(ctx, reply, ERROR, f"a reason of {limit + 1} bytes is refused "
                   f"{spec.error_names[code]}", error_code=code)
     await worker.send(DONE, task_id=tid)
@@ -409,7 +410,7 @@ async def pool_exhaustion(ctx: Any) -> None:
     daemon told anyone (QX-DONE-2). Everything accepted is drained."""
     spec = _spec(ctx)
     enc = QuicxEncoder(ctx.profile)
-    full = spec.error_names[spec.error_replies["queue_full"]]
+    full = spec.error_names[spec.reply_code("queue_full")]
     prod = await ctx.conn(1, role="producer")
     size = await _largest_task(ctx, prod, enc)
     if size is None:

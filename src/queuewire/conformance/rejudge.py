@@ -204,11 +204,12 @@ def load_saved(path: str | Path, *, max_bytes: int = CASE_FILE_MAX) -> SavedCase
                 raise ReplayError(f"{p}: {str(exc).splitlines()[0]}") from None
             definition = "embedded in the file"
     else:
-        case = _suite_case(p, prof, str(doc["id"]))
-        if case is None:
+        found = _suite_case(p, prof, str(doc["id"]))
+        if found is None:
             raise ReplayError(f"{p}: case {doc['id']} is not in this suite for {prof.name} and "
                               "the file (an older format) does not embed it: resend its bytes "
                               "with --raw")
+        case = found
         definition = "from the suite (the file does not embed it)"
     return SavedCase(str(p), case, prof, str(doc.get("target") or ""),
                      str(doc.get("verdict") or ""), doc.get("error"), checks, definition)

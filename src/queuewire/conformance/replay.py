@@ -392,8 +392,8 @@ def _pair(recorded: list[Received], new: list[Received]) -> list[tuple[Received 
             pairs.append((r, None))
     rest = list(new_left)
     out: list[tuple[Received | None, Received | None]] = []
-    for r, n in pairs:
-        out.append((r, n if n is not None or not rest else rest.pop(0)))
+    for was, now in pairs:
+        out.append((was, now if now is not None or not rest else rest.pop(0)))
     out.extend((None, n) for n in rest)
     return out
 
@@ -465,16 +465,16 @@ def rewrite(protocol: str, profile: Any, data: bytes, mapping: dict[Any, Any]) -
             return b"".join(enc.encode(m) for m in out)
         from ..codecs.quicx import QuicxDecoder, QuicxEncoder
 
-        dec = QuicxDecoder(profile, None)
-        msgs = dec.feed(data)
-        if dec.buffered or not msgs:
+        qdec = QuicxDecoder(profile, None)
+        qmsgs = qdec.feed(data)
+        if qdec.buffered or not qmsgs:
             return data
         out_bytes, any_change = [], False
-        enc = QuicxEncoder(profile)
-        for m in msgs:
-            fields, changed = _substitute(dict(m.fields), mapping)
+        qenc = QuicxEncoder(profile)
+        for qm in qmsgs:
+            fields, changed = _substitute(dict(qm.fields), mapping)
             any_change |= changed
-            out_bytes.append(enc.encode(m.name, **fields) if changed else m.raw)
+            out_bytes.append(qenc.encode(qm.name, **fields) if changed else qm.raw)
         return b"".join(out_bytes) if any_change else data
     except Exception:  # noqa: BLE001 - anything odd: send exactly what was recorded
         return data
@@ -533,8 +533,9 @@ async def replay(case: CaseFile, host: str, port: int, *, timeout: float = 5.0,
         warnings.append("the recorded transcript was cut (events omitted between its head and "
                         "tail): the replay is not exact")
     masked = [e for e in case.events if e.redacted and e.direction == "send"]
-    for e in masked if auth_token else ():
-        restore_token(e.data, e.redacted, auth_token)  # a token of another length: refused now
+    if auth_token:
+        for e in masked:
+            restore_token(e.data, e.redacted, auth_token)  # a token of another length: refused now
     if masked and not auth_token:
         warnings.append("the recorded sends hold the auth token, masked in the file: they go "
                         "out masked (give --auth-token or set QUEUEWIRE_AUTH_TOKEN to send it)")

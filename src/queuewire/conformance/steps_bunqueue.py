@@ -30,7 +30,7 @@ from .context import CaseAbort, CaseContext, Conn, StepError, get_path, sleep_ms
 from .matching import error_pattern, subset_mismatch
 from .wire import Frame, Garbled
 
-IMPLICIT = {"ok": {}}  # a send without expect: the server must accept it
+IMPLICIT: dict[str, Any] = {"ok": {}}  # a send without expect: the server must accept it
 
 _validators: dict[str, BunqueueValidator] = {}
 
@@ -469,7 +469,7 @@ def validate(ctx: CaseContext, cmd: str, replies: list[Frame]) -> None:
         ok = value.get("ok") is True
         missing = v.missing_fields(cmd, value, reply=True) if ok else []
         for f in missing:
-            key = ("missing", f)
+            key: tuple[str | None, ...] = ("missing", f)
             if key not in seen:
                 seen.add(key)
                 clean = False

@@ -189,6 +189,7 @@ def why_not(spec, o: dict, obs: Observation) -> str:
         return f"no message within {obs.waited:.3g} s"
     if "message" in o:
         if value.name != o["message"]["type"]:
+            assert obs.reply is not None  # value is its message
             return f"got {value.name} {obs.reply.view.get('fields')}"
         return subset_mismatch(o["message"].get("fields") or {}, value.fields, "fields") or "no match"
     if "error" in o:

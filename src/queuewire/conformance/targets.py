@@ -61,6 +61,7 @@ async def embedded_target(protocol: str, profile: str | Profile | None = None,
                           http: bool = True) -> AsyncIterator[EmbeddedTarget]:
     """Run the reference server of ``protocol`` in process (bunqueue: with its HTTP API
     unless ``http`` is false); yield its :class:`EmbeddedTarget`."""
+    server: BunqueueServer | QuicxServer
     if protocol == "bunqueue":
         from ..reference_server.bunqueue import BunqueueServer
 

@@ -198,6 +198,14 @@ class QuicxSpec:
         except KeyError:
             raise KeyError(f"no quicx error code {name_or_code!r}") from None
 
+    def reply_code(self, kind: str) -> int:
+        """The MSG_ERROR code a protocol error kind is answered with; KeyError for a kind this
+        profile declares no reply code for (one it closes on, or an unknown kind)."""
+        code = self.error_replies[kind]
+        if code is None:
+            raise KeyError(f"quicx protocol error {kind!r} is answered with no error code")
+        return code
+
     def allowed(self, name: str, sender: str | None = None, receiver: str | None = None) -> bool:
         """Whether message ``name`` may go from ``sender`` to ``receiver`` in this profile.
 

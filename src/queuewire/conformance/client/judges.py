@@ -132,7 +132,9 @@ async def replies_matched(ctx: JudgeContext, j: Judgement) -> list[Check]:
     wrong = []
     for data, job_id in zip(sent, ids):
         reply = await ctx.engine({"cmd": "GetJob", "id": str(job_id)})
-        job = reply.get("job") if isinstance(reply.get("job"), dict) else {}
+        job = reply.get("job")
+        if not isinstance(job, dict):
+            job = {}
         if not _matches(data, job.get("data")):
             wrong.append({"sent": data, "id": job_id, "server_has": job.get("data")})
     return [_check(j, not wrong, f"{len(ids) - len(wrong)} of {len(ids)} job ids match the data "

@@ -9,15 +9,21 @@ no check, so its scenario ends INFO.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ..model import Check
 from .judges import JudgeContext
+from .quicx_server import QuicxClientChecker
 
 __all__ = ["QUICX_JUDGES"]
 
 SKIP = ("MSG_PONG", "MSG_HEARTBEAT")
 HEARTBEAT_ANSWER_S = 0.5  # a connection open this long after the server's heartbeat must have answered
+
+
+def quicx_checker(ctx: JudgeContext) -> QuicxClientChecker:
+    """The checker of a quicx scenario (JudgeContext holds either protocol's)."""
+    return cast(QuicxClientChecker, ctx.checker)
 
 
 def _check(j: Any, ok: bool, message: str, expected: Any = None, actual: Any = None) -> Check:
@@ -26,7 +32,7 @@ def _check(j: Any, ok: bool, message: str, expected: Any = None, actual: Any = N
 
 def _by_conn(ctx: JudgeContext) -> dict[int, list[tuple[float, str, dict]]]:
     out: dict[int, list[tuple[float, str, dict]]] = {}
-    for t, conn, name, fields in ctx.checker.received:
+    for t, conn, name, fields in quicx_checker(ctx).received:
         out.setdefault(conn, []).append((t, name, fields))
     return out
 
@@ -71,7 +77,7 @@ def _waits(ctx: JudgeContext) -> list[tuple[float, int]]:
     """The storm's MSG_WAITs when the server played one (a WAIT the engine sends a worker
     that is being stopped needs no READY), else every MSG_WAIT."""
     storm = getattr(ctx.session, "storm_waits", None)
-    return list(storm) if storm else [(t, conn) for t, conn, name, _ in ctx.checker.sent
+    return list(storm) if storm else [(t, conn) for t, conn, name, _ in quicx_checker(ctx).sent
                                       if name == "MSG_WAIT"]
 
 
@@ -115,10 +121,10 @@ async def wait_backoff(ctx: JudgeContext, j: Any) -> list[Check]:
 
 
 async def tasks_answered(ctx: JudgeContext, j: Any) -> list[Check]:
-    given = {task for tasks in ctx.checker.given.values() for task in tasks}
+    given = {task for tasks in quicx_checker(ctx).given.values() for task in tasks}
     if not given:
         return [_check(j, False, "the server handed out no task", "a task run", None)]
-    answered = {f.get("task_id") for _, _, n, f in ctx.checker.received
+    answered = {f.get("task_id") for _, _, n, f in quicx_checker(ctx).received
                 if n in ("MSG_DONE", "MSG_FAILED")}
     missing = sorted(t for t in given if t not in answered)
     return [_check(j, not missing, f"{len(given) - len(missing)} of {len(given)} task(s) answered "
@@ -142,7 +148,7 @@ async def reconnected_worker(ctx: JudgeContext, j: Any) -> list[Check]:
 async def answers_heartbeat(ctx: JudgeContext, j: Any) -> list[Check]:
     out = []
     msgs = _by_conn(ctx)
-    for t, conn, name, _ in ctx.checker.sent:
+    for t, conn, name, _ in quicx_checker(ctx).sent:
         if name != "MSG_HEARTBEAT":
             continue
         pongs = [u for u, n, _ in msgs.get(conn, []) if n == "MSG_PONG" and u > t]
@@ -159,7 +165,7 @@ async def answers_heartbeat(ctx: JudgeContext, j: Any) -> list[Check]:
 
 
 async def late_pong_observed(ctx: JudgeContext, j: Any) -> list[Check]:
-    beats = [(t, c) for t, c, n, _ in ctx.checker.received if n == "MSG_HEARTBEAT"]
+    beats = [(t, c) for t, c, n, _ in quicx_checker(ctx).received if n == "MSG_HEARTBEAT"]
     closes = [e for e in ctx.session.events if e["what"] == "close" and e.get("by") == "client"]
     opens = [e for e in ctx.session.events if e["what"] == "open"]
     ctx.observations.append(

@@ -42,6 +42,7 @@ import contextlib
 import socket
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +108,7 @@ class QuicxClientChecker:
     def replied(self, conn: int, name: str, fields: dict, t: float) -> None:
         self.sent.append((t, conn, name, fields))
         if name == "MSG_TASK":
-            self.given[conn].add(fields.get("task_id"))
+            self.given[conn].add(fields["task_id"])  # a decoded MSG_TASK has every field
 
     def checks(self) -> list[Check]:
         out: list[Check] = []
@@ -144,7 +145,8 @@ class QuicxSession:
         self.tasks_written = 0
         self.ended = False
         self._ids = 0
-        self.mangle = behaviour.get("mangle")
+        # fuzz mode: (name, n, frame, fields) -> a plan, or None to send the frame as it is
+        self.mangle: Callable[[str, int, bytes, dict], dict | None] | None = behaviour.get("mangle")
         self.computed: dict[tuple[str, int], dict] = {}   # fuzz mode: the real frames
         self._sent_counts: Counter[str] = Counter()
         if behaviour.get("fresh_engine"):
@@ -181,6 +183,7 @@ class QuicxSession:
         n = self._sent_counts[name]
         _, fields = self._decode_out(frame)
         self.computed[(name, n)] = to_json(fields)
+        assert self.mangle is not None  # called only in fuzz mode
         plan = self.mangle(name, n, frame, fields)
         if not plan:
             return False

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..model import Transcript, WireEvent
+from ..model import Direction, Transcript, WireEvent
 
 __all__ = ["BoundedTranscript", "HeadTail", "RECORD_EVENT_BYTES", "RECORD_HEAD_EVENTS",
            "RECORD_TAIL_EVENTS", "RECORD_HEAD", "RECORD_TAIL", "FRAMES_HEAD", "FRAMES_TAIL",
@@ -122,7 +122,7 @@ class BoundedTranscript(Transcript):
     omitted: int = 0
     omitted_bytes: int = 0
 
-    def add(self, conn: int, direction: str, data: bytes = b"", decoded: Any = None,
+    def add(self, conn: int, direction: Direction, data: bytes = b"", decoded: Any = None,
             note: str = "") -> WireEvent:
         if len(data) > RECORD_EVENT_BYTES:
             kept = f"the first {RECORD_EVENT_BYTES} of {len(data)} bytes recorded"

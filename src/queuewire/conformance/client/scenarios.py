@@ -113,6 +113,12 @@ def _level(profile: Profile, where: str, rid: Any, given: Any) -> str:
     return str(given)
 
 
+def _requirement(profile: Profile, where: str, rid: Any, given: Any) -> tuple[str, str]:
+    """(requirement id, level) of an expect or judge entry (:func:`_level` checks both)."""
+    level = _level(profile, where, rid, given)
+    return str(rid), level  # _level raised unless rid is a str the profile defines
+
+
 def _scenario(profile: Profile, protocol: str, raw: Any, where: str) -> Scenario:
     from .judges import JUDGES
     from .quicx_judges import QUICX_JUDGES
@@ -155,9 +161,9 @@ def _scenario(profile: Profile, protocol: str, raw: Any, where: str) -> Scenario
             raise ScenarioError(f"{where}: expect {i}: no action {e['action']}")
         if e.get("error_type") not in (None, *ERROR_TYPES):
             raise ScenarioError(f"{where}: expect {i}: unknown error_type {e['error_type']!r}")
-        expects.append(Expectation(int(e["action"]), e.get("requirement"),
-                                   _level(profile, f"{where}: expect {i}", e.get("requirement"),
-                                          e.get("level")),
+        rid, level = _requirement(profile, f"{where}: expect {i}", e.get("requirement"),
+                                  e.get("level"))
+        expects.append(Expectation(int(e["action"]), rid, level,
                                    e.get("ok"), e.get("error_type"), e.get("error_contains"),
                                    e.get("value"), "value" in e))
     judges = []
@@ -165,9 +171,9 @@ def _scenario(profile: Profile, protocol: str, raw: Any, where: str) -> Scenario
         if not isinstance(j, dict) or j.get("check") not in known_checks:
             raise ScenarioError(f"{where}: judge {i}: check must be one of {sorted(known_checks)}")
         params = {k: v for k, v in j.items() if k not in ("check", "requirement", "level")}
-        judges.append(Judgement(j["check"], j.get("requirement"),
-                                _level(profile, f"{where}: judge {i}", j.get("requirement"),
-                                       j.get("level")), params))
+        rid, level = _requirement(profile, f"{where}: judge {i}", j.get("requirement"),
+                                  j.get("level"))
+        judges.append(Judgement(j["check"], rid, level, params))
     if not expects and not judges:
         raise ScenarioError(f"{where}: judges nothing (no expect, no judge)")
     return Scenario(sid, str(raw["title"]), protocol, tuple(raw["requirements"]), server,

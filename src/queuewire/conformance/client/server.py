@@ -225,13 +225,14 @@ class Session:
     async def _answer(self, live: _Live, request: Any) -> None:
         if live.dead or live.closed_by is not None:
             return
-        b = self.behaviour
+        b: Any = self.behaviour  # the scenario's data: _nth holds each entry it counts a dict
         arrival = None
         if b.get("mangle") is not None and type(request) is dict:
             self.counts["mangle:" + str(request.get("cmd"))] += 1
             arrival = self.counts["mangle:" + str(request.get("cmd"))]
+        reply: dict[str, Any] | None
         if type(request) is not dict:
-            reply: dict[str, Any] | None = self._error("invalid_command")
+            reply = self._error("invalid_command")
             cmd = ""
         else:
             cmd = str(request.get("cmd"))

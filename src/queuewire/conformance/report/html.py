@@ -246,11 +246,11 @@ def _matrix(runs: Sequence[TargetRun]) -> str:
         cells = []
         worst = None
         for i, m in enumerate(by_run):
-            r = m.get(cid)
-            if r is None:
+            res = m.get(cid)
+            if res is None:
                 cells.append('<td class="dim">-</td>')
                 continue
-            shown = _shown_verdict(r)
+            shown = _shown_verdict(res)
             worst = shown if worst is None or shown != "PASS" else worst
             cells.append(f'<td><a href="#{_anchor(i, cid)}">{badge(shown)}</a></td>')
         rows.append(f'<tr data-verdict="{e(worst or "PASS")}"><td><code>{e(cid)}</code></td>'

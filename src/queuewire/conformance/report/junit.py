@@ -131,8 +131,8 @@ def build(runs: Sequence[TargetRun]) -> ET.Element:
         totals["errors"] += n["error"]
         totals["skipped"] += n["skipped"]
         totals["time"] += run.duration
-    for k, val in totals.items():
-        root.set(k, f"{val:.6f}" if isinstance(val, float) else str(val))
+    for k, total in totals.items():
+        root.set(k, f"{total:.6f}" if isinstance(total, float) else str(total))
     return root
 
 

@@ -13,14 +13,15 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = ["Unsupported", "error_type", "fail", "ok", "serve"]
 
 ErrorTypes = type | tuple[type, ...]
 
-Play = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
+# an async function: serve() runs each scenario in its own asyncio.run
+Play = Callable[[dict[str, Any]], Coroutine[Any, Any, list[dict[str, Any]]]]
 
 
 class Unsupported(Exception):
