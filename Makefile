@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors client-reports mutation
+.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation
 
 all: test
 
@@ -69,6 +69,14 @@ test: $(STAMP) $(NODE_PEERS) docs-deps
 
 vectors: $(STAMP)
 	$(BIN)/queuewire vectors generate
+
+# The generated modules (*_generated.py beside the module whose function writes them: the quicx
+# decoding plans and frame loops from spec/quicx, the bare-push Job constructor from the Job
+# class), re-emitted; tests/test_generated_code.py fails while one is stale. `--check` after
+# a module name only lists the stale ones.
+generate: $(STAMP)
+	$(BIN)/python -m queuewire.codecs.codegen
+	$(BIN)/python -m queuewire.reference_server.bunqueue.codegen
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/codec_bench.py

@@ -222,17 +222,19 @@ def test_rows_and_messages_mix_on_one_stream(profile):
 
 
 def test_every_decodable_opcode_is_scanned_inline():
-    """Each opcode a daemon accepts has its branch, written from its layout (no restated
-    opcode: the keys and names are the table's)."""
+    """Each opcode a daemon accepts has its branch in the generated scan the decoder runs (the
+    daemon's of its profile), written from its layout (no restated opcode: the codes and names
+    are the profile's)."""
     for profile in PROFILES:
         dec = QuicxDecoder(profile, DAEMON)
         spec = dec.spec
-        table = {c: (lo, hi, spec.by_code[c]) for c, (lo, hi, *_) in dec._plans.items()}
-        source, _ = scan_source(table, tuple(sorted(spec.accepted_versions)), dec._key_format,
-                                dec._top)
-        for code in table:
-            key = spec.version << 8 | code
-            assert f"key == {key:#06x}:  # {spec.by_code[code].name}" in source
+        for scan, kind in ((dec._scan, "messages"), (dec._scan_rows, "rows")):
+            assert scan.__module__ == "queuewire.codecs.quicx_scan_generated"
+            factory = f"{kind}_{profile.replace('/', '_').replace('.', '_')}_{DAEMON}"
+            assert scan.__qualname__ == f"{factory}.<locals>.scan"
+        source, _ = scan_source(load_profile(profile), DAEMON)
+        for code in dec._plans:
+            assert f"code == {code:#04x}:  # {spec.by_code[code].name}" in source
 
 
 def test_a_lax_daemon_takes_every_version_byte():

@@ -17,7 +17,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from queuewire.reference_server.bunqueue import BunqueueEngine, Event, Job, MemoryStore, uuid7_batch
-from queuewire.reference_server.bunqueue.jobs import _plain_job, _Waiting
+from queuewire.reference_server.bunqueue.jobs import _Waiting, plain_job
 from queuewire.reference_server.bunqueue.model import WAITING
 from queuewire.spec import load_profile
 
@@ -94,7 +94,7 @@ def test_uuid7_batch_ids_are_version_7_and_distinct() -> None:
 
 def test_plain_job_equals_the_dataclass_constructor() -> None:
     timeline = [{"state": WAITING, "timestamp": 5.0}]
-    fast = _plain_job("j", "q", "n", {"x": 1}, 7, 5.0, 2, 3, 1000, True, True, False,
+    fast = plain_job("j", "q", "n", {"x": 1}, 7, 5.0, 2, 3, 1000, True, True, False,
                       timeline, ())
     slow = Job("j", "q", "n", {"x": 1}, 7, WAITING, 5.0, 5.0, 2, 3, 1000, lifo=True,
                depends_on=(), tags=(), remove_on_complete=True, remove_on_fail=False,

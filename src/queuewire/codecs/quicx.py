@@ -32,23 +32,25 @@ its layout's plan:
   payload cap, the zero-length rule, the fixed or minimum size). A header whose key is in the
   index and whose length is in range is valid; any other header goes through the ordered
   checks above, which name the first rule it breaks;
-* each layout becomes a decoding plan (:mod:`.quicx_plans`, compiled once from the layout):
-  its leading integer fields are one ``struct`` unpack, its variable fields are slices sized
-  by those integers, a fixed size or the end of the frame, with the size, ``max-size`` and
-  text checks of the walk. An empty layout decodes to ``{}`` without any parsing. A layout
-  the plan cannot express (an integer after a variable field) falls back to the full walk
-  followed by the layout's ``construct`` Struct (``MessageType.struct``);
+* each layout has a decoding plan (:mod:`.quicx_plans`, generated from the layout into
+  :mod:`.quicx_plans_generated` by ``make generate``): its leading integer fields are one
+  ``struct`` unpack, its variable fields are slices sized by those integers, a fixed size or
+  the end of the frame, with the size, ``max-size`` and text checks of the walk. An empty
+  layout decodes to ``{}`` without any parsing. A layout the plan cannot express (an integer
+  after a variable field), or one the generated module does not have, falls back to the full
+  walk followed by the layout's ``construct`` Struct (``MessageType.struct``);
 * each ``feed`` decodes straight from the bytes it was given (joined to the buffered tail of
   the previous call, if any); only the incomplete tail (at most one frame) is kept, and a
   frame still incomplete is not looked at again until its last byte has arrived.
   :class:`Message` is a frozen named tuple, built with one ``tuple.__new__``;
-* the frame loop itself is written once per table (:mod:`.quicx_scan`): one function with a
-  branch per accepted (version, opcode) key, each with its length range as literals and its
-  layout's plan statements inlined, so a run of valid frames costs no call, lookup or tuple
-  unpacking per frame. The scan never raises: it stops at the first frame it does not
-  decode completely (an error, an incomplete frame) and the general loop below takes that
-  one frame, so errors and state are always the general path's
-  (tests/codecs/test_quicx_scan.py compares the two on random streams).
+* the frame loop itself is generated per profile and receiver (:mod:`.quicx_scan`, into
+  :mod:`.quicx_scan_generated`): one function with a branch per opcode, each checking the
+  length against the range this decoder accepts for it and running its layout's plan
+  statements inline, so a run of valid frames costs no call, lookup or tuple unpacking per
+  frame. The scan never raises: it stops at the first frame it does not decode completely
+  (an error, an incomplete frame) and the general loop below takes that one frame, so errors
+  and state are always the general path's (tests/codecs/test_quicx_scan.py compares the two
+  on random streams).
 
 A :class:`Message` per frame has a floor in CPython: the tuple subclass, the field dict, the
 raw slice and the offset cost about as much again as the rest of a small frame's decoding
@@ -283,7 +285,7 @@ class QuicxDecoder:
             by_code = self.spec.by_code
             table = {c: (lo, hi, by_code[c]) for c, (lo, hi, *_) in self._plans.items()}
             for out, kind in (("_scan", Message), ("_scan_rows", None)):
-                setattr(self, out, scan_for(table, self._accepted, self._key_format, self._top, kind))
+                setattr(self, out, scan_for(table, self._accepted, self._key_format, kind))
         else:
             self._keyed = {(v, c): e for v in self._accepted for c, e in self._plans.items()}
 

@@ -1,21 +1,30 @@
-"""Compiled plans of the quicx layouts: how :mod:`.quicx` decodes and encodes a payload
-without walking construct for every frame.
+"""Plans of the quicx layouts: how :mod:`.quicx` decodes and encodes a payload without
+walking construct for every frame.
 
 The spec's layouts (``spec/quicx/protocol.yaml``, compiled by :mod:`queuewire.spec.quicx` into
 :class:`~queuewire.spec.quicx.LayoutField` tuples and a ``construct`` Struct per message) stay
-the one declarative source. This module derives, once per message and profile, a *plan*: the
+the one declarative source. This module derives, per message and profile, a *plan*: the
 ``struct`` format of the layout's leading integer fields (from the same type table,
-:func:`~queuewire.spec.quicx.struct_format`) and a tuple of steps for its variable fields
-(sized by one of those integers, a fixed size or the end of the frame, with the field's
-``max-size`` and text encoding). Neither direction consults the construct Struct on the fast
-path; both fall back to it for what the plan cannot express.
+:func:`~queuewire.spec.quicx.struct_format`) and steps for its variable fields (sized by one
+of those integers, a fixed size or the end of the frame, with the field's ``max-size`` and
+text encoding). Neither direction consults the construct Struct on the fast path; both fall
+back to it for what the plan cannot express.
 
 * **Decoding** (:func:`decode_plan`): ``plan(data, start, end, offset)`` returns the fields of a
   payload whose header the decoder already checked (so its length is within the layout's
   fixed or minimum size). Integers come from one unpack, variable fields are slices with the
   size, ``max-size`` and UTF-8 checks of the walk, which name the exact byte at fault by
-  raising :class:`Fault`. A layout with an integer after a variable field has no fast plan:
-  :func:`walk_plan` walks it field by field and then parses it with the construct Struct.
+  raising :class:`Fault`. The plan is straight-line Python written for the layout (no loop
+  over the fields, no per-field tuple of parameters at run time: half the cost of a SUBMIT
+  against a generic walk of the same steps), generated ahead of time: :func:`plans_module`
+  writes the plan of every layout of every quicx profile into :mod:`.quicx_plans_generated`
+  (``make generate``; tests/test_generated_code.py fails while the file is stale), and
+  :func:`decode_plan` takes a message's plan from there by :func:`plan_key`, a digest of the
+  statements the generator writes for it now. A layout with an integer after a variable
+  field has no fast plan, and one the generated module does not have (a spec edited since,
+  a test's own layout) gets none either: :func:`walk_plan` walks it field by field and then
+  parses it with the construct Struct. tests/codecs/test_quicx_plans.py compares the plans
+  with the walk, fields and faults.
 * **Encoding** (:func:`encode_plan`): ``plan(fields)`` returns the whole frame, header
   included (header and integer prefix are one ``struct`` pack, then the variable fields), or
   None when the values are anything but the plain case: a missing or unknown field, a value
@@ -30,14 +39,20 @@ path; both fall back to it for what the plan cannot express.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import struct
-from collections.abc import Callable, Mapping
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..spec import Profile, load_profile, profile_names
 from ..spec.quicx import LayoutField, MessageType, struct_format
+from .quicx_plans_generated import decode_plans
 
-__all__ = ["DecodePlan", "EncodePlan", "Fault", "decode_plan", "decode_steps", "encode_plan",
-           "fields_dict", "walk_plan"]
+__all__ = ["DecodePlan", "EncodePlan", "Fault", "decode_plan", "decode_steps", "def_lines",
+           "encode_plan", "fields_dict", "layout_summary", "plan_key", "plan_lines", "plans_module",
+           "walk_plan", "wrap_items"]
 
 #: ``plan(data, start, end, offset)``: the fields of the payload ``data[start:end]``, whose
 #: first byte is at stream ``offset``.
@@ -66,69 +81,80 @@ def _split(layout: tuple[LayoutField, ...]) -> tuple[tuple[LayoutField, ...], tu
 
 # ---------------------------------------------------------------------------------- decoding
 
-#: Compiled plans by message type (id, with the type kept alive beside its plan): a decoder
-#: is made per connection, and compiling a plan costs about a third of a millisecond.
+#: Decoding plans by message type (id, with the type kept alive beside its plan): a decoder
+#: is made per connection, and finding a plan writes its statements to key them.
 _DECODE_PLANS: dict[int, tuple[MessageType, DecodePlan | None]] = {}
+_PLAN_KEYS: dict[int, tuple[MessageType, str | None]] = {}
+#: The generated plans (:mod:`.quicx_plans_generated`) by :func:`plan_key`.
+_GENERATED: dict[str, DecodePlan] = decode_plans(Fault)
 
 
 def decode_plan(msg: MessageType) -> DecodePlan | None:
-    """The decoding plan of ``msg``'s layout (compiled once per message type, then cached);
-    None for an empty layout (fields ``{}``)."""
+    """The decoding plan of ``msg``'s layout (looked up once per message type, then cached);
+    None for an empty layout (fields ``{}``). It is the generated plan
+    (:mod:`.quicx_plans_generated`) of the layout's :func:`plan_key`, or the walk (:func:`walk_plan`)
+    for a layout without a fast plan (an integer after a variable field) or without a
+    generated one: a spec edited since ``make generate``, which tests/test_generated_code.py
+    reports. So a stale file can slow decoding down, never change what it decodes."""
     cached = _DECODE_PLANS.get(id(msg))
     if cached is not None and cached[0] is msg:
         return cached[1]
-    plan = _compile_decode_plan(msg)
+    plan: DecodePlan | None = None
+    if msg.layout:
+        key = plan_key(msg)
+        plan = _GENERATED.get(key) if key is not None else None
+        if plan is None:
+            plan = walk_plan(msg)
     _DECODE_PLANS[id(msg)] = (msg, plan)
     return plan
 
 
-def _compile_decode_plan(msg: MessageType) -> DecodePlan | None:
-    """The decoding plan of ``msg``'s layout; None for an empty layout (fields ``{}``).
+def plan_key(msg: MessageType) -> str | None:
+    """The key of ``msg``'s plan: a digest of its name and its statements as :func:`plan_lines`
+    writes them now, so a plan generated from another layout, or by another version of this
+    module, never matches. None for a layout without a fast plan. Cached per message type."""
+    cached = _PLAN_KEYS.get(id(msg))
+    if cached is not None and cached[0] is msg:
+        return cached[1]
+    lines = plan_lines(msg)
+    text = "\n".join([msg.name, *lines]) if lines is not None else None
+    key = None if text is None else hashlib.sha256(text.encode()).hexdigest()[:16]
+    _PLAN_KEYS[id(msg)] = (msg, key)
+    return key
 
-    The plan is straight-line Python written for the layout (:func:`_decode_source`) and
-    compiled once, as :mod:`dataclasses` writes ``__init__``: no loop over the fields and no
-    per-field tuple of parameters at run time, which halves the cost of a SUBMIT against a
-    generic walk of the same steps. Field ids only ever appear as ``repr`` string literals."""
-    if not msg.layout:
+
+def plan_lines(msg: MessageType) -> list[str] | None:
+    """The body of ``msg``'s decoding plan ``plan(data, start, end, offset)``, unindented: the
+    statements of :func:`decode_steps`, each fault raised as :class:`Fault` (``offset`` is the
+    payload's stream offset), then the ``return`` of the fields. ``["return {}"]`` for an
+    empty layout, None for a layout without a fast plan."""
+    steps = decode_steps(msg, None)
+    if steps is None:
         return None
-    split = _split(msg.layout)
-    if split is None:
-        return walk_plan(msg)
-    source, env = _decode_source(msg, *split)
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<quicx plan {msg.name}>", "exec"), env, namespace)  # noqa: S102
-    plan = namespace["plan"]
-    plan.__qualname__ = plan.__name__ = f"decode_{msg.name}"
-    return plan
+    lines, fields, _ = steps
+    return [*lines, *wrap_items("return {", [f"{fid!r}: {expr}" for fid, expr in fields], "}")]
 
 
-def _decode_source(msg: MessageType, prefix: tuple[LayoutField, ...],
-                   blobs: tuple[LayoutField, ...]) -> tuple[str, dict[str, Any]]:
-    """The source of ``msg``'s decoding plan and the names it uses (see :func:`decode_plan`):
-    :func:`_steps` in a function that returns the fields, each fault raised as :class:`Fault`."""
-    lines, fields, env = _steps(msg, prefix, blobs, "", None)
-    body = "".join(f"    {line}\n" for line in lines)
-    return f"def plan(data, start, end, offset):\n{body}    return {fields_dict(fields)}\n", env
-
-
-def decode_steps(msg: MessageType, tag: str,
-                 on_fault: str) -> tuple[list[str], list[tuple[str, str]], dict[str, Any]] | None:
-    """The decoding plan of ``msg`` as straight-line statements, for a caller that writes them
-    into its own code (:mod:`.quicx_scan` inlines one per opcode in its frame loop): the
-    statements (unindented), each field's id and the expression of its value once they
-    have run (in layout order), and the names they use, each prefixed with ``tag``. They
-    read the payload ``data[start:end]`` (names in the caller's scope) and set the locals
-    ``i<k>``, ``b<k>``, ``n`` and ``p``;
-    where the plan would raise a :class:`Fault`, they run the statement ``on_fault`` instead
-    (e.g. ``return pos``: leave the frame to the plan, which names the fault). The checks are
-    the plan's, in its order. ``([], [], {})`` for an empty layout; None for a layout
-    without a fast plan (an integer after a variable field: :func:`walk_plan`)."""
+def decode_steps(msg: MessageType, on_fault: str | None) -> tuple[list[str], list[tuple[str, str]],
+                                                                  dict[str, str]] | None:
+    """The decoding plan of ``msg`` as straight-line statements, for a writer that puts them in
+    its own code (:func:`plans_module`; :mod:`.quicx_scan` inlines one per opcode in its frame
+    loop): the statements (unindented), each field's id and the expression of its value once
+    they have run (in layout order), and the ``struct`` unpackers they call (name -> format:
+    ``unpack_BL`` reads ``">BL"``), which the writer defines. They read the payload
+    ``data[start:end]`` (names in the writer's scope) and set the locals ``i<k>``, ``b<k>``,
+    ``n`` and ``p``; where the plan raises a :class:`Fault`, they run the statement
+    ``on_fault`` instead (e.g. ``return pos``: leave the frame to the plan, which names the
+    fault), or, for None, raise it with literal kind, detail and offset (``offset`` is the
+    payload's stream offset). The checks are :func:`walk_plan`'s, in its order.
+    ``([], [], {})`` for an empty layout; None for a layout without a fast plan (an integer
+    after a variable field: :func:`walk_plan`)."""
     if not msg.layout:
         return [], [], {}
     split = _split(msg.layout)
     if split is None:
         return None
-    return _steps(msg, *split, tag, on_fault)
+    return _steps(msg, *split, on_fault)
 
 
 def fields_dict(fields: list[tuple[str, str]]) -> str:
@@ -136,18 +162,38 @@ def fields_dict(fields: list[tuple[str, str]]) -> str:
     return "{" + ", ".join(f"{fid!r}: {expr}" for fid, expr in fields) + "}"
 
 
-def _steps(msg: MessageType, prefix: tuple[LayoutField, ...], blobs: tuple[LayoutField, ...],
-           tag: str, on_fault: str | None) -> tuple[list[str], list[tuple[str, str]], dict[str, Any]]:
-    """The statements of a plan (see :func:`decode_steps`); ``on_fault`` None raises the
-    :class:`Fault` (the plan's ``offset`` argument is the payload's stream offset). The checks
-    and their order are :func:`walk_plan`'s; tests/codecs/test_quicx_plans.py compares the two
-    on generated payloads, faults included."""
-    env: dict[str, Any] = {"Fault": Fault, "UnicodeDecodeError": UnicodeDecodeError}
+def wrap_items(head: str, items: list[str], tail: str, width: int | None = None) -> list[str]:
+    """``head + ", ".join(items) + tail`` as lines of at most ``width`` columns (default: a
+    statement of a plan), the items of a line after the first aligned under the first item."""
+    width = _WIDTH if width is None else width
+    pieces = [item + ", " for item in items[:-1]] + [item + tail for item in items[-1:]]
+    lines, line, empty = [], head, True
+    for piece in pieces:
+        if not empty and len(line + piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line, empty = line + piece, False
+    return [*lines, line if pieces else head + tail]
 
-    def fault(k: str, which: int, detail: str, at: str, cause: str = "") -> str:
+
+def _steps(msg: MessageType, prefix: tuple[LayoutField, ...], blobs: tuple[LayoutField, ...],
+           on_fault: str | None) -> tuple[list[str], list[tuple[str, str]], dict[str, str]]:
+    """The statements of a plan (see :func:`decode_steps`). The checks and their order are
+    :func:`walk_plan`'s; tests/codecs/test_quicx_plans.py compares the two on generated
+    payloads, faults included."""
+    unpackers: dict[str, str] = {}
+
+    def fault(kind: str, detail: str, at: str, cause: str = "") -> list[str]:
         if on_fault is not None:
-            return on_fault
-        return f"raise Fault({k}[{which}], f'{{{k}[3]}} {detail}', {at}){cause}"
+            return [on_fault]
+        text = "f" + repr(label.replace("{", "{{").replace("}", "}}") + " " + detail)
+        one = f"raise Fault({kind!r}, {text}, {at}){cause}"
+        if len(one) <= _WIDTH:
+            return [one]
+        pad = " " * len("raise Fault(")
+        texts = [text] if len(pad + text) < _WIDTH else [repr(label), "f" + repr(" " + detail)]
+        return [f"raise Fault({kind!r},", *(pad + t for t in texts[:-1]), f"{pad}{texts[-1]},",
+                f"{pad}{at}){cause}"]
 
     lines: list[str] = []
     ints = [f"i{k}" for k in range(len(prefix))]
@@ -155,17 +201,17 @@ def _steps(msg: MessageType, prefix: tuple[LayoutField, ...], blobs: tuple[Layou
     if len(prefix) == 1 and prefix[0].type == "u1":
         lines.append("i0 = data[start]")
     elif prefix:
-        env[f"{tag}unpack"] = struct.Struct(struct_format(prefix)).unpack_from
-        lines.append(f"{', '.join(ints)}, = {tag}unpack(data, start)")
+        fmt = struct_format(prefix)
+        name = f"unpack_{fmt[1:]}"
+        unpackers[name] = fmt
+        lines.append(f"{', '.join(ints)}{',' if len(ints) == 1 else ''} = {name}(data, start)")
     out = [(f.id, ints[k]) for k, f in enumerate(prefix)]
     if blobs:
-        lines.append(f"p = start + {width}")
+        lines.append(f"p = start + {width}" if width else "p = start")
     ids = [f.id for f in prefix]
     for j, f in enumerate(blobs):
         label = f"{msg.name}.{f.id}"
-        k = f"{tag}k{j}"
-        env[k] = (f.errors.get("size", "payload_size"), f.errors.get("max-size", "field_too_long"),
-                  f.errors.get("encoding", "invalid_text"), label)
+        size_kind = f.errors.get("size", "payload_size")
         bound = None  # the largest n can be without a check (a u1 length is at most 255)
         if f.size_eos:
             if f.max_bytes is not None:
@@ -175,28 +221,41 @@ def _steps(msg: MessageType, prefix: tuple[LayoutField, ...], blobs: tuple[Layou
                 lines.append(f"n = {f.size}")
                 at = "offset"
             else:
-                lines.append(f"n = {ints[ids.index(f.size)]}")
-                at = f"offset + {msg.offsets.get(f.size, 0)}"
-                bound = prefix[ids.index(f.size)].max_value
+                ref = ids.index(str(f.size))
+                lines.append(f"n = {ints[ref]}")
+                where = msg.offsets.get(str(f.size), 0)
+                at = f"offset + {where}" if where else "offset"
+                bound = prefix[ref].max_value
             lines += ["if n > end - p:",
-                      "    " + fault(k, 0, "claims {n} bytes, {end - p} remain in the frame", at)]
+                      *_indent(fault(size_kind, "claims {n} bytes, {end - p} remain in the frame",
+                                     at))]
         if f.max_bytes is not None and (bound is None or bound > f.max_bytes):
             lines += [f"if n > {f.max_bytes}:",
-                      "    " + fault(k, 1, f"is {{n}} bytes, more than {f.max_bytes}",
-                                     "offset + p - start")]
+                      *_indent(fault(f.errors.get("max-size", "field_too_long"),
+                                     f"is {{n}} bytes, more than {f.max_bytes}", "offset + p - start"))]
         stop = "end" if f.size_eos else "p + n"
         if f.type == "str":
             lines += ["try:",
                       f"    b{j} = data[p:{stop}].decode({f.encoding!r})",
-                      "except UnicodeDecodeError as err:",
-                      "    " + fault(k, 2, f"is not valid {f.encoding}: {{err.reason}}",
-                                     "offset + p - start + err.start", " from None")]
+                      f"except UnicodeDecodeError{' as err' if on_fault is None else ''}:",
+                      *_indent(fault(f.errors.get("encoding", "invalid_text"),
+                                     f"is not valid {f.encoding}: {{err.reason}}",
+                                     "offset + p - start + err.start", " from None"))]
         else:
             lines.append(f"b{j} = data[p:{stop}]")
         if j < len(blobs) - 1:
             lines.append("p += n")
         out.append((f.id, f"b{j}"))
-    return lines, out, env
+    return lines, out, unpackers
+
+
+#: The longest line of a plan's statements: they sit up to three levels deep in the generated
+#: modules, whose lines stay within 110 columns.
+_WIDTH = 110 - 12
+
+
+def _indent(lines: list[str], by: str = "    ") -> list[str]:
+    return [by + line for line in lines]
 
 
 def walk_plan(msg: MessageType) -> DecodePlan:
@@ -333,3 +392,98 @@ def encode_plan(msg: MessageType, header: tuple[LayoutField, ...], header_values
             return None
         return head + b"".join(parts)
     return variable
+
+
+# ---------------------------------------------------------------------------------- generation
+
+def plans_module(profiles: Sequence[Profile] | None = None) -> str:
+    """The text of :mod:`.quicx_plans_generated` (``make generate`` writes it): the decoding plan of
+    every layout with a fast plan in ``profiles`` (default: every quicx profile), one function
+    per distinct plan (a layout two profiles share has one), named ``decode_<message>`` (or
+    ``decode_<message>_<profile>`` for a second layout of the same message), inside the
+    factory ``decode_plans(Fault)`` that returns them by :func:`plan_key`."""
+    if profiles is None:
+        profiles = [load_profile(name) for name in profile_names("quicx")]
+    plans: dict[str, tuple[str, MessageType, list[str], list[str]]] = {}  # key -> name, ...
+    unpackers: dict[str, str] = {}
+    for profile in profiles:
+        for msg in sorted(profile.model.messages.values(), key=lambda m: m.code):
+            steps = decode_steps(msg, None) if msg.layout else None
+            if steps is None:
+                continue
+            key = plan_key(msg)
+            assert key is not None
+            if key in plans:
+                if profile.name not in plans[key][3]:
+                    plans[key][3].append(profile.name)
+                continue
+            unpackers.update(steps[2])
+            name = f"decode_{msg.name}"
+            if any(other == name for other, *_ in plans.values()):
+                name += "_" + re.sub(r"\W", "_", profile.name)
+            plans[key] = (name, msg, plan_lines(msg) or [], [profile.name])
+    names = sorted({p.name for p in profiles})
+    out = [
+        '"""Decoding plans of the quicx layouts: one straight-line function per layout.',
+        "",
+        *textwrap.wrap(
+            "Generated by `make generate` (python -m queuewire.codecs.codegen) from the layouts of "
+            f"spec/quicx ({', '.join(names)}) by queuewire.codecs.quicx_plans.plans_module(); do not "
+            "edit: tests/test_generated_code.py fails until the file is regenerated. "
+            ":func:`queuewire.codecs.quicx_plans.decode_plan` takes a message type's plan from "
+            "here by its key (a digest of the plan's statements, as the generator writes them): "
+            "a layout whose plan is not here is walked field by field instead.", 96),
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Callable",
+        "from struct import Struct",
+        "from typing import Any",
+        "",
+        "#: ``plan(data, start, end, offset)``: the fields of the payload ``data[start:end]``.",
+        "Plan = Callable[[bytes, int, int, int], dict[str, Any]]",
+        "",
+        *(f"{name} = Struct({fmt!r}).unpack_from" for name, fmt in sorted(unpackers.items())),
+        "",
+        "",
+        "def decode_plans(Fault: Callable[[str, str, int], Exception]) -> dict[str, Plan]:",
+        '    """The plans by key; each raises ``Fault(kind, detail, stream offset)``',
+        '    (:class:`queuewire.codecs.quicx_plans.Fault`) where its payload breaks the layout."""',
+    ]
+    for name, msg, lines, used_by in plans.values():
+        out += ["",
+                *def_lines(name, "data: bytes, start: int, end: int, offset: int", "dict[str, Any]", 4),
+                *textwrap.wrap(f'"""{msg.name} of {", ".join(used_by)}: {layout_summary(msg)}."""',
+                               100, initial_indent=" " * 8, subsequent_indent=" " * 8),
+                *_indent(lines, " " * 8)]
+    out += ["", "    return {",
+            *(f"        {key!r}: {name}," for key, (name, *_) in plans.items()),
+            "    }"]
+    return "\n".join(out) + "\n"
+
+
+def layout_summary(msg: MessageType) -> str:
+    """``msg``'s layout in a line: ``len_type u1, task_type str[len_type] utf-8 max 255, payload
+    bytes[..]`` (``[..]``: to the end of the frame)."""
+    parts = []
+    for f in msg.layout:
+        if f.is_int:
+            parts.append(f"{f.id} {f.type}")
+            continue
+        text = f"{f.id} {f.type}[{'..' if f.size_eos else f.size}]"
+        if f.type == "str":
+            text += f" {f.encoding}"
+        if f.max_bytes is not None:
+            text += f" max {f.max_bytes}"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def def_lines(name: str, params: str, returns: str, indent: int) -> list[str]:
+    """A ``def`` line, its parameters on a second line when it would pass 110 columns."""
+    pad = " " * indent
+    line = f"{pad}def {name}({params}) -> {returns}:"
+    if len(line) <= 110:
+        return [line]
+    return [f"{pad}def {name}(", f"{pad}        {params}) -> {returns}:"]

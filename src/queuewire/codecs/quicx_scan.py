@@ -1,135 +1,259 @@
-"""The quicx decoder's frame loop, written once per decoder configuration from the spec's
-layouts: one function that decodes a run of frames with no call per frame.
+"""The quicx decoder's frame loop, generated from the spec's layouts: one function per quicx
+profile that decodes a run of frames with no call per frame.
 
 :class:`~.quicx.QuicxDecoder` decodes a frame in three steps: look the header's (version,
 opcode) key up in its index, check the length against the range the opcode's length rules
 accept, then run the layout's plan (:mod:`.quicx_plans`). Its general loop pays for a dict
 lookup, a tuple unpacking and a function call per frame. A *scan* does the same work inlined:
-:func:`scan_for` writes, for the decoder's accepted (version, opcode) pairs, one function
-whose loop compares the header key with each accepted key in turn (``if key == 0x0101:``, in
-opcode order), checks the length against that opcode's range written as literals, runs the
-layout's plan statements (:func:`~.quicx_plans.decode_steps`, the very statements of the
-compiled plan) and appends the :class:`~.quicx.Message` built with one ``tuple.__new__``.
-Opcodes, names, lengths and layouts are all read from the decoder's table, itself derived
-from the spec; nothing is restated here.
+one function whose loop unpacks the header, checks its version, compares the opcode with each
+of the profile's in turn (``if code == 0x01:``, in opcode order), checks the length against
+that opcode's range, runs the layout's plan statements (:func:`~.quicx_plans.decode_steps`,
+the very statements of the generated plan) and appends the :class:`~.quicx.Message` built
+with one ``tuple.__new__``.
+
+The scans are written by :func:`scans_module` into :mod:`.quicx_scan_generated` (``make generate``;
+tests/test_generated_code.py checks the file is current), one pair per quicx profile: a
+factory of the scan appending :class:`~.quicx.Message` s (``feed``) and one of the scan
+appending rows ``(opcode, *field values in layout order)`` (``feed_rows``: no name, field
+dict, raw bytes or offset per frame, about half the cost of a ``Message`` on a daemon's inbound
+mix). Opcodes, names and layouts are read from the profile; what depends on the decoder (its
+role, its local payload cap, the versions it accepts) is data: :func:`scan_for` hands the
+factory the accepted versions and each accepted opcode's length range, and an opcode the
+decoder does not accept gets an empty range. A decoder whose table the generated branches do not
+cover (each accepted opcode's message name and plan key, :func:`~.quicx_plans.plan_key`, must
+be the branch's: a spec edited since the file was generated, a test's own spec) gets no scan and
+decodes every frame with its general loop.
 
 The scan never refuses anything. It returns the position of the first frame it does not
-decode completely (the data ends inside the frame, the key or the length is not one it
-accepts, a payload check fails, a layout without a fast plan), and the decoder's general loop
-takes that frame: it runs the ordered header checks, keeps an incomplete frame pending, or
-runs the plan, which raises the fault with its kind, detail and offset. So every error, and
-the decoder's state after it, comes from the general path, and the scan only ever produces
-frames the general path would produce, byte for byte and field for field:
+decode completely (the data ends inside the frame, the version, the opcode or the length is
+not one it accepts, a payload check fails, a layout without a fast plan), and the decoder's
+general loop takes that frame: it runs the ordered header checks, keeps an incomplete frame
+pending, or runs the plan, which raises the fault with its kind, detail and offset. So every
+error, and the decoder's state after it, comes from the general path, and the scan only ever
+produces frames the general path would produce, byte for byte and field for field:
 tests/codecs/test_quicx_scan.py checks it on random streams (valid, invalid, cut anywhere)
 against a decoder without a scan.
 
 ``scan(data, pos, base, append) -> pos``: ``data`` is the decoder's bytes, ``pos`` the first
 frame to decode, ``base`` the stream offset of ``data[0]``, ``append`` the output list's
-append. A decoder has two scans, one appending :class:`~.quicx.Message` s (``feed``) and one
-appending rows ``(opcode, *field values in layout order)`` (``feed_rows``: no name, field
-dict, raw bytes or offset per frame, about half the cost of a ``Message`` on a daemon's
-inbound mix). Scans are cached by configuration (a decoder is made per connection; writing and
-compiling a scan costs about a millisecond).
+append.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Iterable, Mapping
+import re
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..spec.quicx import MessageType
-from .quicx_plans import decode_steps, fields_dict
+from ..spec import Profile, load_profile, profile_names
+from ..spec.quicx import DAEMON, MessageType, QuicxSpec, struct_format
+from .quicx_plans import decode_steps, def_lines, fields_dict, plan_key, wrap_items
+from .quicx_scan_generated import SCANS
 
-__all__ = ["Scan", "scan_for"]
+__all__ = ["Scan", "scan_for", "scan_source", "scans_module"]
 
 #: ``scan(data, pos, base, append) -> pos`` (see the module docstring).
 Scan = Callable[[bytes, int, int, Callable[[Any], None]], int]
 
-_SCANS: dict[tuple, tuple[tuple[MessageType, ...], Scan]] = {}
-_CACHED = 256  # configurations kept
-
 
 def scan_for(entries: Mapping[int, tuple[int, int, MessageType]], versions: Iterable[int],
-             header_format: str, top: int, message: type | None) -> Scan | None:
-    """The scan of a decoder (cached).
+             header_format: str, message: type[tuple[Any, ...]] | None) -> Scan | None:
+    """The scan of a decoder, from the generated ones (:mod:`.quicx_scan_generated`).
 
     ``entries`` maps each opcode the decoder accepts to ``(lo, hi, msg)``: the shortest and
     longest payload its length checks accept, and its message type; ``versions`` are the
     accepted header versions; ``header_format`` the ``struct`` format reading the header as
-    (u2 key of the u1 version and u1 opcode, length), ``top`` the largest length that
-    format reads (no check is written for a bound it cannot exceed), ``message`` the
+    (u2 key of the u1 version and u1 opcode, length); ``message`` the
     :class:`~.quicx.Message` class, or None for a scan that appends rows instead
     (``(opcode, *field values in layout order)``, :meth:`~.quicx.QuicxDecoder.feed_rows`).
-    None when nothing can be scanned."""
-    versions = tuple(sorted(versions))
-    key = (tuple((c, lo, hi, id(m)) for c, (lo, hi, m) in sorted(entries.items())), versions,
-           header_format, top, message)
-    cached = _SCANS.get(key)
-    if cached is not None:
-        return cached[1]
-    if not versions or not entries:
+    None when nothing can be scanned, or no generated scan has this table's branches."""
+    accepted = frozenset(versions)
+    if not accepted or not entries:
         return None
-    source, env = scan_source(entries, versions, header_format, top, message is None)
-    env["Message"], env["new"] = message, tuple.__new__
-    namespace: dict[str, Any] = {}
-    exec(compile(source, "<quicx scan>", "exec"), env, namespace)  # noqa: S102
-    scan = namespace["scan"]
-    if len(_SCANS) >= _CACHED:  # many local payload caps (a fuzzer): start over
-        _SCANS.clear()
-    _SCANS[key] = (tuple(m for _, _, m in entries.values()), scan)  # keep the types alive
-    return scan
+    wanted = {code: _branch(msg) for code, (_, _, msg) in entries.items()}
+    limits = {code: (lo, hi) for code, (lo, hi, _) in entries.items()}
+    fits = [(len(branches), messages, rows) for key_format, branches, messages, rows in SCANS.values()
+            if key_format == header_format
+            and all(branches.get(code) == branch for code, branch in wanted.items())]
+    if not fits:
+        return None
+    _, messages, rows = min(fits, key=lambda fit: fit[0])  # the fewest branches to go through
+    return rows(accepted, limits) if message is None else messages(accepted, limits, message)
 
 
-def scan_source(entries: Mapping[int, tuple[int, int, MessageType]], versions: tuple[int, ...],
-                header_format: str, top: int, rows: bool = False) -> tuple[str, dict[str, Any]]:
-    """The source of a scan and the names it uses (see :func:`scan_for`)."""
-    head = struct.Struct(header_format)
-    env: dict[str, Any] = {"unpack": head.unpack_from}
-    hs = head.size
-    lines = ["def scan(data, pos, base, append):",
-             "    size = len(data)",  # not n: the plan statements use n
-             f"    while size - pos >= {hs}:",
-             "        key, length = unpack(data, pos)",
-             f"        end = pos + {hs} + length",
-             "        if end > size:",
-             "            return pos",
-             f"        start = pos + {hs}"]
-    first = True
-    for code, (lo, hi, msg) in sorted(entries.items()):
-        steps = decode_steps(msg, f"m{code}_", "return pos")
-        if steps is None:  # no fast plan: the general loop walks it
+def _branch(msg: MessageType) -> tuple[str, str] | None:
+    """What a generated branch of ``msg``'s opcode must be: its name and plan key (None: no
+    branch, a layout without a fast plan)."""
+    key = plan_key(msg)
+    return None if key is None else (msg.name, key)
+
+
+# ---------------------------------------------------------------------------------- generation
+
+def scans_module(profiles: Sequence[Profile] | None = None) -> str:
+    """The text of :mod:`.quicx_scan_generated` (``make generate`` writes it): for each of
+    ``profiles`` (default: every quicx profile) whose header leads with a u1 version and a
+    u1 opcode, the factories ``messages_<profile>(versions, limits, Message)`` and
+    ``rows_<profile>(versions, limits)`` (:func:`scan_source`), and ``SCANS``, the table
+    :func:`scan_for` picks them from."""
+    if profiles is None:
+        profiles = [load_profile(name) for name in profile_names("quicx")]
+    sources: list[str] = []
+    table: list[str] = []
+    unpackers: dict[str, str] = {}
+    for profile in profiles:
+        spec: QuicxSpec = profile.model
+        head = _header(spec)
+        if head is None:
             continue
-        body, fields, names = steps
-        env.update(names)
-        keys = [v << 8 | code for v in versions]
-        if len(keys) == 1:
-            test = f"key == {keys[0]:#06x}"
-        else:
-            env[f"m{code}_keys"] = frozenset(keys)
-            test = f"key in m{code}_keys"
-        lines.append(f"        {'if' if first else 'elif'} {test}:  # {msg.name}")
-        first = False
-        lines += [f"            {line}" for line in _length_check(lo, hi, top)]
-        lines += [f"            {line}" for line in body]
+        for receiver in (DAEMON, None):
+            for rows in (False, True):
+                text, used = scan_source(profile, receiver, rows)
+                sources.append(text)
+                unpackers.update(used)
+            branches = [f"{msg.code:#04x}: {_branch(msg)!r}" for msg in _decodable(spec, receiver)]
+            table += [f"    {_key(profile, receiver)!r}: (",
+                      f"        {'>H' + head[3:]!r},",
+                      *wrap_items("        {", branches, "},", width=110),
+                      f"        {_factory(profile, receiver, False)}, {_factory(profile, receiver, True)}),"]
+    names = ", ".join(sorted(p.name for p in profiles))
+    out = [
+        '"""The quicx decoder\'s frame loops, one pair per quicx profile.',
+        "",
+        *textwrap.wrap(
+            "Generated by `make generate` (python -m queuewire.codecs.codegen) from the opcodes "
+            f"and layouts of spec/quicx ({names}) by queuewire.codecs.quicx_scan.scans_module(); "
+            "do not edit: tests/test_generated_code.py fails until the file is regenerated. "
+            ":func:`queuewire.codecs.quicx_scan.scan_for` picks the pair whose branches are the "
+            "decoder's (each opcode's message name and plan key) and makes the scan with the "
+            "decoder's accepted versions and length ranges; the module docstring of "
+            "queuewire.codecs.quicx_scan says what a scan does and does not do.", 96),
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Callable, Mapping",
+        "from struct import Struct",
+        "from typing import Any",
+        "",
+        "#: ``scan(data, pos, base, append) -> pos``",
+        "Scan = Callable[[bytes, int, int, Callable[[Any], None]], int]",
+        "Limits = Mapping[int, tuple[int, int]]",
+        "#: the length range of an opcode the decoder does not accept: no length",
+        "NONE = (1, 0)",
+        "",
+        *(f"{name} = Struct({fmt!r}).unpack_from" for name, fmt in sorted(unpackers.items())),
+        *("\n\n" + text for text in sources),
+        "",
+        "",
+        "#: by profile and receiver: (the decoder's header key format, each opcode's branch as",
+        "#: (message name, plan key), the factory of the Message scan, the factory of the rows scan)",
+        "SCANS: dict[str, tuple[str, dict[int, tuple[str, str]],",
+        "                       Callable[[frozenset[int], Limits, type[tuple[Any, ...]]], Scan],",
+        "                       Callable[[frozenset[int], Limits], Scan]]] = {",
+        *table,
+        "}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _header(spec: QuicxSpec) -> str | None:
+    """The ``struct`` format of ``spec``'s header when it is (u1 version, u1 opcode, length),
+    the only header a decoder scans (:attr:`~.quicx.QuicxDecoder._u2_key`); else None."""
+    ids, types = [f.id for f in spec.header], [f.type for f in spec.header]
+    if ids != ["version", "msg_type", "len_payload"] or types[:2] != ["u1", "u1"]:
+        return None
+    return struct_format(spec.header)
+
+
+def _decodable(spec: QuicxSpec, receiver: str | None) -> list[MessageType]:
+    """The messages a decoder for ``receiver`` (None: any) may accept (not reserved, on the
+    profile's transport) whose layout has a fast plan, by opcode."""
+    return [msg for _, msg in sorted(spec.by_code.items())
+            if not msg.reserved and msg.transport == spec.transport
+            and (receiver is None or msg.allows(receiver=receiver))
+            and decode_steps(msg, "return pos") is not None]
+
+
+def scan_source(profile: Profile, receiver: str | None,
+                rows: bool = False) -> tuple[str, dict[str, str]]:
+    """The source of the factory of ``profile``'s scan for ``receiver`` (None: any),
+    ``messages_<profile>_<receiver>`` (appending a ``Message`` per frame) or
+    ``rows_<profile>_<receiver>`` (a row, with ``rows``), and the ``struct`` unpackers it uses
+    (name -> format). Its branches are the messages ``receiver`` may accept, in opcode order.
+    The factory takes the accepted versions, the length range of each accepted opcode (an
+    opcode without one gets ``NONE``, which no length is in) and, for messages, the
+    ``Message`` class."""
+    spec: QuicxSpec = profile.model
+    head = _header(spec)
+    assert head is not None
+    size = spec.header_size
+    unpack = f"unpack_{head[1:]}"
+    unpackers = {unpack: head}
+    decodable = _decodable(spec, receiver)
+    params = "versions: frozenset[int], limits: Limits" + (
+        "" if rows else ", Message: type[tuple[Any, ...]]")
+    what = "a row (opcode, *field values)" if rows else "a Message"
+    lines = [*def_lines(_factory(profile, receiver, rows), params, "Scan", 0),
+             *textwrap.wrap(f'"""The scan of {profile.name} appending {what} per frame, for '
+                            f'{_receiving(receiver)}."""',
+                            106, initial_indent="    ", subsequent_indent="    ")]
+    for msg in decodable:
+        lines.append(f"    lo_{msg.code:02x}, hi_{msg.code:02x} = limits.get({msg.code:#04x}, NONE)"
+                     f"  # {msg.name}")
+    if not rows:
+        lines.append("    new = tuple.__new__")
+    lines += ["",
+              "    def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:",
+              "        size = len(data)",  # not n: the plan statements use n
+              f"        while size - pos >= {size}:",
+              f"            version, code, length = {unpack}(data, pos)",
+              f"            end = pos + {size} + length",
+              "            if end > size or version not in versions:",
+              "                return pos",
+              f"            start = pos + {size}"]
+    pad = " " * 16
+    for i, msg in enumerate(decodable):
+        steps = decode_steps(msg, "return pos")
+        assert steps is not None
+        body, fields, used = steps
+        unpackers.update(used)
+        c = f"{msg.code:02x}"
+        lines += [f"            {'if' if i == 0 else 'elif'} code == {msg.code:#04x}:  # {msg.name}",
+                  f"                if length < lo_{c} or length > hi_{c}:",
+                  "                    return pos",
+                  *(pad + line for line in body)]
         if rows:
-            lines.append(f"            append(({code},{''.join(f' {e},' for _, e in fields)}))")
+            items = [str(msg.code), *(expr for _, expr in fields)]
+            append = wrap_items(pad + "append((", items, ",))" if len(items) == 1 else "))", 110)
         else:
-            lines.append(f"            append(new(Message, ({msg.name!r}, {code}, "
-                         f"{fields_dict(fields)}, data[pos:end], base + pos)))")
-    if first:  # nothing to scan inline
-        lines.append("        return pos")
-    else:
-        lines += ["        else:", "            return pos"]
-    lines += ["        pos = end", "    return pos"]
-    return "\n".join(lines) + "\n", env
+            value = fields_dict(fields)
+            if len(pad + value) > 80:  # a long dict first, on lines of its own
+                lines += wrap_items(pad + "fields = {", [f"{fid!r}: {expr}" for fid, expr in fields],
+                                    "}", 110)
+                value = "fields"
+            append = wrap_items(pad + "append(new(Message, (", [
+                repr(msg.name), str(msg.code), value, "data[pos:end]", "base + pos"], ")))", 110)
+        lines += append
+    if decodable:
+        lines += ["            else:", "                return pos"]
+    else:  # nothing to scan inline
+        lines.append("            return pos")
+    lines += ["            pos = end", "        return pos", "", "    return scan"]
+    return "\n".join(lines), unpackers
 
 
-def _length_check(lo: int, hi: int, top: int) -> list[str]:
-    """The statements refusing (leaving to the general loop) a length outside ``lo..hi``."""
-    if lo > hi:
-        return ["return pos"]
-    if lo == hi:
-        return [f"if length{' != ' + str(lo) if lo else ''}:", "    return pos"]
-    tests = ([f"length < {lo}"] if lo > 0 else []) + ([f"length > {hi}"] if hi < top else [])
-    return [f"if {' or '.join(tests)}:", "    return pos"] if tests else []
+def _factory(profile: Profile, receiver: str | None, rows: bool) -> str:
+    """The name of ``profile``'s scan factory for ``receiver`` in the generated module."""
+    ident = re.sub(r"\W", "_", profile.name)
+    return f"{'rows' if rows else 'messages'}_{ident}_{receiver or 'any'}"
+
+
+def _key(profile: Profile, receiver: str | None) -> str:
+    """The key of a pair of scans in the generated ``SCANS``."""
+    return f"{profile.name} {receiver or 'any'}"
+
+
+def _receiving(receiver: str | None) -> str:
+    return f"a {receiver}'s decoder" if receiver else "a decoder of any role(s)"

@@ -5,8 +5,10 @@ waiting list), cron schedules, registered workers and throughput meters."""
 
 from __future__ import annotations
 
+import ast
 import operator
 import os
+import textwrap
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -14,7 +16,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from .model import DEFAULT_JOB_NAME, STACKTRACE_LINES, WAITING
+from .jobs_generated import plain_job_factory
+from .model import DEFAULT_JOB_NAME, STACKTRACE_LINES
 from .store import Record
 
 
@@ -152,38 +155,81 @@ _NONE: Any = ()  # the depends_on and tags of a job created without any (see _cr
 _persisted_values = operator.attrgetter(*_PERSISTED)
 
 
-def _plain_job_factory() -> Callable[..., Job]:
-    """A constructor for the jobs of ``_create_plain``, generated from ``fields(Job)`` (so it
-    follows the class): the given fields from its arguments, every other one its default.
-    Binding the dataclass ``__init__``'s 43 parameters cost about twice what the stores do;
-    this takes 12 arguments and stores the rest as constants (~0.4 us a job instead of ~1.2)."""
-    given = {"id": "id", "queue": "queue", "name": "name", "data": "data", "seq": "seq",
-             "created_at": "now", "run_at": "now", "last_heartbeat": "now",
-             "priority": "priority", "max_attempts": "max_attempts", "backoff": "backoff",
-             "lifo": "lifo", "remove_on_complete": "roc", "remove_on_fail": "rof",
-             "timeline": "timeline", "depends_on": "none", "tags": "none"}
-    env: dict[str, Any] = {"new": object.__new__, "Job": Job, "WAITING": WAITING}
-    lines = ["def plain_job(id, queue, name, data, seq, now, priority, max_attempts, backoff,",
-             "              lifo, roc, rof, timeline, none):",
-             "    job = new(Job)"]
+#: The parameters of the bare-push constructor (``plain_job``, generated into
+#: :mod:`.jobs_generated`), and the fields each one sets; every other field takes its default.
+PLAIN_JOB_PARAMETERS = ("id", "queue", "name", "data", "seq", "now", "priority", "max_attempts",
+                        "backoff", "lifo", "roc", "rof", "timeline", "none")
+_PLAIN_JOB_GIVEN = {"id": "id", "queue": "queue", "name": "name", "data": "data", "seq": "seq",
+                    "created_at": "now", "run_at": "now", "last_heartbeat": "now",
+                    "priority": "priority", "max_attempts": "max_attempts", "backoff": "backoff",
+                    "lifo": "lifo", "remove_on_complete": "roc", "remove_on_fail": "rof",
+                    "timeline": "timeline", "depends_on": "none", "tags": "none", "state": "WAITING"}
+#: The default factories the generator writes as a literal.
+_FACTORY_LITERALS: dict[Any, str] = {list: "[]", dict: "{}", set: "set()"}
+
+
+def plain_job_module() -> str:
+    """The text of :mod:`.jobs_generated` (``make generate`` writes it): the factory of the
+    constructor of the jobs of ``_create_plain``, one assignment per field of :class:`Job` in
+    declaration order (so it follows the class: tests/test_generated_code.py fails when a field
+    changes and the file was not regenerated). The given fields come from its arguments, every
+    other one is its default, written as a literal. Binding the dataclass ``__init__``'s 43
+    parameters cost about twice what the stores do; this takes 14 arguments and stores the rest
+    as constants (~0.4 us a job instead of ~1.2)."""
+    body = []
     for f in fields(Job):
-        if f.name in given:
-            value = given[f.name]
-        elif f.name == "state":
-            value = "WAITING"
+        if f.name in _PLAIN_JOB_GIVEN:
+            value = _PLAIN_JOB_GIVEN[f.name]
         elif f.default_factory is not MISSING:
-            env[f"factory_{f.name}"] = f.default_factory
-            value = f"factory_{f.name}()"
+            if f.default_factory not in _FACTORY_LITERALS:
+                raise ValueError(f"Job.{f.name}: no literal for its default factory "
+                                 f"{f.default_factory!r}")
+            value = _FACTORY_LITERALS[f.default_factory]
         else:
-            env[f"default_{f.name}"] = f.default
-            value = f"default_{f.name}"
-        lines.append(f"    job.{f.name} = {value}")
-    lines.append("    return job")
-    exec("\n".join(lines), env)  # noqa: S102 - our own source, built from fields(Job)
-    return env["plain_job"]
+            value = repr(f.default)
+            if f.default is MISSING or type(ast.literal_eval(value)) is not type(f.default):
+                raise ValueError(f"Job.{f.name}: no default, or one without a literal ({value})")
+        body.append(f"        job.{f.name} = {value}")
+    params = ", ".join(PLAIN_JOB_PARAMETERS)
+    signature = textwrap.wrap(f"def plain_job({params}):", 102,
+                              initial_indent="    ", subsequent_indent=" " * 18)
+    return "\n".join([
+        '"""The constructor of the jobs of a bare PUSH: one assignment per field of Job.',
+        "",
+        *textwrap.wrap(
+            "Generated by `make generate` (python -m queuewire.reference_server.bunqueue.codegen) "
+            "from the fields of queuewire.reference_server.bunqueue.jobs.Job by "
+            "queuewire.reference_server.bunqueue.jobs.plain_job_module(); do not edit: "
+            "tests/test_generated_code.py fails until the file is regenerated. The module "
+            "queuewire.reference_server.bunqueue.jobs makes its plain_job with the factory below "
+            "(the Job class is its argument: this module cannot import it).", 96),
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Callable",
+        "from typing import Any",
+        "",
+        "from .model import WAITING",
+        "",
+        "",
+        "def plain_job_factory(Job: type[Any]) -> Callable[..., Any]:",
+        '    """The constructor of ``Job`` s in state waiting: the fields given by its arguments',
+        "    (``now``: the creation, run and heartbeat time; ``roc``, ``rof``: remove on complete,",
+        "    on fail; ``none``: the shared empty dependencies and tags), every other field its",
+        '    default."""',
+        "    new = object.__new__",
+        "",
+        *signature,
+        "        job = new(Job)",
+        *body,
+        "        return job",
+        "",
+        "    return plain_job",
+    ]) + "\n"
 
 
-_plain_job = _plain_job_factory()
+plain_job: Callable[..., Job] = plain_job_factory(Job)
 _LISTS = ("depends_on", "tags", "stacktrace", "timeline")
 
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .jobs import _NONE, _PLAIN_PUSH_KEYS, Job, _plain_job, _Queue, job_to_wire, uuid7, uuid7_batch
+from .jobs import _NONE, _PLAIN_PUSH_KEYS, Job, _Queue, job_to_wire, plain_job, uuid7, uuid7_batch
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -290,11 +290,11 @@ class Lifecycle:
         # any share one empty tuple
         first = ({"state": WAITING, "timestamp": now},)
         created = []
-        plain_job = _plain_job
+        make_job = plain_job
         for entry, job_id in zip(entries, ids):
             s = next(seq)
-            job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                            max_attempts, backoff, lifo, roc, rof, first, _NONE)
+            job = make_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                           max_attempts, backoff, lifo, roc, rof, first, _NONE)
             jobs_[job_id] = job
             all_[job_id] = None
             members[job_id] = None
@@ -326,9 +326,9 @@ class Lifecycle:
         job_id = uuid7(now)
         q = self._queues.get(queue) or self._queue(queue)
         s = next(self._seq)
-        job = _plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                         max_attempts, backoff, lifo, roc, rof,
-                         ({"state": WAITING, "timestamp": now},), _NONE)
+        job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                        max_attempts, backoff, lifo, roc, rof,
+                        ({"state": WAITING, "timestamp": now},), _NONE)
         self._jobs[job_id] = job
         q.all[job_id] = None
         q.members[WAITING][job_id] = None
