@@ -872,7 +872,7 @@ def test_every_error_the_engine_can_answer_is_in_the_spec():
     package = Path(bunqueue_engine.__file__).parent
     shells = {"__init__.py", "tcp.py", "http.py", "waits.py", "store.py", "sqlite.py"}
     source = "\n".join(f.read_text() for f in sorted(package.rglob("*.py")) if f.name not in shells)
-    refused = set(re.findall(r'_Refused\("([a-z_]+)"', source))
+    refused = set(re.findall(r'Refused\("([a-z_]+)"', source))
     refused |= set(re.findall(r'"(webhook_url_[a-z_]+)"', source))
     # an error a profile adds (bunqueue/2.9.5's job_name_invalid) is in that profile's table
     every_profile = set().union(*(load_profile(p).model.errors

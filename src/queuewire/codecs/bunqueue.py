@@ -35,8 +35,8 @@ from .errors import EncodeError, FramingError, PayloadError, ProtocolError
 
 # MessagePack container markers: fixmap 0x80-0x8f, fixarray 0x90-0x9f, array16/32, map16/32.
 # A payload with at most `depth` of these bytes cannot nest deeper than `depth`;
-# translate(None, _NOT_CONTAINER) deletes every other byte, leaving just the candidates.
-_NOT_CONTAINER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
+# translate(None, NOT_CONTAINER) deletes every other byte, leaving just the candidates.
+NOT_CONTAINER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 # Every integer beyond int32/uint32 has ten digits or more: a message whose JSON text has no
 # such integer token holds no integer FrameEncoder must rewrite.
@@ -88,7 +88,7 @@ class Frame:
     value: Any       # decoded object
 
 
-def _profile(profile: Profile | str | None) -> Profile:
+def bunqueue_profile(profile: Profile | str | None) -> Profile:
     if isinstance(profile, Profile):
         return profile
     return load_profile(profile or "bunqueue/v2")
@@ -99,7 +99,7 @@ def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
     for a sender that checks what it is about to write: the decoder's cheap count of container
     bytes first, then the exact walk over the payload read back as plain maps and lists (what
     a server sees, whatever mapping or sequence types ``obj`` was built from)."""
-    if len(payload) <= limit or len(payload.translate(None, _NOT_CONTAINER)) <= limit:
+    if len(payload) <= limit or len(payload.translate(None, NOT_CONTAINER)) <= limit:
         return False
     try:
         plain = _PLAIN_DECODE(payload)
@@ -132,7 +132,7 @@ class FrameDecoder:
 
     def __init__(self, profile: Profile | str | None = None, *, max_frame_bytes: int | None = None,
                  check_depth: bool = True):
-        self.profile = _profile(profile)
+        self.profile = bunqueue_profile(profile)
         spec = self.profile.model
         self._errors = spec.protocol_errors
         self.max_frame_bytes = spec.max_frame_bytes if max_frame_bytes is None else max_frame_bytes
@@ -260,7 +260,7 @@ class FrameDecoder:
                     self._fail(PayloadError, "not_a_map",
                                f"payload is a {type(value).__name__}, not a map", at, out)
                 if length > max_depth and (
-                    len(bytes(payload).translate(None, _NOT_CONTAINER)) > max_depth
+                    len(bytes(payload).translate(None, NOT_CONTAINER)) > max_depth
                 ) and depth_exceeds(value, max_depth):
                     at = self._base + start
                     pos = end
@@ -335,7 +335,7 @@ class FrameEncoder:
     BQ-MSGPACK-8 asks for it back as it came rather than for no reply at all."""
 
     def __init__(self, profile: Profile | str | None = None, *, wide_integers: bool = False):
-        self.profile = _profile(profile)
+        self.profile = bunqueue_profile(profile)
         spec = self.profile.model
         self._errors = spec.protocol_errors
         self.max_frame_bytes = spec.max_frame_bytes
@@ -424,7 +424,7 @@ _ENCODERS: dict[str, FrameEncoder] = {}
 def _default_encoder(profile: Profile | str | None) -> FrameEncoder:
     # keyed by name, but only for that very profile: a variant built under the same name
     # (dataclasses.replace with other limits) gets an encoder of its own
-    prof = _profile(profile)
+    prof = bunqueue_profile(profile)
     enc = _ENCODERS.get(prof.name)
     if enc is None or enc.profile is not prof:
         enc = _ENCODERS[prof.name] = FrameEncoder(prof)

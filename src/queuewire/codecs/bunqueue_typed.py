@@ -71,7 +71,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict, Un
 import msgspec
 
 from ..spec import Profile
-from .bunqueue import _NOT_CONTAINER, FrameDecoder, depth_exceeds
+from .bunqueue import NOT_CONTAINER, FrameDecoder, depth_exceeds
 from .errors import FramingError, PayloadError
 from .validation import BunqueueValidator
 
@@ -469,7 +469,7 @@ class RequestDecoder(FrameDecoder):
                                     if v is not None and v not in seen and not matches(v):
                                         value = None
                             if value is not None and (length <= max_depth or len(
-                                    bytes(payload).translate(None, _NOT_CONTAINER)
+                                    bytes(payload).translate(None, NOT_CONTAINER)
                             ) <= max_depth or not depth_exceeds(value, max_depth)):
                                 append((value, True))
                                 pos = end
@@ -488,7 +488,7 @@ class RequestDecoder(FrameDecoder):
                     self._fail(PayloadError, "not_a_map",
                                f"payload is a {type(value).__name__}, not a map", at, out)
                 if length > max_depth and (
-                    len(bytes(payload).translate(None, _NOT_CONTAINER)) > max_depth
+                    len(bytes(payload).translate(None, NOT_CONTAINER)) > max_depth
                 ) and depth_exceeds(value, max_depth):
                     at = self._base + start
                     pos = end

@@ -25,7 +25,7 @@ import msgspec
 
 from ..spec import Profile
 from ..spec._load import walk
-from .bunqueue import UNDEFINED, _profile
+from .bunqueue import UNDEFINED, bunqueue_profile
 from .errors import MessageError, Violation
 
 
@@ -388,7 +388,7 @@ class BunqueueValidator:
     """Validates requests and replies of one profile; compiled once, reused per message."""
 
     def __init__(self, profile: Profile | str | None = None):
-        self.profile = _profile(profile)
+        self.profile = bunqueue_profile(profile)
         spec = self.profile.model
         self.spec = spec
         self._errors = spec.protocol_errors

@@ -32,7 +32,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from .jobs import Job, _Queue, uuid7_batch
+from .jobs import Job, QueueState, uuid7_batch
 from .model import ACTIVE, COMPLETED, EV_ACK, EV_PULL, TIMELINE_MAX, WAITING, Event
 
 
@@ -45,7 +45,7 @@ class BatchPaths:
         self._batch_paths = (self._lifecycle.get((WAITING, EV_PULL)) == ACTIVE
                              and self._lifecycle.get((ACTIVE, EV_ACK)) == COMPLETED)
 
-    def _take_head(self, q: _Queue, budget: int, now: float, conn_id: str | None,
+    def _take_head(self, q: QueueState, budget: int, now: float, conn_id: str | None,
                    owner: str | None, lock_ttl: float) -> list[Job]:
         """Take up to ``budget`` jobs from the head of ``q.waiting`` as ``_take``'s loop
         would, stopping before the first job with a time-to-live; answers those taken."""
@@ -131,7 +131,7 @@ class BatchPaths:
         jobs_, keeps, put_job = self._jobs, self._keeps_jobs, self.store.put_job
         add_event, new_event = self._events.append, tuple.__new__
         hooks = bool(self._webhooks) or bool(self._subscribers)
-        q: _Queue | None = None
+        q: QueueState | None = None
         completed = 0
         processing = self._processing_sum
         for i, job in enumerate(jobs):

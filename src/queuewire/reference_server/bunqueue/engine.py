@@ -84,10 +84,9 @@ from .commands.query import QueryCommands
 from .commands.rate import RateCommands
 from .commands.webhooks import WebhooksCommands
 from .commands.workers import WorkersCommands
-from .jobs import Job, _Cron, _Meter, _Queue, _Worker
+from .jobs import CronSchedule, Job, QueueState, RateMeter, RegisteredWorker
 from .lifecycle import Lifecycle
 from .model import (
-    _RECORD_REPLIES,
     ACTIVE,
     COMPLETED,
     DEFAULT_PROFILE,
@@ -95,16 +94,17 @@ from .model import (
     EV_CONN_CLOSED,
     FAILED,
     LIFECYCLE_EVENTS,
+    RECORD_REPLIES,
     THROUGHPUT_WINDOW_S,
     WAITING,
     WEBHOOK_BACKLOG_MAX,
     EngineConfig,
     Event,
+    Refused,
     Wait,
-    _Refused,
-    _reply_properties,
-    _request_defaults,
-    _strip_undefined,
+    reply_properties,
+    request_defaults,
+    strip_undefined,
 )
 from .store import MemoryStore, Record, Store
 from .timers import Timers
@@ -188,9 +188,9 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             if cfg.wait_job_timeout_ms is not None else d["waitJobTimeout"]
         self.worker_timeout = cfg.worker_timeout_ms if cfg.worker_timeout_ms is not None \
             else d["workerTimeout"]
-        self._defaults = {name: _request_defaults(c.request) for name, c in spec.commands.items()}
+        self._defaults = {name: request_defaults(c.request) for name, c in spec.commands.items()}
         self._job_defaults = dict(self._defaults["PUSH"])
-        self._pushb_defaults = _request_defaults(
+        self._pushb_defaults = request_defaults(
             spec.commands["PUSHB"].request["properties"]["jobs"]["items"])
         self._push_plain = self._plain_defaults(self._job_defaults)
         self._pushb_plain = self._plain_defaults(self._pushb_defaults)
@@ -215,8 +215,8 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         # answers the documented shapes and bunqueue/2.9.5 what its overlay documents. Read
         # once here; PUSH, PULL and ACK build no such records and never consult it.
         self._reply_fields = {
-            (cmd, path): _reply_properties(self.profile, cmd, path)
-            for cmd, path in _RECORD_REPLIES if cmd in spec.commands}
+            (cmd, path): reply_properties(self.profile, cmd, path)
+            for cmd, path in RECORD_REPLIES if cmd in spec.commands}
 
         self._handlers: dict[str, Callable[[str | None, dict, float], dict | Wait]] = {}
         for name in spec.commands:
@@ -227,21 +227,21 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
 
         # state
         self._jobs: dict[str, Job] = {}
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[str, QueueState] = {}
         self._seq = itertools.count(1)
         self._tie = itertools.count()            # heap tie-breaker
         self._delayed: list[tuple[float, int, str]] = []          # (runAt, seq, id)
         self._timers: list[tuple[float, int, str, str, int]] = []  # (when, tie, kind, id, act)
         self._ttls: list[tuple[float, int, str]] = []             # (expiry, seq, id)
         self._cron_heap: list[tuple[float, int, str]] = []        # (nextRun, generation, name)
-        self._crons: dict[str, _Cron] = {}
+        self._crons: dict[str, CronSchedule] = {}
         self._cron_gen = itertools.count(1)
         self._dependents: dict[str, set[str]] = {}
         self._finished: OrderedDict[str, Any] = OrderedDict()     # removed completed: result
         self._logs: dict[str, list[Record]] = {}
         self._conn_jobs: dict[str, set[str]] = {}
         self._connections: set[str] = set()
-        self._workers: dict[str, _Worker] = {}
+        self._workers: dict[str, RegisteredWorker] = {}
         self._owner_active: Counter = Counter()
         self._webhooks: dict[str, Record] = {}
         self._deliveries: deque[WebhookDelivery] = deque(maxlen=WEBHOOK_BACKLOG_MAX)
@@ -258,8 +258,8 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         self.started_at = float(self._clock())
         self.total_pushed = self.total_pulled = self.total_completed = self.total_failed = 0
         self._latency_sum = self._processing_sum = 0.0
-        self._push_meter = _Meter(THROUGHPUT_WINDOW_S)
-        self._pull_meter = _Meter(THROUGHPUT_WINDOW_S)
+        self._push_meter = RateMeter(THROUGHPUT_WINDOW_S)
+        self._pull_meter = RateMeter(THROUGHPUT_WINDOW_S)
 
         self._recover()
 
@@ -276,7 +276,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
                 return self._error("unknown_command", cmd=cmd)
             if conn_id is not None:
                 self._connections.add(conn_id)
-            return self._run(handler, conn_id, _strip_undefined(dict(request)))
+            return self._run(handler, conn_id, strip_undefined(dict(request)))
         finally:
             self._depth -= 1
             if self._depth == 0 and (self._events or self._outbox):
@@ -383,7 +383,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             if deadline is None:
                 return handler(conn_id, req, now)
             return handler(conn_id, req, now, deadline=deadline)
-        except _Refused as refused:
+        except Refused as refused:
             return self._error(refused.name, **refused.fields)
         except Exception:  # noqa: BLE001 - a bug or a store failure is an error reply, not a crash
             log.exception("bunqueue engine: %s failed", req.get("cmd"))

@@ -1,6 +1,6 @@
 """Jobs and the containers that order them: :class:`Job` (persisted fields, then the volatile
 ones), the generated constructor of bare pushes, :func:`job_to_wire` (the Job object of
-spec/bunqueue/job.yaml), UUIDv7 ids, and per-queue state (:class:`_Queue` with its sorted
+spec/bunqueue/job.yaml), UUIDv7 ids, and per-queue state (:class:`QueueState` with its sorted
 waiting list), cron schedules, registered workers and throughput meters."""
 
 from __future__ import annotations
@@ -145,13 +145,13 @@ _VOLATILE = ("pending_deps", "lock_token", "lock_owner", "lock_expires", "lock_t
 _PERSISTED = tuple(f.name for f in fields(Job) if f.name not in _VOLATILE)
 _PERSISTED_SET = frozenset(_PERSISTED)
 # request keys that leave every other job option at its default (_create's fast path)
-_PLAIN_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data", "priority", "delay",
-                              "maxAttempts", "backoff", "jobId", "customId"})
+PLAIN_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data", "priority", "delay",
+                             "maxAttempts", "backoff", "jobId", "customId"})
 # a PUSH / a PUSHB entry with only these keys (and a non-empty name) takes _create_plain: no
 # custom id, uniqueKey or dependency to check, every other option at its default
-_BARE_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data"})
-_BARE_ENTRY_KEYS = frozenset({"name", "data"})
-_NONE: Any = ()  # the depends_on and tags of a job created without any (see _create_plain)
+BARE_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data"})
+BARE_ENTRY_KEYS = frozenset({"name", "data"})
+NO_ITEMS: Any = ()  # the depends_on and tags of a job created without any (see _create_plain)
 _persisted_values = operator.attrgetter(*_PERSISTED)
 
 
@@ -326,7 +326,10 @@ class _Waiting(SortedList):
         del self._index[:]  # positions changed: rebuilt when next needed
 
 
-class _Queue:
+class QueueState:
+    """One queue's state: its jobs by state and by creation, the pullable ones in pull order,
+    priority counts, unique keys, and its pause, rate limit and concurrency settings."""
+
     __slots__ = ("name", "members", "all", "waiting", "priorities", "unique", "paused",
                  "rate_limit", "concurrency", "pulls")
 
@@ -351,7 +354,9 @@ class _Queue:
 
 
 @dataclass(slots=True)
-class _Cron:
+class CronSchedule:
+    """A cron schedule (Cron): what it pushes, when, and how often it has fired."""
+
     name: str
     queue: str
     data: Any
@@ -378,7 +383,7 @@ class _Cron:
                 "nextRun": self.next_run, "executions": self.executions}
 
     @classmethod
-    def from_record(cls, r: Mapping[str, Any]) -> _Cron:
+    def from_record(cls, r: Mapping[str, Any]) -> CronSchedule:
         return cls(name=r["name"], queue=r["queue"], data=r.get("data"),
                    schedule=r.get("schedule"), repeat_every=r.get("repeatEvery"),
                    priority=r.get("priority", 0), max_limit=r.get("maxLimit"),
@@ -408,7 +413,9 @@ class _Cron:
 
 
 @dataclass(slots=True)
-class _Worker:
+class RegisteredWorker:
+    """A worker registered with RegisterWorker, with its counters and last sighting."""
+
     id: str
     name: str
     queues: list
@@ -422,7 +429,7 @@ class _Worker:
     conn_id: str | None = None
 
 
-class _Meter:
+class RateMeter:
     """Events per second over the last ``window`` whole seconds, in per-second buckets."""
 
     __slots__ = ("window", "buckets")

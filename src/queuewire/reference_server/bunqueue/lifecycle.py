@@ -12,7 +12,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .jobs import _NONE, _PLAIN_PUSH_KEYS, Job, _Queue, job_to_wire, plain_job, uuid7, uuid7_batch
+# The module-private names below are aliases of the public ones of jobs and model: they keep
+# this module's text, which tests/mutation/equivalent/ quotes, as it was before the renames.
+from .jobs import NO_ITEMS as _NONE
+from .jobs import PLAIN_PUSH_KEYS as _PLAIN_PUSH_KEYS
+from .jobs import Job, job_to_wire, uuid7, uuid7_batch
+from .jobs import QueueState as _Queue
+from .jobs import plain_job as _plain_job
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -34,10 +40,10 @@ from .model import (
     WAITING,
     Event,
     Wait,
-    _int,
-    _Refused,
-    _repeat,
 )
+from .model import Refused as _Refused
+from .model import int_option as _int
+from .model import repeat_option as _repeat
 
 
 class Lifecycle:
@@ -290,11 +296,11 @@ class Lifecycle:
         # any share one empty tuple
         first = ({"state": WAITING, "timestamp": now},)
         created = []
-        make_job = plain_job
+        plain_job = _plain_job
         for entry, job_id in zip(entries, ids):
             s = next(seq)
-            job = make_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                           max_attempts, backoff, lifo, roc, rof, first, _NONE)
+            job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                            max_attempts, backoff, lifo, roc, rof, first, _NONE)
             jobs_[job_id] = job
             all_[job_id] = None
             members[job_id] = None
@@ -326,9 +332,9 @@ class Lifecycle:
         job_id = uuid7(now)
         q = self._queues.get(queue) or self._queue(queue)
         s = next(self._seq)
-        job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                        max_attempts, backoff, lifo, roc, rof,
-                        ({"state": WAITING, "timestamp": now},), _NONE)
+        job = _plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
+                         max_attempts, backoff, lifo, roc, rof,
+                         ({"state": WAITING, "timestamp": now},), _NONE)
         self._jobs[job_id] = job
         q.all[job_id] = None
         q.members[WAITING][job_id] = None

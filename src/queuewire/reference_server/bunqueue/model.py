@@ -1,7 +1,7 @@
 """The engine's vocabulary: job states and lifecycle event names as the spec names them,
 the named constants the spec is silent on (each says why its value), the values the engine
 trades with its shell (:class:`Event`, :class:`Wait`, :class:`EngineConfig`), the refusal a
-handler raises (:class:`_Refused`) and small pure helpers on request values (JavaScript
+handler raises (:class:`Refused`) and small pure helpers on request values (JavaScript
 ``undefined`` stripping, integer options, request defaults)."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _map_has_undefined(value: dict) -> bool:
     return False
 
 
-def _strip_undefined(value: Any) -> Any:
+def strip_undefined(value: Any) -> Any:
     """Drop JavaScript ``undefined`` members from option maps: msgpackr clients send unset
     options as undefined (BQ-MSGPACK-6), which means absent. Job data is left as sent. A
     value without any is answered as it is (the common case: no copy)."""
@@ -169,7 +169,7 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def _int(value: Any, default: int = 0) -> int:
+def int_option(value: Any, default: int = 0) -> int:
     """An integer option: msgpackr sends integers beyond 32 bits as (integral) float64."""
     if value is None or isinstance(value, bool):
         return default
@@ -178,15 +178,15 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) else default
 
 
-def _clamp_count(value: Any, default: int | None, ceiling: int) -> int:
+def clamp_count(value: Any, default: int | None, ceiling: int) -> int:
     """A count-like option (limit, offset, count) bounded to what can exist."""
-    n = _int(value, default if default is not None else ceiling)
+    n = int_option(value, default if default is not None else ceiling)
     return max(0, min(n, ceiling))
 
 
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A command refused with one of the spec's errors (raised inside handlers only)."""
 
     def __init__(self, name: str, **fields: Any):
@@ -199,13 +199,15 @@ class _Refused(Exception):
 # =============================================================================================
 # Small pure helpers
 # =============================================================================================
-def _request_defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
+def request_defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The ``default`` of each top-level property of a request schema (the spec's defaults)."""
     return {name: prop["default"] for name, prop in (schema.get("properties") or {}).items()
             if isinstance(prop, Mapping) and "default" in prop}
 
 
-def _repeat(repeat: Mapping[str, Any]) -> dict[str, Any] | None:
+def repeat_option(repeat: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A push's ``repeat`` option as the job keeps it: its numeric ``every``, ``limit``,
+    ``count`` and ``prevMillis`` (``count`` 0 when not given)."""
     out = {k: repeat[k] for k in ("every", "limit", "count", "prevMillis")
            if isinstance(repeat.get(k), (int, float)) and not isinstance(repeat.get(k), bool)}
     out.setdefault("count", 0)
@@ -214,14 +216,14 @@ def _repeat(repeat: Mapping[str, Any]) -> dict[str, Any] | None:
 
 # (command, path) of every reply record a builder filters by the profile's schema: a path is
 # property names, "[]" for a list's items; () is the reply itself
-_RECORD_REPLIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+RECORD_REPLIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Cron", ("cron",)), ("CronGet", ("cron",)), ("CronList", ("crons", "[]")),
     ("RegisterWorker", ("data",)), ("ListWorkers", ("data", "workers", "[]")),
     ("GetLogs", ("data",)), ("Clean", ()),
 )
 
 
-def _reply_properties(profile: Any, cmd: str, path: tuple[str, ...]) -> frozenset[str]:
+def reply_properties(profile: Any, cmd: str, path: tuple[str, ...]) -> frozenset[str]:
     """The property names the profile's response schema of ``cmd`` defines at ``path``
     (``$ref``s to the profile's definitions followed); empty where it defines none."""
     definitions = profile.tree.get("definitions") or {}
@@ -239,6 +241,6 @@ def _reply_properties(profile: Any, cmd: str, path: tuple[str, ...]) -> frozense
     return frozenset(schema.get("properties") or ())
 
 
-def _documented(record: dict, fields: frozenset[str]) -> dict:
+def only_documented(record: dict, fields: frozenset[str]) -> dict:
     """``record`` without the keys ``fields`` (the profile's properties there) lacks."""
     return {k: v for k, v in record.items() if k in fields}

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from .jobs import Job, _Cron
+from .jobs import CronSchedule, Job
 from .model import (
     ACTIVE,
     CRON_FIELDS,
@@ -25,7 +25,7 @@ from .model import (
     SIX_FIELD_SECONDS_FIRST,
     TIMEOUT_ERROR,
     WAITING,
-    _Refused,
+    Refused,
 )
 from .webhook_urls import WebhookDelivery
 
@@ -98,7 +98,7 @@ class Timers:
                                       "name": cron.job_name}, now)
             try:
                 cron.next_run = self._cron_next_run(cron, now, previous=next_run)
-            except _Refused as refused:
+            except Refused as refused:
                 log.warning("bunqueue engine: cron %.100r stops: %s", cron.name,
                             self.error_message(refused.name, **refused.fields))
                 continue  # never pushed back
@@ -106,7 +106,7 @@ class Timers:
             if not cron.at_limit():
                 heapq.heappush(heap, (cron.next_run, cron.generation, cron.name))
 
-    def _cron_next_run(self, cron: _Cron, now: float, previous: float | None = None) -> float:
+    def _cron_next_run(self, cron: CronSchedule, now: float, previous: float | None = None) -> float:
         """When ``cron`` next fires after ``now``, from its parsed expression (never parsed
         again here) or its interval."""
         if cron.schedule is not None:
@@ -171,11 +171,11 @@ class Timers:
 
 
 
-def _zone(name: Any) -> ZoneInfo:
+def cron_zone(name: Any) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ValueError, KeyError, OSError, TypeError):
-        raise _Refused("cron_invalid_timezone", timezone=name) from None
+        raise Refused("cron_invalid_timezone", timezone=name) from None
 
 
 def cron_iterator(schedule: str, tz: str | None, now_ms: float) -> croniter:
@@ -184,13 +184,13 @@ def cron_iterator(schedule: str, tz: str | None, now_ms: float) -> croniter:
     parsing a 256-character schedule costs under a millisecond."""
     fields_ = schedule.split()
     if not schedule.startswith("@") and len(fields_) not in CRON_FIELDS:
-        raise _Refused("cron_invalid_expression", detail="Cron expression must have "
-                       "5 fields, or 6 fields with leading seconds")
+        raise Refused("cron_invalid_expression", detail="Cron expression must have "
+                      "5 fields, or 6 fields with leading seconds")
     try:
         return croniter(schedule, _start(tz, now_ms),
                         second_at_beginning=len(fields_) == SIX_FIELD_SECONDS_FIRST)
     except Exception as exc:  # noqa: BLE001 - croniter raises many kinds for bad input
-        raise _Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
+        raise Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
             from None
 
 
@@ -201,7 +201,7 @@ def cron_next(iterator: croniter, tz: str | None, after_ms: float) -> float:
     try:
         return iterator.get_next(float, start_time=_start(tz, after_ms)) * 1000
     except Exception as exc:  # noqa: BLE001 - croniter raises many kinds for bad input
-        raise _Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
+        raise Refused("cron_invalid_expression", detail=str(exc) or type(exc).__name__) \
             from None
 
 

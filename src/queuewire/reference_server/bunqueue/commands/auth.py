@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import _Refused
+from ..model import Refused
 
 
 class AuthCommands:
@@ -18,7 +18,7 @@ class AuthCommands:
     def _cmd_Auth(self, conn_id: str | None, req: dict, now: float) -> dict:
         # The engine holds no tokens. A shell with tokens configured answers Auth itself; one
         # without forwards it here and gets bunqueue's answer for that case (BQ-AUTH-3).
-        raise _Refused("invalid_token")
+        raise Refused("invalid_token")
 
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jobs import _Queue
+from ..jobs import QueueState
 from ..model import (
     ACTIVE,
     COMPLETED,
@@ -17,11 +17,11 @@ from ..model import (
     EV_PROMOTE,
     FAILED,
     WAITING,
+    Refused,
     Wait,
-    _clamp_count,
-    _documented,
-    _int,
-    _Refused,
+    clamp_count,
+    int_option,
+    only_documented,
 )
 
 
@@ -34,14 +34,14 @@ class ControlCommands:
     def _cmd_Cancel(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"], "job_not_cancellable")
         if job.state not in (WAITING, DELAYED):  # BQ-JOB-9
-            raise _Refused("job_not_cancellable")
+            raise Refused("job_not_cancellable")
         self._remove(job, now)
         return {"ok": True}
 
     def _cmd_Progress(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"])
         if job.state != ACTIVE:  # BQ-JOB-11
-            raise _Refused("job_not_active", state=job.state)
+            raise Refused("job_not_active", state=job.state)
         job.progress = req["progress"]
         job.progress_message = req.get("message") if isinstance(req.get("message"), str) \
             else None
@@ -60,13 +60,13 @@ class ControlCommands:
     def _cmd_ChangePriority(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"], "job_not_queued")
         if job.state not in (WAITING, DELAYED):
-            raise _Refused("job_not_queued")
+            raise Refused("job_not_queued")
         q = self._queues[job.queue]
         pullable = job.state == WAITING and job.pending_deps == 0
         if pullable:
             q.waiting.discard(self._wkey(job))
         self._count_priority(q, job.priority, -1)
-        job.priority = _int(req["priority"])
+        job.priority = int_option(req["priority"])
         self._count_priority(q, job.priority, +1)
         if pullable:
             q.waiting.add(self._wkey(job))
@@ -76,7 +76,7 @@ class ControlCommands:
     def _cmd_Promote(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"], "job_not_delayed")
         if not self._allows(job, EV_PROMOTE):  # BQ-JOB-3
-            raise _Refused("job_not_delayed")
+            raise Refused("job_not_delayed")
         job.run_at = now
         self._move(job, EV_PROMOTE, now)
         return {"ok": True}
@@ -84,8 +84,8 @@ class ControlCommands:
     def _cmd_MoveToDelayed(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"])
         if not self._allows(job, EV_MOVE_TO_DELAYED):  # BQ-JOB-6: active jobs only
-            raise _Refused("job_not_active", state=job.state)
-        job.run_at = now + max(0, _int(req["delay"]))
+            raise Refused("job_not_active", state=job.state)
+        job.run_at = now + max(0, int_option(req["delay"]))
         self._move(job, EV_MOVE_TO_DELAYED, now)
         self._settle_delayed(job, now)
         return {"ok": True}
@@ -93,7 +93,7 @@ class ControlCommands:
     def _cmd_Discard(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"])
         if not self._allows(job, EV_DISCARD):  # BQ-JOB-7 (bunqueue: Job not found)
-            raise _Refused("job_not_found")
+            raise Refused("job_not_found")
         job.failed_reason = DISCARDED_ERROR
         self._move(job, EV_DISCARD, now, error=DISCARDED_ERROR)
         self.total_failed += 1
@@ -113,18 +113,18 @@ class ControlCommands:
                      deadline: float | None = None) -> dict | Wait:
         job_id = req["id"]
         if deadline is None and job_id not in self._jobs and job_id not in self._finished:
-            raise _Refused("job_not_found")
+            raise Refused("job_not_found")
         reply = self._wait_job_now(job_id, now, final=False)
         if reply is not None:
             return reply  # BQ-WAITJOB-1: at once when already completed
         if deadline is None:
-            timeout = _int(req.get("timeout"), self.wait_job_timeout)
+            timeout = int_option(req.get("timeout"), self.wait_job_timeout)
             deadline = now + max(0, timeout)
         if now >= deadline:
             return {"ok": True, "completed": False}  # BQ-WAITJOB-2
         return Wait("job", job_id, deadline, req, conn_id)
 
-    def _set_queue(self, name: str, **changes: Any) -> _Queue:
+    def _set_queue(self, name: str, **changes: Any) -> QueueState:
         q = self._queue(name)
         for key, value in changes.items():
             setattr(q, key, value)
@@ -170,11 +170,11 @@ class ControlCommands:
     def _cmd_Clean(self, conn_id: str | None, req: dict, now: float) -> dict:
         q = self._queues.get(req["queue"])
         if q is None:
-            return _documented({"ok": True, "count": 0, "ids": []}, self._reply_fields["Clean", ()])
+            return only_documented({"ok": True, "count": 0, "ids": []}, self._reply_fields["Clean", ()])
         state = req.get("state")
         states = (WAITING, DELAYED, COMPLETED, FAILED) if state is None else \
             ((state,) if state in (WAITING, DELAYED, COMPLETED, FAILED) else ())  # BQ-QUEUE-5
-        limit = _clamp_count(req.get("limit"), None, len(q.all))
+        limit = clamp_count(req.get("limit"), None, len(q.all))
         cutoff = now - req["grace"]
         removed: list[str] = []
         for s in states:
@@ -186,8 +186,8 @@ class ControlCommands:
                 if age_from is not None and age_from <= cutoff:  # BQ-QUEUE-4
                     self._remove(job, now)
                     removed.append(job_id)
-        return _documented({"ok": True, "count": len(removed), "ids": removed},
-                           self._reply_fields["Clean", ()])
+        return only_documented({"ok": True, "count": len(removed), "ids": removed},
+                               self._reply_fields["Clean", ()])
 
     def _cmd_ListQueues(self, conn_id: str | None, req: dict, now: float) -> dict:
         return {"ok": True, "queues": [

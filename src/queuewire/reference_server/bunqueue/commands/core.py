@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..jobs import _BARE_ENTRY_KEYS, _BARE_PUSH_KEYS
-from ..model import Wait, _int, _Refused
+from ..jobs import BARE_ENTRY_KEYS, BARE_PUSH_KEYS
+from ..model import Refused, Wait, int_option
 
 
 class CoreCommands:
@@ -14,7 +14,7 @@ class CoreCommands:
     # =========================================================================================
     def _cmd_PUSH(self, conn_id: str | None, req: dict, now: float) -> dict:
         plain = self._push_plain
-        if plain is not None and req.keys() <= _BARE_PUSH_KEYS:
+        if plain is not None and req.keys() <= BARE_PUSH_KEYS:
             name = req.get("name")
             if type(name) is str and name:
                 return {"ok": True, "id": self._create_one(req["queue"], req, now, plain)}
@@ -29,7 +29,7 @@ class CoreCommands:
         plain = self._pushb_plain
         if plain is not None and entries:
             for e in entries:  # a loop, not all(): no generator to resume per entry
-                if type(e) is not dict or not e.keys() <= _BARE_ENTRY_KEYS:
+                if type(e) is not dict or not e.keys() <= BARE_ENTRY_KEYS:
                     break
                 name = e.get("name")
                 if type(name) is not str or not name:
@@ -59,7 +59,7 @@ class CoreCommands:
 
     def _cmd_PULLB(self, conn_id: str | None, req: dict, now: float,
                    deadline: float | None = None) -> dict | Wait:
-        return self._pull(conn_id, req, now, max(0, _int(req.get("count"), 1)), True, deadline)
+        return self._pull(conn_id, req, now, max(0, int_option(req.get("count"), 1)), True, deadline)
 
     def _cmd_ACK(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._active(req["id"])
@@ -70,14 +70,14 @@ class CoreCommands:
     def _cmd_ACKB(self, conn_id: str | None, req: dict, now: float) -> dict:
         ids, results, tokens = req["ids"], req.get("results"), req.get("tokens")
         if results is not None and len(results) != len(ids):  # BQ-ACKB-1
-            raise _Refused("ackb_results_length")
+            raise Refused("ackb_results_length")
         if tokens is not None and len(tokens) != len(ids):
-            raise _Refused("ackb_tokens_length")
+            raise Refused("ackb_tokens_length")
         seen: set[str] = set()
         jobs = []
         for i, job_id in enumerate(ids):  # all or nothing (BQ-JOB-12)
             if job_id in seen:
-                raise _Refused("job_not_processing", id=job_id)
+                raise Refused("job_not_processing", id=job_id)
             seen.add(job_id)
             job = self._active(job_id)
             self._check_lock(job, tokens[i] if tokens is not None else None, now)

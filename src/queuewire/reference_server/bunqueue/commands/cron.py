@@ -27,10 +27,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ..jobs import _Cron
-from ..model import CRON_PERIOD_MS, DEFAULT_JOB_NAME, _documented, _int, _Refused
+from ..jobs import CronSchedule
+from ..model import CRON_PERIOD_MS, DEFAULT_JOB_NAME, Refused, int_option, only_documented
 from ..store import Record
-from ..timers import _zone, cron_iterator
+from ..timers import cron_iterator, cron_zone
 
 log = logging.getLogger(__name__)
 
@@ -50,36 +50,37 @@ class CronCommands:
         repeat_every = req.get("repeatEvery")
         tz = req.get("timezone")
         if schedule is None and repeat_every is None:
-            raise _Refused("cron_no_schedule")  # BQ-CRON-7
+            raise Refused("cron_no_schedule")  # BQ-CRON-7
         if schedule is not None:
             self._check_schedule_length(schedule)  # before anything splits or parses it
         if tz is not None:
-            _zone(tz)
+            cron_zone(tz)
         if schedule is not None:
             repeat_every = None  # schedule wins when both are given
-        elif _int(repeat_every) <= 0:
-            raise _Refused("cron_invalid_repeat")
+        elif int_option(repeat_every) <= 0:
+            raise Refused("cron_invalid_repeat")
         existing = self._crons.get(req["name"])
-        cron = _Cron(name=req["name"], queue=req["queue"], data=req.get("data"),
-                     schedule=schedule, repeat_every=_int(repeat_every) if repeat_every else None,
-                     priority=_int(req.get("priority"), 0),
-                     max_limit=_int(req["maxLimit"]) if req.get("maxLimit") is not None else None,
-                     timezone=tz, job_name=req["jobName"] if isinstance(req.get("jobName"), str)
-                     else DEFAULT_JOB_NAME, next_run=0.0,
-                     executions=existing.executions if existing else 0,  # BQ-CRON-4: upsert
-                     generation=next(self._cron_gen))
+        cron = CronSchedule(
+            name=req["name"], queue=req["queue"], data=req.get("data"), schedule=schedule,
+            repeat_every=int_option(repeat_every) if repeat_every else None,
+            priority=int_option(req.get("priority"), 0),
+            max_limit=int_option(req["maxLimit"]) if req.get("maxLimit") is not None else None,
+            timezone=tz, job_name=req["jobName"] if isinstance(req.get("jobName"), str)
+            else DEFAULT_JOB_NAME, next_run=0.0,
+            executions=existing.executions if existing else 0,  # BQ-CRON-4: upsert
+            generation=next(self._cron_gen))
         self._admit_cron(cron, now)
         cron.next_run = self._cron_next_run(cron, now)
         self._crons[cron.name] = cron
         self.store.put_cron(cron.to_record())
         if not cron.at_limit():
             heapq.heappush(self._cron_heap, (cron.next_run, cron.generation, cron.name))
-        return {"ok": True, "cron": _documented(cron.wire(), self._reply_fields["Cron", ("cron",)])}
+        return {"ok": True, "cron": only_documented(cron.wire(), self._reply_fields["Cron", ("cron",)])}
 
-    def _cron(self, name: Any) -> _Cron:
+    def _cron(self, name: Any) -> CronSchedule:
         cron = self._crons.get(name) if isinstance(name, str) else None
         if cron is None:
-            raise _Refused("cron_not_found")  # BQ-CRON-5
+            raise Refused("cron_not_found")  # BQ-CRON-5
         return cron
 
     def _cmd_CronDelete(self, conn_id: str | None, req: dict, now: float) -> dict:
@@ -90,23 +91,23 @@ class CronCommands:
 
     def _cmd_CronList(self, conn_id: str | None, req: dict, now: float) -> dict:
         fields = self._reply_fields["CronList", ("crons", "[]")]
-        return {"ok": True, "crons": [_documented(c.wire(), fields) for c in self._crons.values()]}
+        return {"ok": True, "crons": [only_documented(c.wire(), fields) for c in self._crons.values()]}
 
     def _cmd_CronGet(self, conn_id: str | None, req: dict, now: float) -> dict:
-        return {"ok": True, "cron": _documented(self._cron(req["name"]).wire(),
-                                                self._reply_fields["CronGet", ("cron",)])}
+        return {"ok": True, "cron": only_documented(self._cron(req["name"]).wire(),
+                                                    self._reply_fields["CronGet", ("cron",)])}
 
     # =========================================================================================
     # Admission (BQ-SAFE-1)
     # =========================================================================================
     def _check_schedule_length(self, schedule: Any) -> None:
         if not isinstance(schedule, str):
-            raise _Refused("cron_invalid_expression", detail="Cron expression must be a string")
+            raise Refused("cron_invalid_expression", detail="Cron expression must be a string")
         bound = self.spec.safeguards["cron_schedule_chars"]
         if len(schedule) > bound:
-            raise _Refused("cron_schedule_too_long", length=len(schedule), max=bound)
+            raise Refused("cron_schedule_too_long", length=len(schedule), max=bound)
 
-    def _admit_cron(self, cron: _Cron, now: float) -> None:
+    def _admit_cron(self, cron: CronSchedule, now: float) -> None:
         """Check ``cron`` against the bounds (see the module doc), cheapest first, and set its
         parsed expression and period; raises the refusal. Changes no engine state."""
         safe = self.spec.safeguards
@@ -119,15 +120,15 @@ class CronCommands:
             every = cron.repeat_every
             if not isinstance(every, (int, float)) or isinstance(every, bool) \
                     or not every > 0:  # a stored record is not validated by a schema
-                raise _Refused("cron_invalid_repeat")
+                raise Refused("cron_invalid_repeat")
             if every < safe["cron_min_interval"]:
-                raise _Refused("cron_interval_too_short", min=safe["cron_min_interval"])
+                raise Refused("cron_interval_too_short", min=safe["cron_min_interval"])
             cron.period_ms = float(every)
         if cron.name not in self._crons and len(self._crons) >= safe["max_crons"]:
-            raise _Refused("cron_limit_reached", max=safe["max_crons"])
+            raise Refused("cron_limit_reached", max=safe["max_crons"])
         others = sum(c.rate() for c in self._crons.values() if c.name != cron.name)
         if others + cron.rate() > safe["cron_rate"] + RATE_SLACK:
-            raise _Refused("cron_rate_exceeded", max=safe["cron_rate"])
+            raise Refused("cron_rate_exceeded", max=safe["cron_rate"])
 
     def _load_crons(self, records: Iterable[Record]) -> None:
         """Recovery: admit each stored schedule as a Cron would be; one outside the bounds
@@ -137,9 +138,9 @@ class CronCommands:
         for record in records:
             name = record.get("name")
             try:
-                cron = _Cron.from_record(record)
+                cron = CronSchedule.from_record(record)
                 self._admit_cron(cron, now)
-            except _Refused as refused:
+            except Refused as refused:
                 log.warning("bunqueue engine: stored cron %.100r skipped: %s", name,
                             self.error_message(refused.name, **refused.fields))
                 continue

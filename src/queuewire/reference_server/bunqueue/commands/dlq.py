@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..jobs import Job, job_to_wire
-from ..model import COMPLETED, EV_RETRY_COMPLETED, EV_RETRY_DLQ, FAILED, _clamp_count
+from ..model import COMPLETED, EV_RETRY_COMPLETED, EV_RETRY_DLQ, FAILED, clamp_count
 
 
 class DlqCommands:
@@ -19,7 +19,7 @@ class DlqCommands:
         q = self._queues.get(req["queue"])
         ids = list(q.members[FAILED]) if q else []
         if req.get("count") is not None:
-            ids = ids[:_clamp_count(req["count"], None, len(ids))]
+            ids = ids[:clamp_count(req["count"], None, len(ids))]
         return {"ok": True, "jobs": [job_to_wire(self._jobs[j]) for j in ids]}
 
     def _requeue(self, job: Job, event: str, now: float) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import LOGS_PER_JOB_MAX, _documented
+from ..model import LOGS_PER_JOB_MAX, only_documented
 
 
 class LogsCommands:
@@ -24,4 +24,4 @@ class LogsCommands:
     def _cmd_GetLogs(self, conn_id: str | None, req: dict, now: float) -> dict:
         entries = self._logs.get(req["id"], []) if isinstance(req["id"], str) else []
         data = {"logs": [dict(e) for e in entries], "count": len(entries)}
-        return {"ok": True, "data": _documented(data, self._reply_fields["GetLogs", ("data",)])}
+        return {"ok": True, "data": only_documented(data, self._reply_fields["GetLogs", ("data",)])}

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import ACTIVE, COMPLETED, DELAYED, FAILED, MB, WAITING, _Refused
+from ..model import ACTIVE, COMPLETED, DELAYED, FAILED, MB, WAITING, Refused
 from ..store import StorageStatus
 
 
@@ -103,7 +103,7 @@ class MonitoringCommands:
     def _cmd_Heartbeat(self, conn_id: str | None, req: dict, now: float) -> dict:
         worker = self._workers.get(req["id"]) if isinstance(req["id"], str) else None
         if worker is None:
-            raise _Refused("worker_not_found")  # BQ-REG-2
+            raise Refused("worker_not_found")  # BQ-REG-2
         worker.last_seen = now  # BQ-REG-1
         return {"ok": True, "data": {"ok": True}}
 
@@ -126,7 +126,7 @@ class MonitoringCommands:
 
     def _cmd_JobHeartbeat(self, conn_id: str | None, req: dict, now: float) -> dict:
         if not self._heartbeat_job(req["id"], req.get("token"), now):
-            raise _Refused("job_heartbeat_refused")
+            raise Refused("job_heartbeat_refused")
         return {"ok": True, "data": {"ok": True}}
 
     def _cmd_JobHeartbeatB(self, conn_id: str | None, req: dict, now: float) -> dict:

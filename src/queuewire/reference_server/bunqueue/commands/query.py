@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from ..jobs import Job, _Queue, job_to_wire
-from ..model import ACTIVE, COMPLETED, DELAYED, WAITING, _clamp_count, _Refused
+from ..jobs import Job, QueueState, job_to_wire
+from ..model import ACTIVE, COMPLETED, DELAYED, WAITING, Refused, clamp_count
 
 
 class QueryCommands:
@@ -20,7 +20,7 @@ class QueryCommands:
     def _job(self, job_id: Any, error: str = "job_not_found") -> Job:
         job = self._jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None:
-            raise _Refused(error, id=job_id)
+            raise Refused(error, id=job_id)
         return job
 
     def _full_wire(self, job: Job, state: bool = True) -> dict:
@@ -49,7 +49,7 @@ class QueryCommands:
             result = self._finished.get(job_id)
         return {"ok": True, "id": job_id, "result": result}
 
-    def _iter_state(self, q: _Queue, state: str | None) -> Iterator[str]:
+    def _iter_state(self, q: QueueState, state: str | None) -> Iterator[str]:
         if state is None:
             return iter(q.all)
         if state == WAITING:  # pull order first, then the jobs held by dependencies
@@ -66,8 +66,8 @@ class QueryCommands:
         if q is None:
             return {"ok": True, "jobs": []}
         d = self._defaults["GetJobs"]
-        offset = _clamp_count(req.get("offset"), d.get("offset", 0), len(q.all))
-        limit = _clamp_count(req.get("limit"), d.get("limit"), len(q.all))
+        offset = clamp_count(req.get("offset"), d.get("offset", 0), len(q.all))
+        limit = clamp_count(req.get("limit"), d.get("limit"), len(q.all))
         ids = itertools.islice(self._iter_state(q, req.get("state")), offset, offset + limit)
         return {"ok": True, "jobs": [self._full_wire(self._jobs[j]) for j in ids]}
 
@@ -83,7 +83,7 @@ class QueryCommands:
     def _cmd_GetJobByCustomId(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._jobs.get(req["customId"])
         if job is None or job.custom_id != req["customId"]:  # BQ-QUERY-2
-            raise _Refused("job_not_found")
+            raise Refused("job_not_found")
         return {"ok": True, "job": self._full_wire(job, state=False)}
 
     def _cmd_Count(self, conn_id: str | None, req: dict, now: float) -> dict:
@@ -93,7 +93,7 @@ class QueryCommands:
     def _cmd_GetProgress(self, conn_id: str | None, req: dict, now: float) -> dict:
         job = self._job(req["id"])
         if job.state != ACTIVE:
-            raise _Refused("job_not_active", state=job.state)
+            raise Refused("job_not_active", state=job.state)
         return {"ok": True, "progress": job.progress, "message": job.progress_message}
 
     def _cmd_GetChildrenValues(self, conn_id: str | None, req: dict, now: float) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..model import _int, _Refused
+from ..model import Refused, int_option
 
 
 class RateCommands:
@@ -16,7 +16,7 @@ class RateCommands:
     def _cmd_RateLimit(self, conn_id: str | None, req: dict, now: float) -> dict:
         limit = req["limit"]
         if not isinstance(limit, (int, float)) or not math.isfinite(limit):
-            raise _Refused("limit_not_finite")
+            raise Refused("limit_not_finite")
         q = self._set_queue(req["queue"], rate_limit=limit)  # BQ-RATE-2
         q.pulls.clear()
         if q.waiting:
@@ -34,7 +34,7 @@ class RateCommands:
         return {"ok": True}
 
     def _cmd_SetConcurrency(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._set_queue(req["queue"], concurrency=_int(req["limit"]))  # BQ-CONC-1
+        q = self._set_queue(req["queue"], concurrency=int_option(req["limit"]))  # BQ-CONC-1
         if q.waiting:
             self._emit(q.name, None, "concurrency changed")
         return {"ok": True}

@@ -10,7 +10,7 @@ with ``webhook_limit_reached`` naming the bound. How the deliveries themselves a
 from __future__ import annotations
 
 from ..jobs import uuid7
-from ..model import _Refused
+from ..model import Refused
 from ..webhook_urls import webhook_url_error
 
 
@@ -24,19 +24,19 @@ class WebhooksCommands:
         url, events = req["url"], list(req["events"])
         invalid = [e for e in events if e not in self._webhook_events]
         if invalid:  # BQ-WEBHOOK-5
-            raise _Refused("webhook_invalid_events", events=", ".join(map(str, invalid)),
-                           valid=", ".join(self._webhook_events))
+            raise Refused("webhook_invalid_events", events=", ".join(map(str, invalid)),
+                          valid=", ".join(self._webhook_events))
         problem = webhook_url_error(url, allow_private=self.config.allow_private_webhooks)
         if problem is not None:  # BQ-WEBHOOK-1
-            raise _Refused(problem)
+            raise Refused(problem)
         safeguards = self.profile.model.safeguards  # BQ-SAFE-1
         total = int(safeguards["max_webhooks"])
         if len(self._webhooks) >= total:
-            raise _Refused("webhook_limit_reached", max=total)
+            raise Refused("webhook_limit_reached", max=total)
         per_queue = int(safeguards["webhooks_per_queue"])
         queue = req.get("queue")
         if sum(1 for h in self._webhooks.values() if h.get("queue") == queue) >= per_queue:
-            raise _Refused("webhook_limit_reached", max=per_queue)
+            raise Refused("webhook_limit_reached", max=per_queue)
         hook = {"id": uuid7(now), "url": url, "events": events, "queue": req.get("queue"),
                 "secret": req.get("secret"), "createdAt": now, "lastTriggered": None,
                 "successCount": 0, "failureCount": 0, "enabled": True}
@@ -49,7 +49,7 @@ class WebhooksCommands:
 
     def _cmd_RemoveWebhook(self, conn_id: str | None, req: dict, now: float) -> dict:
         if self._webhooks.pop(req["webhookId"], None) is None:
-            raise _Refused("webhook_not_found")  # BQ-WEBHOOK-4
+            raise Refused("webhook_not_found")  # BQ-WEBHOOK-4
         self.store.delete_webhook(req["webhookId"])
         return {"ok": True, "data": {"removed": True}}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..jobs import _Worker, uuid7
-from ..model import _documented, _int, _Refused
+from ..jobs import RegisteredWorker, uuid7
+from ..model import Refused, int_option, only_documented
 
 
 class WorkersCommands:
@@ -12,7 +12,7 @@ class WorkersCommands:
     # =========================================================================================
     # Commands: workers
     # =========================================================================================
-    def _worker_wire(self, w: _Worker, now: float) -> dict:
+    def _worker_wire(self, w: RegisteredWorker, now: float) -> dict:
         """Everything a worker record can carry; the handlers keep what the profile defines."""
         return {"id": w.id, "name": w.name, "queues": list(w.queues),
                 "registeredAt": w.registered_at, "lastSeen": w.last_seen,
@@ -26,12 +26,13 @@ class WorkersCommands:
         wid = req.get("workerId") if isinstance(req.get("workerId"), str) and req["workerId"] \
             else uuid7(now)
         started = req.get("startedAt")
-        worker = _Worker(id=wid, name=req["name"], queues=list(req.get("queues") or []),
-                         registered_at=float(started) if isinstance(started, (int, float))
-                         and not isinstance(started, bool) else now,
-                         last_seen=now, concurrency=max(1, _int(req.get("concurrency"), 1)),
-                         hostname=req["hostname"] if isinstance(req.get("hostname"), str)
-                         else "unknown", pid=_int(req.get("pid"), 0), conn_id=conn_id)
+        worker = RegisteredWorker(
+            id=wid, name=req["name"], queues=list(req.get("queues") or []),
+            registered_at=float(started) if isinstance(started, (int, float))
+            and not isinstance(started, bool) else now,
+            last_seen=now, concurrency=max(1, int_option(req.get("concurrency"), 1)),
+            hostname=req["hostname"] if isinstance(req.get("hostname"), str)
+            else "unknown", pid=int_option(req.get("pid"), 0), conn_id=conn_id)
         previous = self._workers.get(wid)
         if previous is not None:  # re-registration keeps the counters
             worker.processed, worker.failed = previous.processed, previous.failed
@@ -39,11 +40,11 @@ class WorkersCommands:
         wire = self._worker_wire(worker, now)
         data = {"workerId": wid, **{k: v for k, v in wire.items() if k != "id"}}
         return {"ok": True,
-                "data": _documented(data, self._reply_fields["RegisterWorker", ("data",)])}
+                "data": only_documented(data, self._reply_fields["RegisterWorker", ("data",)])}
 
     def _cmd_UnregisterWorker(self, conn_id: str | None, req: dict, now: float) -> dict:
         if self._workers.pop(req["workerId"], None) is None:
-            raise _Refused("worker_not_found")
+            raise Refused("worker_not_found")
         return {"ok": True, "data": {"removed": True}}
 
     def _cmd_ListWorkers(self, conn_id: str | None, req: dict, now: float) -> dict:
@@ -55,5 +56,5 @@ class WorkersCommands:
                  "activeJobs": sum(w["activeJobs"] for w in workers),
                  "concurrencySlots": sum(w["concurrency"] for w in workers)}
         fields = self._reply_fields["ListWorkers", ("data", "workers", "[]")]
-        return {"ok": True, "data": {"workers": [_documented(w, fields) for w in workers],
+        return {"ok": True, "data": {"workers": [only_documented(w, fields) for w in workers],
                                      "stats": stats}}
