@@ -94,7 +94,7 @@ def bunqueue_profile(profile: Profile | str | None) -> Profile:
     return load_profile(profile or "bunqueue/v2")
 
 
-def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
+def nests_too_deep(payload: bytes, obj: Any, limit: float) -> bool:
     """Whether the message encoded as ``payload`` nests deeper than ``limit`` (BQ-MSGPACK-3),
     for a sender that checks what it is about to write: the decoder's cheap count of container
     bytes first, then the exact walk over the payload read back as plain maps and lists (what
@@ -110,7 +110,7 @@ def nests_too_deep(payload: bytes, obj: Any, limit: int) -> bool:
     return depth_exceeds(plain, limit)
 
 
-def depth_exceeds(obj: Any, limit: int) -> bool:
+def depth_exceeds(obj: Any, limit: float) -> bool:
     """Whether containers in ``obj`` nest deeper than ``limit`` (the top-level map is level 1).
 
     Iterative, so it is safe on any input the decoder produced.
@@ -204,7 +204,7 @@ class FrameDecoder:
                        f"({self._need} needed)", self._base, [])
 
     # -- core ---------------------------------------------------------------------------------
-    def _fail(self, cls: type[ProtocolError], kind: str, msg: str, offset: int, out: list) -> None:
+    def _fail(self, cls: type[ProtocolError], kind: str, msg: str, offset: int, out: list[Any]) -> None:
         err = cls(self._errors[kind], msg, offset=offset, frames=out)
         if err.reaction == "close":
             self._dead = err
@@ -289,7 +289,7 @@ class FrameDecoder:
         size = self._prefix.size
         self._need = size + self._prefix.unpack_from(tail)[0] if len(tail) >= size else size
 
-    def _payload_error(self, exc: Exception, payload: memoryview, start: int, out: list,
+    def _payload_error(self, exc: Exception, payload: memoryview, start: int, out: list[Any],
                        buf: Any, pos: int) -> None:
         self._keep(buf, pos)
         length = len(payload)

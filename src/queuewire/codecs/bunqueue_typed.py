@@ -65,7 +65,7 @@ from __future__ import annotations
 import keyword
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict, Union
 
 import msgspec
@@ -107,13 +107,13 @@ class _Unsupported(Exception):
     """The schema uses something the typed check cannot express exactly."""
 
 
-def _keywords(node: Mapping) -> set[str]:
+def _keywords(node: Mapping[str, Any]) -> set[str]:
     """The validation keywords of ``node`` (annotations and ``x-`` extensions left out:
     the general path acts only on x-maxJsonBytes, which the size bound covers)."""
     return {k for k in node if k not in _ANNOTATIONS and not k.startswith("x-")}
 
 
-def _deref(root: Mapping, node: Any) -> Mapping:
+def _deref(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
     """``node`` with local ``$ref``s followed; a ``$ref`` beside validation keywords is
     refused (they would apply together, not override)."""
     for _ in range(16):
@@ -166,7 +166,7 @@ def char_class(pattern: str) -> tuple[str, bool] | None:
     return "".join(sorted(chars)), non_empty
 
 
-def _bounds(node: Mapping) -> tuple[Any, Any]:
+def _bounds(node: Mapping[str, Any]) -> tuple[Any, Any]:
     lo, hi = node.get("minimum"), node.get("maximum")
     for b in (lo, hi):
         if b is not None and type(b) is not int:
@@ -183,7 +183,7 @@ def _annotated(tp: Any, meta: msgspec.Meta | None) -> Any:
     return tp if meta is None else Annotated[tp, meta]
 
 
-def _field_type(root: Mapping, raw: Any, top: bool, structs: bool = False
+def _field_type(root: Mapping[str, Any], raw: Any, top: bool, structs: bool = False
                 ) -> tuple[Any, tuple[str, bool] | None]:
     """The msgspec type of one property schema, and its pattern's character class (only a
     top-level property may have one). An object with properties is ``_NESTED`` or, with
@@ -244,7 +244,8 @@ def _field_type(root: Mapping, raw: Any, top: bool, structs: bool = False
     return dict, None  # a free-form object (job data as an object, a result)
 
 
-def _typed_dict(name: str, schema: Mapping) -> tuple[Any, dict[str, tuple[str, bool]]]:
+def _typed_dict(name: str, schema: Mapping[str, Any]
+                ) -> tuple[Any, dict[str, tuple[str, bool]]]:
     """The TypedDict of a request schema and the character classes of its patterned fields.
     Optional nested objects are left out of it. Raises ``_Unsupported``."""
     if schema.get("type") != "object" or _keywords(schema) - {"type", "properties", "required",
@@ -270,7 +271,7 @@ def _typed_dict(name: str, schema: Mapping) -> tuple[Any, dict[str, tuple[str, b
     return TypedDict(f"{name}Request", fields, total=False), patterns  # type: ignore[operator]
 
 
-def _struct(name: str, root: Mapping, node: Mapping,
+def _struct(name: str, root: Mapping[str, Any], node: Mapping[str, Any],
             patterns: dict[str, tuple[str, bool]] | None = None) -> type[msgspec.Struct]:
     """A Struct checking an object schema, nested ones included, refusing unknown fields
     (the schemas allow them; a frame holding one takes the general path). Only decoded to
@@ -335,7 +336,7 @@ class TypedRequests:
             except _Unsupported as exc:
                 self.skipped[name] = str(exc)
 
-    def _add(self, name: str, schema: Mapping, validator: BunqueueValidator) -> None:
+    def _add(self, name: str, schema: Mapping[str, Any], validator: BunqueueValidator) -> None:
         cmd = (schema.get("properties") or {}).get("cmd") or {}
         encoded = name.encode()
         if cmd.get("const") != name or len(encoded) >= 32 or "cmd" not in (
@@ -358,7 +359,7 @@ class TypedRequests:
         self.checks[_CMD_KEY + bytes([_FIXSTR | len(encoded)]) + encoded] = (
             decode, max_payload, field, seen, matches)
 
-    def _checked_plain(self, name: str, schema: Mapping,
+    def _checked_plain(self, name: str, schema: Mapping[str, Any],
                        patterns: dict[str, tuple[str, bool]]) -> Any:
         """For a schema with nested objects: a Struct decode checks the frame (its top-level
         patterns aside, put in ``patterns``), then the plain decoder builds the message."""
@@ -367,10 +368,11 @@ class TypedRequests:
             raise _Unsupported("request schema is not a plain object schema")
         check = msgspec.msgpack.Decoder(_struct(f"{name}Check", schema, schema, patterns),
                                         ext_hook=_refuse_ext).decode
-        plain = self._plain
+        # the plain decoder returns Any; a payload it accepts here is a map (the check passed)
+        plain: Callable[[memoryview], dict[str, Any]] = self._plain
         undefined = self._undefined
 
-        def decode(payload: memoryview) -> dict:
+        def decode(payload: memoryview) -> dict[str, Any]:
             check(payload)  # raises on anything it refuses: the general path decides
             # an untyped value is skipped as Raw, unread: one that is undefined (absent,
             # for a required field) sends the frame to the general path, as does any

@@ -18,7 +18,7 @@ import datetime as _dt
 import math
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import jsonschema_rs
 import msgspec
@@ -54,7 +54,7 @@ def js_number(x: float) -> str:
     sign, digits, exp = Decimal(repr(x)).normalize().as_tuple()  # shortest round-trip digits
     s = "".join(map(str, digits))
     k = len(s)
-    n = exp + k  # x = 0.s * 10^n
+    n = cast(int, exp) + k  # x = 0.s * 10^n (an int exponent: x is finite)
     if k <= n <= 21:
         return s + "0" * (n - k)
     if 0 < n <= 21:
@@ -162,6 +162,11 @@ def _pointer(parts: Iterable[Any]) -> str:
 
 
 _MISSING = object()
+#: Where an x-maxJsonBytes rule applies: property names from the message's root, '*' for each
+#: item of an array; and a rule: (that path, max bytes, requirement id or "").
+SizePath = tuple[str, ...]
+SizeCheck = tuple[SizePath, int, str]
+
 # A JSON number is at most 24 characters ("-1.7976931348623157e+308"); a string of n
 # UTF-16 units is at most 6n + 2 bytes of JSON ("\u001f" per unit, two quotes).
 _NUMBER_JSON_MAX = 24
@@ -191,7 +196,7 @@ def _leaf_size_check(limit: int) -> Callable[[Any], bool | None]:
     return check
 
 
-def _path_check(path: tuple, leaf: Callable[[Any], bool | None]) -> Callable[[Any], bool | None]:
+def _path_check(path: SizePath, leaf: Callable[[Any], bool | None]) -> Callable[[Any], bool | None]:
     """Apply ``leaf`` to every value at ``path`` ('*' = each array item); the schema check
     has already run, so a wrong type here only means there is nothing to measure."""
     if not path:
@@ -216,7 +221,7 @@ def _path_check(path: tuple, leaf: Callable[[Any], bool | None]) -> Callable[[An
     return field
 
 
-def _untyped(node: Any, defs: Mapping) -> bool:
+def _untyped(node: Any, defs: Mapping[str, Any]) -> bool:
     """Whether a schema accepts a value without looking at it (so ``undefined`` passes)."""
     seen = 0
     while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 16:
@@ -227,11 +232,14 @@ def _untyped(node: Any, defs: Mapping) -> bool:
     return not any(k in node for k in ("type", "const", "enum", "anyOf", "oneOf", "allOf"))
 
 
-def _post_check(schema: Mapping, size_checks: tuple) -> Callable[[Any], bool | None] | None:
+def _post_check(schema: Mapping[str, Any], size_checks: tuple[SizeCheck, ...]
+                ) -> Callable[[Any], bool | None] | None:
     """What the compiled schema cannot check, as one function run after it: JSON sizes, and
     required fields whose schema accepts anything (where ``undefined`` must count as absent).
     None when there is nothing to check."""
-    checks = [_path_check(path, _leaf_size_check(limit)) for path, limit, _ in size_checks]
+    # (...: a required field's check takes its key as a default argument)
+    checks: list[Callable[..., bool | None]] = [
+        _path_check(path, _leaf_size_check(limit)) for path, limit, _ in size_checks]
     measured = {path[0] for path, _, _ in size_checks if path}
     props = schema.get("properties") or {}
     defs = schema.get("$defs") or {}
@@ -252,7 +260,7 @@ def _post_check(schema: Mapping, size_checks: tuple) -> Callable[[Any], bool | N
     return run_all
 
 
-def _resolve(root: Mapping, schema: Mapping) -> Mapping:
+def _resolve(root: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
     """``schema`` with a local ``$ref`` (``#/$defs/Name``) followed (a compiled schema's
     ``$ref`` is a string: jsonschema-rs checks schemas against the metaschema)."""
     seen = 0
@@ -269,7 +277,7 @@ def _resolve(root: Mapping, schema: Mapping) -> Mapping:
     return schema
 
 
-def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
+def _branches(root: Mapping[str, Any], schema: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The schema and the alternatives it allows (anyOf / oneOf / allOf), resolved; none for
     a boolean schema (``true`` documents nothing)."""
     schema = _resolve(root, schema)
@@ -283,7 +291,7 @@ def _branches(root: Mapping, schema: Mapping) -> list[Mapping]:
     return out
 
 
-def _optional_type(root: Mapping, schema_path: list) -> bool:
+def _optional_type(root: Mapping[str, Any], schema_path: list[str | int]) -> bool:
     """Whether a schema error is the ``type`` of a property its object does not require.
 
     ``schema_path`` is jsonschema-rs's: the location of the failing keyword in ``root``, a
@@ -303,11 +311,11 @@ def _optional_type(root: Mapping, schema_path: list) -> bool:
     return isinstance(node, Mapping) and schema_path[-2] not in (node.get("required") or ())
 
 
-def _undocumented(root: Mapping, schema: Mapping, value: Any, path: str, out: dict[str, bool],
-                  also_known: frozenset = frozenset()) -> None:
+def _undocumented(root: Mapping[str, Any], schema: Mapping[str, Any], value: Any, path: str,
+                  out: dict[str, bool], also_known: frozenset[str] = frozenset()) -> None:
     branches = _branches(root, schema)
     if isinstance(value, Mapping):
-        props: dict[str, Mapping] = {}
+        props: dict[str, Mapping[str, Any]] = {}
         for b in branches:
             props.update(b.get("properties") or {})
         if not props:
@@ -341,7 +349,7 @@ class _Compiled:
         "validator",
     )
 
-    def __init__(self, schema: Mapping, default_requirement: str):
+    def __init__(self, schema: Mapping[str, Any], default_requirement: str):
         self.schema = schema
         self.validator = jsonschema_rs.validator_for(dict(schema))
         self.is_valid = self.validator.is_valid
@@ -351,11 +359,11 @@ class _Compiled:
         self.post_check = _post_check(schema, self.size_checks)
 
     @staticmethod
-    def _size_paths(schema: Mapping) -> Iterable[tuple[tuple, int, str]]:
+    def _size_paths(schema: Mapping[str, Any]) -> Iterable[SizeCheck]:
         """(instance path with '*' for array items, max bytes, requirement) per x-maxJsonBytes."""
         defs = schema.get("$defs") or {}
 
-        def visit(node: Any, path: tuple, depth: int) -> Iterable[tuple[tuple, int, str]]:
+        def visit(node: Any, path: SizePath, depth: int) -> Iterable[SizeCheck]:
             if not isinstance(node, Mapping) or depth > 8:
                 return
             ref = node.get("$ref")
@@ -371,7 +379,8 @@ class _Compiled:
         yield from visit(schema, (), 0)
 
 
-def _values_at(obj: Any, path: tuple, where: tuple = ()) -> Iterable[tuple[tuple, Any]]:
+def _values_at(obj: Any, path: SizePath, where: tuple[str | int, ...] = ()
+               ) -> Iterable[tuple[tuple[str | int, ...], Any]]:
     if not path:
         yield where, obj
         return
@@ -506,13 +515,13 @@ class BunqueueValidator:
         raise MessageError(self._errors[kind], first.message, path=first.path,
                            violations=violations, requirement=first.requirement)
 
-    def request_size_checks(self, cmd: str) -> tuple[tuple[tuple, int, str], ...]:
+    def request_size_checks(self, cmd: str) -> tuple[SizeCheck, ...]:
         """The x-maxJsonBytes rules of ``cmd``'s request: (instance path with '*' for array
         items, max bytes, requirement) each; empty for an unknown command."""
         compiled = self._requests.get(cmd)
         return compiled.size_checks if compiled is not None else ()
 
-    def extra_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
+    def extra_fields(self, cmd: str, msg: Mapping[Any, Any], *, reply: bool = False) -> list[str]:
         """Top-level fields the documents do not define for this message (reported, not errors)."""
         table = self._replies if reply else self._requests
         compiled = table.get(cmd)
@@ -521,7 +530,7 @@ class BunqueueValidator:
         known = compiled.fields | (self._error_reply.fields if reply else frozenset())
         return [k for k, v in msg.items() if v is not UNDEFINED and js_key(k) not in known]
 
-    def undocumented_fields(self, cmd: str, msg: Mapping, *,
+    def undocumented_fields(self, cmd: str, msg: Mapping[Any, Any], *,
                             reply: bool = False) -> dict[str, bool]:
         """Every field, at any depth, that the message's schema does not define where it
         stands, as a path (``crons[].executions``; ``[]`` for any element of a list) mapped to
@@ -538,7 +547,7 @@ class BunqueueValidator:
         _undocumented(root, root, msg, "", out, extra)
         return out
 
-    def missing_fields(self, cmd: str, msg: Mapping, *, reply: bool = False) -> list[str]:
+    def missing_fields(self, cmd: str, msg: Mapping[Any, Any], *, reply: bool = False) -> list[str]:
         """Required fields absent from ``msg`` (undefined counts as absent)."""
         table = self._replies if reply else self._requests
         compiled = table.get(cmd)
@@ -558,7 +567,7 @@ class BunqueueValidator:
 
     def _violations(self, compiled: _Compiled, msg: Any) -> tuple[Violation, ...]:
         model = to_json_model(msg)
-        out = []
+        out: list[Violation] = []
         try:
             for err in compiled.validator.iter_errors(model):
                 path = list(err.schema_path)
@@ -580,7 +589,7 @@ class BunqueueValidator:
         return tuple(out)
 
     def _size_violations(self, compiled: _Compiled, msg: Any) -> list[Violation]:
-        out = []
+        out: list[Violation] = []
         for path, limit, rid in compiled.size_checks:
             for where, value in _values_at(msg, path):
                 if value is UNDEFINED:  # absent; a required one is reported by the schema
@@ -592,16 +601,19 @@ class BunqueueValidator:
                                          f"value is {size} bytes as JSON, more than {limit}"))
         return out
 
-    def _requirement_for(self, compiled: _Compiled, schema_path: list, instance_path: list) -> str:
+    def _requirement_for(self, compiled: _Compiled, schema_path: list[str | int],
+                         instance_path: list[str | int]) -> str:
         """The nearest x-requirement along the error's schema path, else along the instance
         path's properties, else the command's own requirement."""
+        found: str | None  # x-requirement values are strings (spec lint)
         found = None
         node: Any = compiled.schema
         for part in schema_path:
             if isinstance(node, Mapping):
                 by_keyword = node.get("x-keywordRequirements")
                 if isinstance(by_keyword, Mapping) and part in by_keyword:
-                    return by_keyword[part]
+                    rid: str = by_keyword[part]
+                    return rid
                 node = node.get(part)
             elif isinstance(node, list) and isinstance(part, int) and part < len(node):
                 node = node[part]
