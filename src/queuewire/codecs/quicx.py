@@ -71,8 +71,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 import struct
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, NoReturn, cast
 
 from construct import ConstructError
 
@@ -97,6 +97,10 @@ __all__ = [
     "encode",
     "to_json",
 ]
+
+# The decoder's entry for an opcode: (shortest and longest length the length checks accept,
+# decoding plan, message name, opcode)
+_Entry = tuple[int, int, _Plan | None, str, int]
 
 
 # ----------------------------------------------------------------------------------- values
@@ -129,18 +133,23 @@ def to_json(fields: dict[str, Any]) -> dict[str, Any]:
             for k, v in fields.items()}
 
 
-class _QuicxErrorMixin:
-    """Adds the MSG_ERROR code a ``reply`` answers with (None for other reactions)."""
+class _QuicxErrorMixin(ProtocolError):
+    """Adds the MSG_ERROR code a ``reply`` answers with (None for other reactions), and its
+    name. A ProtocolError itself, so that it is typed as one; it comes first among the bases
+    of each quicx error, before the ProtocolError subclass that gives the error's category."""
+
+    error_kind: ProtocolErrorKind
+    error_name: str | None
 
     def __init__(self, kind: ProtocolErrorKind, message: str, *, error_code: int | None = None,
                  error_name: str | None = None, **kwargs: Any):
         self.error_kind = kind
         self.error_code = error_code if kind.reaction == "reply" else None
         self.error_name = error_name if self.error_code is not None else None
-        super().__init__(kind, message, **kwargs)  # type: ignore[call-arg]
+        super().__init__(kind, message, **kwargs)
 
     def as_dict(self) -> dict[str, Any]:
-        out = super().as_dict()  # type: ignore[misc]
+        out = super().as_dict()
         out["error_code"] = self.error_code
         return out
 
@@ -226,6 +235,7 @@ class QuicxDecoder:
             raise ValueError(f"header struct {head.format!r} is {head.size} bytes, not {hs}")
         order = [f.id for f in spec.header]
         pick = tuple(order.index(k) for k in ("version", "msg_type", "len_payload"))
+        self._unpack: Callable[[bytes, int], tuple[Any, ...]]
         if pick == (0, 1, 2) and len(order) == 3:
             self._unpack = head.unpack_from
         else:
@@ -233,13 +243,14 @@ class QuicxDecoder:
             self._unpack = lambda data, pos: getter(unpack_head(data, pos))
         # opcode -> (shortest and longest length the length checks accept, decoding plan,
         # message name, opcode), for the opcodes that pass the opcode checks for this receiver
-        top = spec.header[order.index("len_payload")].max_value
+        # len_payload is an integer field, so it has a max_value
+        top = cast(int, spec.header[order.index("len_payload")].max_value)
         self._top = top
-        self._plans: dict[int, tuple[int, int, _Plan | None, str, int]] = {}
+        self._plans: dict[int, _Entry] = {}
         for code, msg in spec.by_code.items():
             if msg.reserved or msg.transport != spec.transport or not self._accepts(msg):
                 continue
-            lo, hi = msg.min_size, top if cap is None else min(top, cap)  # type: ignore[type-var]
+            lo, hi = msg.min_size, top if cap is None else min(top, cap)
             if msg.payload == "empty":
                 hi = min(hi, 0)
             if msg.payload == "required":
@@ -252,6 +263,7 @@ class QuicxDecoder:
         # one lookup for the version and opcode checks), for any other header the pair
         types = [spec.header[i].type for i in pick]
         self._u2_key = pick == (0, 1, 2) and len(order) == 3 and types[:2] == ["u1", "u1"]
+        self._unpack_key: Callable[[bytes, int], tuple[Any, ...]]
         if self._u2_key:
             self._key_format = ">H" + head.format[3:]
             self._unpack_key = struct.Struct(self._key_format).unpack_from
@@ -264,7 +276,7 @@ class QuicxDecoder:
         self._pos = 0              # absolute stream offset of self._buf[0]
         self._skip = 0             # bytes of a refused frame still to drop
         self._skip_start = 0       # offset of that frame
-        self._pending: tuple[int, tuple] | None = None  # checked header at self._buf[0]
+        self._pending: tuple[int, _Entry] | None = None  # checked header at self._buf[0]
         self._failed: ProtocolError | None = None
         self._ended = False
 
@@ -280,6 +292,8 @@ class QuicxDecoder:
         self._accepted = frozenset(versions)
         self._scan: Scan | None = None  # the frame loop written for this table (quicx_scan)
         self._scan_rows: Scan | None = None
+        # keyed by the version and opcode as one u2 (_u2_key), else as a pair
+        self._keyed: dict[int, _Entry] | dict[tuple[int, int], _Entry]
         if self._u2_key:
             self._keyed = {v << 8 | c: e for v in self._accepted for c, e in self._plans.items()}
             by_code = self.spec.by_code
@@ -317,7 +331,7 @@ class QuicxDecoder:
         """Add bytes; return the frames they complete. Raises a ProtocolError subclass."""
         return self._feed(data, False)
 
-    def feed_rows(self, data: bytes | bytearray | memoryview = b"") -> list[tuple]:
+    def feed_rows(self, data: bytes | bytearray | memoryview = b"") -> list[tuple[Any, ...]]:
         """:meth:`feed`, with each frame as a plain tuple ``(opcode, *field values)`` (the
         values of ``Message.fields``, in layout order) instead of a :class:`Message`: no name,
         field dict, raw bytes or offset per frame, for a caller that dispatches on the opcode
@@ -346,7 +360,7 @@ class QuicxDecoder:
             data = bytes(view)
         frames: list[Any] = []
         try:
-            self._run(data, frames, rows)  # type: ignore[arg-type]
+            self._run(data, frames, rows)
         except ProtocolError as exc:
             exc.frames = frames
             if exc.reaction != "reply":
@@ -375,6 +389,7 @@ class QuicxDecoder:
         takes each frame it leaves (an error, an incomplete frame) and goes back to it."""
         hs, n, base = self._hsize, len(data), self._pos
         pos = 0
+        entry: _Entry | None
         append, new = frames.append, tuple.__new__
         unpack_key, keyed = self._unpack_key, self._keyed
         try:
@@ -429,7 +444,7 @@ class QuicxDecoder:
             pending = self._pending
             self._need = 1 if self._skip else hs if pending is None else hs + pending[0]
 
-    def _refuse_header(self, data: bytes, pos: int, base: int) -> None:
+    def _refuse_header(self, data: bytes, pos: int, base: int) -> NoReturn:
         """Raise the error of the header at ``data[pos]``, which the fast path did not accept;
         a ``reply`` error is wrapped in :class:`_Refused` once the skip of its payload is set."""
         version, code, length = self._unpack(data, pos)
@@ -443,11 +458,12 @@ class QuicxDecoder:
         raise AssertionError("a header the fast path refused passed every check")  # pragma: no cover
 
     def _check_header(self, version: int, code: int, length: int,
-                      frame: int) -> tuple[int, int, _Plan | None, str, int]:
+                      frame: int) -> _Entry:
         """The header checks in their order; the first broken rule is raised."""
         spec, off = self.spec, self._off
 
-        def refuse(cls, kind, detail, field_id):
+        def refuse(cls: type[_QuicxErrorMixin], kind: str, detail: str,
+                   field_id: str) -> _QuicxErrorMixin:
             return self._error(cls, kind, detail, frame + off[field_id])
 
         if version not in spec.accepted_versions:
@@ -499,7 +515,8 @@ class QuicxDecoder:
             return msg.allows(receiver=DAEMON)
         return any(msg.allows(DAEMON, r) for r in self.roles)
 
-    def _error(self, cls: type[ProtocolError], kind: str, detail: str, offset: int) -> ProtocolError:
+    def _error(self, cls: type[_QuicxErrorMixin], kind: str, detail: str,
+               offset: int) -> _QuicxErrorMixin:
         k = self.spec.error(kind)
         if self._client and k.reaction == "reply":
             k = dataclasses.replace(k, reaction=self.spec.flag("client_error_reaction"))
@@ -508,7 +525,8 @@ class QuicxDecoder:
                    error_name=self.spec.error_names.get(code) if code is not None else None)
 
     def _again(self) -> ProtocolError:
-        first = self._failed
+        # every error _run raises (so every _failed) is one of this module's, built by _error
+        first = cast("_QuicxErrorMixin | None", self._failed)
         assert first is not None
         return type(first)(first.error_kind, f"decoder closed by an earlier error: {first.detail}",
                            offset=first.offset, error_code=first.error_code,
@@ -569,7 +587,8 @@ class QuicxEncoder:
         header = {"version": self.spec.version if version is None else version,
                   "msg_type": msg_type, "len_payload": len(payload) if length is None else length}
         try:
-            return self.spec.header_struct.build(header) + bytes(payload)
+            frame: bytes = self.spec.header_struct.build(header) + bytes(payload)  # construct: Any
+            return frame
         except ConstructError as exc:
             raise self._fail(f"header {header}: {exc}") from None
         except KeyError as exc:  # a header field other than version, msg_type and len_payload
@@ -611,7 +630,7 @@ class QuicxEncoder:
         for f in msg.layout:  # a len_* given explicitly must agree with its field
             if isinstance(f.size, str) and f.size in fields:
                 value = values[f.id]
-                n = len(value.encode(f.encoding) if isinstance(value, str) else value)
+                n = len(value.encode(cast(str, f.encoding)) if isinstance(value, str) else value)
                 if fields[f.size] != n:
                     raise self._fail(f"{name}.{f.size}={fields[f.size]} but {f.id} is {n} bytes")
         try:

@@ -44,7 +44,7 @@ import re
 import struct
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..spec import Profile, load_profile, profile_names
 from ..spec.quicx import LayoutField, MessageType, struct_format
@@ -377,7 +377,7 @@ def encode_plan(msg: MessageType, header: tuple[LayoutField, ...], header_values
                 if (fixed is not None and n != fixed) or (max_bytes is not None and n > max_bytes):
                     return None
                 if ref is not None:
-                    if count == n_all and fields[ref_id] != n:
+                    if count == n_all and fields[cast(str, ref_id)] != n:  # ref_id is set with ref
                         return None
                     values[ref] = n
                 parts.append(v)
