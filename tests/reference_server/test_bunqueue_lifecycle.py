@@ -1162,9 +1162,9 @@ def test_a_rate_window_reopening_is_announced_only_to_a_queue_it_held_back():
     r.tick(1000)
     assert [(e.queue, e.reason) for e in r.notified] == [("q", "rate window")]
     quiet = Rig()
-    quiet.push(), quiet.push()
+    quiet.push(), quiet.push(), quiet.push()
     quiet.ok("RateLimit", queue="q", limit=2)
-    assert quiet.pull() is not None              # room left: nothing held back
+    assert quiet.pull() is not None and quiet.pull() is not None   # room each time: none held back
     quiet.notified.clear()
     quiet.tick(1000)
     assert [e.reason for e in quiet.notified] == []
@@ -1278,7 +1278,7 @@ def test_a_dependency_completed_before_the_push_is_not_waited_on_again():
     assert r.pull()["id"] == child
 
 
-@pytest.mark.parametrize("defaults", [{"delay": 250}, {"durable": True}])
+@pytest.mark.parametrize("defaults", [{"delay": 250}, {"delay": 1}, {"durable": True}])
 def test_a_default_delay_or_durability_alone_keeps_bare_pushes_off_the_plain_path(defaults):
     """_plain_defaults: a profile whose pushes default to a delay, or to durability, makes
     every bare PUSH and PUSHB entry a delayed, or durably written, job (the plain path makes
@@ -1289,3 +1289,11 @@ def test_a_default_delay_or_durability_alone_keeps_bare_pushes_off_the_plain_pat
     delayed = "delay" in defaults
     assert [r.job(i)["state"] for i in ids] == ["delayed" if delayed else "waiting"] * 2
     assert r.store.durable_puts == (0 if delayed else 2)
+
+
+def test_a_bare_push_takes_a_default_of_one_attempt():
+    """_plain_defaults: the plain path's maxAttempts is the profile's default, even 1."""
+    r = Rig(_profile_with_job_defaults(maxAttempts=1))
+    ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
+           *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
+    assert [r.job(i)["maxAttempts"] for i in ids] == [1, 1]
