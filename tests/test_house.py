@@ -19,7 +19,10 @@ def _modules() -> list[Path]:
 
 
 def test_no_module_is_over_the_size_limit():
-    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()}
+    # a generated module (*_generated.py, written by `make generate`) is as long as what it
+    # unrolls; its generator is the module held to the limit
+    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()
+             if not p.name.endswith("_generated.py")}
     assert sizes, f"no Python modules found under {SRC}"
     over = [f"{p.relative_to(ROOT)}: {n} lines" for p, n in sorted(sizes.items()) if n > MAX_LINES]
     assert not over, (f"modules over {MAX_LINES} lines (split each along a real seam, a module "
