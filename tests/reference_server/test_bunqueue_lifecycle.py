@@ -1297,3 +1297,16 @@ def test_a_bare_push_takes_a_default_of_one_attempt():
     ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
            *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
     assert [r.job(i)["maxAttempts"] for i in ids] == [1, 1]
+
+
+@pytest.mark.parametrize("value", [True, NO_DEFAULT])
+def test_a_bare_push_takes_its_flags_from_the_profile_defaults(value):
+    """_plain_defaults: lifo, removeOnComplete and removeOnFail of a bare PUSH and a bare
+    PUSHB entry are the profile's defaults (here all on), or off without one."""
+    names = ("lifo", "removeOnComplete", "removeOnFail")
+    r = Rig(_profile_with_job_defaults(**{n: value for n in names}))
+    ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
+           *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
+    for job_id in ids:
+        job = r.job(job_id)
+        assert [job[n] for n in names] == [value is True] * 3
