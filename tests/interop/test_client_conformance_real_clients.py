@@ -25,6 +25,13 @@ def chosen(*globs: str):
     return select_scenarios(load_scenarios("bunqueue", PROFILE), globs)
 
 
+def opening_only(result) -> bool:
+    """Whether a scenario's only failed checks are the opening's (neither real client sends
+    Hello: BQ-HELLO-1, a SHOULD the registry judges on every connection, NON-STRICT)."""
+    return all((c.requirement, c.kind, c.level) == ("BQ-HELLO-1", "no_hello", "SHOULD")
+               for c in result.failed_checks)
+
+
 @pytest.mark.asyncio
 async def test_npm_client_survives_reordered_split_and_dead_links() -> None:
     if not BUN.exists() or not (HERE / "node_modules" / "bunqueue").is_dir():
@@ -32,9 +39,10 @@ async def test_npm_client_survives_reordered_split_and_dead_links() -> None:
     testee = Testee(f"{BUN} bunqueue_js_testee.mjs", cwd=str(HERE), label="bunqueue-npm")
     run = await run_client(testee, chosen("*out-of-order", "*split", "*dead-link"), PROFILE)
     assert {r.case.id: r.verdict for r in run.results} == {
-        "bunqueue.client.replies-out-of-order": Verdict.PASS,
-        "bunqueue.client.replies-split": Verdict.PASS,
-        "bunqueue.client.dead-link": Verdict.PASS}
+        "bunqueue.client.replies-out-of-order": Verdict.NON_STRICT,
+        "bunqueue.client.replies-split": Verdict.NON_STRICT,
+        "bunqueue.client.dead-link": Verdict.NON_STRICT}
+    assert all(opening_only(r) and r.failed_checks for r in run.results)
 
 
 @pytest.mark.asyncio
@@ -44,10 +52,12 @@ async def test_pypi_client_never_tears_a_dead_socket_down() -> None:
                     label="bunqueue-client")
     run = await run_client(testee, chosen("*split", "*dead-link"), PROFILE)
     by_id = {r.case.id: r for r in run.results}
-    assert by_id["bunqueue.client.replies-split"].verdict is Verdict.PASS
+    split = by_id["bunqueue.client.replies-split"]
+    assert split.verdict is Verdict.NON_STRICT and opening_only(split)
     dead = by_id["bunqueue.client.dead-link"]
     # it reconnects after 3 timeouts, but its teardown close()s the socket while its reader
     # thread is blocked in recv() on it: CPython then sends no FIN (no shutdown() first), so the
     # server never sees the dead link torn down
     assert dead.verdict is Verdict.FAIL
-    assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "MUST")}
+    assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "MUST"),
+                                                                    ("BQ-HELLO-1", "SHOULD")}
