@@ -245,7 +245,6 @@ class QuicxDecoder:
         # message name, opcode), for the opcodes that pass the opcode checks for this receiver
         # len_payload is an integer field, so it has a max_value
         top = cast(int, spec.header[order.index("len_payload")].max_value)
-        self._top = top
         self._plans: dict[int, _Entry] = {}
         for code, msg in spec.by_code.items():
             if msg.reserved or msg.transport != spec.transport or not self._accepts(msg):
