@@ -132,6 +132,8 @@ class Judgement:
         # the stated rule where the profile has it (000: "unique reqId identifiers"), else
         # BQ-PIPE-3's "match by reqId" read as needing one (a reading: NON-STRICT)
         self.unique_reqid = "BQ-PIPE-4" if "BQ-PIPE-4" in profile.requirements else "BQ-PIPE-3"
+        self.unique_reqid_verdict = requirement_verdict(profile, self.unique_reqid) \
+            if self.unique_reqid == "BQ-PIPE-4" else Verdict.NON_STRICT
         # how a client opens a connection (Hello first), where the profile has the rule
         self.judges_opening = OPENING_RULE in profile.requirements and HELLO in self.commands
         events = profile.tree.get("job_events") or {}
@@ -180,11 +182,11 @@ def _reqid_in_flight(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
     BQ-PIPE-3's "match by reqId" read as needing one, NON-STRICT)."""
     if not ex.last_reused:
         return ()
-    rid = ex.judgement.unique_reqid
-    level = ex.judgement.verdict(rid) if rid != "BQ-PIPE-3" else Verdict.NON_STRICT
-    return (ex.finding(rid, "reqid_in_flight",
+    j = ex.judgement
+    return (ex.finding(j.unique_reqid, "reqid_in_flight",
                        f"reqId {frame.message.get('reqId')!r} is already in flight on this "
-                       "connection (its replies cannot be told apart)", frame, level=level),)
+                       "connection (its replies cannot be told apart)", frame,
+                       level=j.unique_reqid_verdict),)
 
 
 @check("reqid_missing", "request", "BQ-PIPE-4")
@@ -194,10 +196,9 @@ def _reqid_missing(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
     waiting = ex.last_waiting
     if not waiting or type(frame.message) is not dict or "reqId" in frame.message:
         return ()
-    rid = ex.judgement.unique_reqid
-    level = ex.judgement.verdict(rid) if rid != "BQ-PIPE-3" else Verdict.NON_STRICT
-    return (ex.finding(rid, "reqid_missing", f"{frame.command} without reqId while {waiting} "
-                       "request(s) are in flight", frame, level=level),)
+    j = ex.judgement
+    return (ex.finding(j.unique_reqid, "reqid_missing", f"{frame.command} without reqId while "
+                       f"{waiting} request(s) are in flight", frame, level=j.unique_reqid_verdict),)
 
 
 @check("no_hello", "request", OPENING_RULE)

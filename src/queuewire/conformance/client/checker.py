@@ -114,20 +114,18 @@ class ClientChecker:
 
     def _found(self, f: Finding, kind: str, actual: Any) -> None:
         """A finding of the registry's checks, as a failing check (its verdict as a level)."""
-        rid = f.requirement or ""
-        self.looked[(rid, kind)] += 1
-        found = self.findings[(rid, kind)]
-        if len(found) < MAX_FINDINGS:
-            found.append(Check(f.requirement, _LEVEL[f.level], False, kind, f.message,  # type: ignore[arg-type]
-                               None, actual))
+        self._violate(f.requirement, kind, f.message, actual=actual, level=_LEVEL[f.level])
 
-    def _violate(self, rid: str, kind: str, message: str, *, actual: Any = None,
-                 expected: Any = None, cap: str | None = None) -> None:
-        self.looked[(rid, kind)] += 1
-        found = self.findings[(rid, kind)]
+    def _violate(self, rid: str | None, kind: str, message: str, *, actual: Any = None,
+                 expected: Any = None, cap: str | None = None, level: str | None = None) -> None:
+        """A failing check of ``rid`` at ``level`` (default: the requirement's, capped at
+        ``cap``); the first MAX_FINDINGS of each (requirement, kind) are kept."""
+        key = (rid or "", kind)
+        self.looked[key] += 1
+        found = self.findings[key]
         if len(found) < MAX_FINDINGS:
-            found.append(Check(rid, self._level(rid, cap), False, kind, message,  # type: ignore[arg-type]
-                               expected, actual))
+            found.append(Check(rid, level or self._level(rid or "", cap), False, kind,  # type: ignore[arg-type]
+                               message, expected, actual))
 
     # -- the connection's bytes
     def opened(self, conn: int) -> None:
