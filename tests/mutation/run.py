@@ -298,6 +298,13 @@ DEF_LINE = re.compile(r"^\s*(async\s+)?def\s")
 HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
+def mutated_function(match: re.Match[str]) -> tuple[str, str]:
+    """The function a MUTANT_DEF name belongs to: its own name, and ``Class.method`` or
+    ``function`` (the report's name for it)."""
+    original = match["func"] or match["meth"]
+    return original, f"{match['cls']}.{original}" if match["cls"] else original
+
+
 def mutmut_statuses(copy: Path) -> dict[str, str]:
     """Every mutant's name -> its status, as ``mutmut results --all true`` prints them."""
     mutmut = Path(sys.executable).with_name("mutmut")
@@ -327,8 +334,7 @@ def mutant_functions(mutated: str) -> dict[tuple[str, str], str]:
             match = MUTANT_DEF.match(node.name)
             if not match:
                 continue
-            original = match["func"] or match["meth"]
-            function = f"{match['cls']}.{original}" if match["cls"] else original
+            original, function = mutated_function(match)
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
             text = textwrap.dedent("\n".join(lines[start - 1:node.end_lineno]))
             text = re.sub(rf"\bdef {re.escape(node.name)}\(", f"def {original}(", text, count=1)
@@ -398,8 +404,7 @@ def collect(copy: Path, module_path: str) -> list[Mutant]:
         match = MUTANT_DEF.match(short)
         if module != dotted or not match:
             continue
-        original = match["func"] or match["meth"]
-        function = f"{match['cls']}.{original}" if match["cls"] else original
+        function = mutated_function(match)[1]
         orig, mutated = functions[function, "orig"], functions[function, match["n"]]
         diff = mutant_diff(module_path, orig, mutated)
         line, removed, added = parse_diff(diff, orig, defs.get(function))
