@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codecs.bunqueue import FrameDecoder
-from ..codecs.validation import BunqueueValidator
 from ..judge.exchange import BunqueueExchange, Judgement
 from ..spec import Profile
 from .framing import Item, Stream
@@ -39,8 +38,7 @@ class BunqueueProtocol:
 
     def __init__(self, profile: Profile, max_frame: int):
         self.profile = profile
-        self.validator = BunqueueValidator(profile)
-        self.judgement = Judgement(profile, self.validator)
+        self.judgement = Judgement(profile)
         self._prefix = struct.Struct(profile.model.len_format)
         self.max_frame = max_frame
 
