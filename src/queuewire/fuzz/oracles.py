@@ -46,7 +46,7 @@ from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import BunqueueValidator
 from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict
-from ..judge.exchange import CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
+from ..judge.exchange import REQUEST_CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
 from ..spec import Profile
 from .case import Case
 
@@ -162,8 +162,7 @@ class BunqueueJudge:
         """What the case's own bytes break, judged by the registry's request checks as the
         tap and ``conform client`` judge a client (a fuzz case breaks rules on purpose: these
         are what it exercises, never the server's failures)."""
-        exchange = BunqueueExchange(self.judgement, checks=[
-            name for name, c in CHECKS.items() if c.on in ("request", "unreadable")])
+        exchange = BunqueueExchange(self.judgement, checks=REQUEST_CHECKS)
         out: list[Finding] = []
         for item in exp.items:
             out += exchange.request(item.request, 0, item.error)[1]

@@ -33,7 +33,7 @@ feeds one exchange to the four and holds them to the same findings).
 from .findings import Finding
 from .opening import OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
-from .verdicts import FINDING_VERDICTS, Verdict, reading, requirement_verdict, verdict_for
+from .verdicts import FINDING_VERDICTS, Verdict, level_for, reading, requirement_verdict, verdict_for
 
-__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Finding", "Verdict", "opens_with_hello", "reading",
-           "reqid_key", "requirement_verdict", "verdict_for"]
+__all__ = ["FINDING_VERDICTS", "OPENING_RULE", "Finding", "Verdict", "level_for", "opens_with_hello",
+           "reading", "reqid_key", "requirement_verdict", "verdict_for"]

@@ -59,7 +59,7 @@ from .opening import HELLO, OPENING_RULE, opens_with_hello
 from .reqid import reqid_key
 from .verdicts import Verdict, requirement_verdict
 
-__all__ = ["CHECKS", "BunqueueExchange", "Check", "Frame", "Judgement", "Pending",
+__all__ = ["CHECKS", "REQUEST_CHECKS", "BunqueueExchange", "Check", "Frame", "Judgement", "Pending",
            "check", "judge_reply", "quiet_reply"]
 
 UNREADABLE = "(unreadable)"
@@ -243,6 +243,12 @@ def _event(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
         return ()
     return [ex.finding(v.requirement, "event_schema", str(v), frame)
             for v in validator.event_violations(frame.message)]
+
+
+#: The checks of a client's frames (a request, a frame that did not decode): what a tool
+#: runs that judges a client but not the server's replies (conform client, the fuzz cases).
+REQUEST_CHECKS: tuple[str, ...] = tuple(name for name, c in CHECKS.items()
+                                        if c.on in ("request", "unreadable"))
 
 
 def judge_reply(j: Judgement, pending: Pending, reply: Any, *, shared: bool = False,

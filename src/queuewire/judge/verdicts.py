@@ -30,6 +30,14 @@ class Verdict(enum.StrEnum):
 FINDING_VERDICTS: tuple[Verdict, ...] = (Verdict.FAIL, Verdict.NON_STRICT, Verdict.INFO)
 
 _BY_LEVEL = {"MUST": Verdict.FAIL, "SHOULD": Verdict.NON_STRICT, "MAY": Verdict.INFO}
+_LEVEL_OF = {verdict: level for level, verdict in _BY_LEVEL.items()}
+
+
+def level_for(verdict: Verdict) -> str:
+    """The level a finding of ``verdict`` carries as one of conform's checks (MUST for FAIL,
+    SHOULD for NON-STRICT, MAY for INFO): the inverse of :func:`verdict_for` on a stated
+    requirement, so a check's level maps back to the finding's verdict."""
+    return _LEVEL_OF[verdict]
 
 
 def verdict_for(level: Level | str | None, basis: Basis | str | None = "stated") -> Verdict:

@@ -42,8 +42,8 @@ from typing import Any
 from ...codecs.bunqueue import FrameDecoder
 from ...codecs.errors import ProtocolError
 from ...codecs.validation import BunqueueValidator, jsonable
-from ...judge import Finding, Verdict
-from ...judge.exchange import CHECKS, BunqueueExchange, Judgement
+from ...judge import Finding, level_for
+from ...judge.exchange import CHECKS, REQUEST_CHECKS, BunqueueExchange, Judgement
 from ...spec import Profile
 from ..model import Check
 from .records import HeadTail
@@ -55,11 +55,6 @@ ACK_CMDS = ("ACK", "FAIL")
 #: seconds: heartbeat times closer than this are thinned (far below the cadence judgement's
 #: slack, so its verdict does not move; a heartbeat flood then costs bounded memory)
 HEARTBEAT_RESOLUTION = 0.005
-#: the registry's checks this checker runs: every request-side one (the replies are the
-#: reference engine's own)
-EXCHANGE_CHECKS = tuple(name for name, c in CHECKS.items() if c.on in ("request", "unreadable"))
-#: a finding's verdict as the level of a conform check (conform's report maps it back)
-_LEVEL = {Verdict.FAIL: "MUST", Verdict.NON_STRICT: "SHOULD", Verdict.INFO: "MAY"}
 #: job ids a client may name in heartbeats and ACKs without having pulled them that are
 #: recorded (those are judged against nothing; the bound keeps a flood of invented ids cheap)
 RECORD_JOBS = 10_000
@@ -114,7 +109,7 @@ class ClientChecker:
 
     def _found(self, f: Finding, kind: str, actual: Any) -> None:
         """A finding of the registry's checks, as a failing check (its verdict as a level)."""
-        self._violate(f.requirement, kind, f.message, actual=actual, level=_LEVEL[f.level])
+        self._violate(f.requirement, kind, f.message, actual=actual, level=level_for(f.level))
 
     def _violate(self, rid: str | None, kind: str, message: str, *, actual: Any = None,
                  expected: Any = None, cap: str | None = None, level: str | None = None) -> None:
@@ -131,8 +126,9 @@ class ClientChecker:
     def opened(self, conn: int) -> None:
         self.conns[conn] = _Conn(FrameDecoder(self.profile),
                                  BunqueueExchange(self.judgement, conn, count=True,
+                                                  # the replies are the reference engine's own
                                                   checks=None if self.judge_replies
-                                                  else EXCHANGE_CHECKS))
+                                                  else REQUEST_CHECKS))
 
     def closed(self, conn: int) -> None:
         if conn in self.conns:
