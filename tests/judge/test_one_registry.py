@@ -20,7 +20,7 @@ from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
 from queuewire.conformance.client.checker import ClientChecker
 from queuewire.fuzz.case import Case
 from queuewire.fuzz.oracles import BunqueueJudge, expect_bunqueue
-from queuewire.judge import Verdict
+from queuewire.judge import Verdict, verdict_for
 from queuewire.judge.exchange import CHECKS
 from queuewire.spec import load_profile
 from queuewire.trace.analyze import analyze
@@ -80,8 +80,7 @@ def _checker(exchange: list) -> set[tuple[str, Verdict]]:
     assert error is None and len(frames) == len(exchange)
     for (request, _), reply in zip(exchange, FrameDecoder(PROFILE).feed(server)):
         checker.replied(1, request, reply, 0.1)
-    by_level = {"MUST": Verdict.FAIL, "SHOULD": Verdict.NON_STRICT, "MAY": Verdict.INFO}
-    return _judged((c.requirement, by_level[c.level]) for c in checker.checks() if not c.ok)
+    return _judged((c.requirement, verdict_for(c.level)) for c in checker.checks() if not c.ok)
 
 
 def _oracles(exchange: list) -> set[tuple[str, Verdict]]:
