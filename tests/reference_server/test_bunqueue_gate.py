@@ -54,3 +54,33 @@ def test_without_tokens_the_engine_answers_and_auth_is_its_business():
     g = gate()
     assert g.answer(Conn(), {"cmd": "PUSH", "queue": "q", "data": {}})["ok"] is True
     assert g.error("invalid_token") == {"ok": False, "error": ERRORS["invalid_token"]}
+
+
+class Open:
+    def allow(self) -> bool:
+        return True
+
+
+def test_a_rate_window_with_room_lets_the_request_through():
+    assert gate().answer(Conn(rate=Open()), {"cmd": "PUSH", "queue": "q", "data": {}})["ok"] is True
+
+
+def test_an_authenticated_connection_passes_the_auth_rule_and_auth_again_is_checked():
+    g = gate("s3cret", "other")
+    conn = Conn(authenticated=True)
+    assert g.answer(conn, {"cmd": "Ping"})["ok"] is True
+    assert g.answer(conn, {"cmd": "Auth", "token": "nope"})["error"] == ERRORS["invalid_token"]
+    # the second token is accepted too; a connection without a decoder has no bound to lift
+    fresh = Conn()
+    assert g.answer(fresh, {"cmd": "Auth", "token": "other"}) == {"ok": True}
+    assert fresh.authenticated and fresh.decoder is None
+
+
+def test_a_request_breaking_its_schema_gets_the_engines_refusal():
+    g = gate()
+    missing = g.answer(Conn(), {"cmd": "PUSH", "queue": "q"})
+    assert missing["ok"] is False and missing["error"].startswith(
+        ERRORS["invalid_request"].split("{")[0])
+    unknown = g.answer(Conn(), {"cmd": "Frobnicate"})
+    assert unknown == g.error("unknown_command", cmd="Frobnicate")
+    assert unknown["error"] == ERRORS["unknown_command"].format(cmd="Frobnicate")
