@@ -44,7 +44,7 @@ class Service:
 
 
 class TcpService(Service):
-    _server: asyncio.AbstractServer | None
+    _server: asyncio.Server | None
     #: connections the kernel queues before they are accepted (a daemon's ``backlog`` option)
     backlog: int = DEFAULT_LISTEN_BACKLOG
 

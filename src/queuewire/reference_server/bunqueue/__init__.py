@@ -2,10 +2,12 @@
 mirror the spec.
 
 The core is :class:`~.engine.BunqueueEngine` (``engine``: state, dispatch and the seams
-``handle``, ``retry``/``expire``, ``notify``, ``tick``, ``connection_opened``/``_closed``), a
-class composed of mixins: :mod:`.lifecycle` is the only code that changes a job's state (along
-the rows of the spec's ``job_lifecycle`` table), :mod:`.timers` the time-driven work ``tick``
-runs, and :mod:`.commands` one module per command file of ``spec/bunqueue/commands/``. Its
+``handle``, ``retry``/``expire``, ``notify``, ``tick``, ``connection_opened``/``_closed``).
+Its job table is three documented bases: :mod:`.lifecycle` is the only code that changes a
+job's state (along the rows of the spec's ``job_lifecycle`` table), :mod:`.batch` the same
+moves a batch at a time, :mod:`.timers` the time-driven work ``tick`` runs. The commands are
+plain functions registered by name (:mod:`.commands`, one module per command file of
+``spec/bunqueue/commands/``), bound to the engine when it is built. Its
 vocabulary (states, events, :class:`~.model.Event`, :class:`~.model.Wait`,
 :class:`~.model.EngineConfig`) is in :mod:`.model`, jobs and per-queue containers in
 :mod:`.jobs`, webhook target rules in :mod:`.webhook_urls`. State is written through a
@@ -15,7 +17,7 @@ framed MessagePack protocol, with flow control from :mod:`.._flow`), :mod:`.http
 API, Server-Sent Events and WebSocket of document 000, with its cross-site rules in
 :mod:`.cross_site` and its webhook delivery in :mod:`.webhook_delivery`) and :mod:`.embedded`
 (the TCP shell's request path without a socket, for the client's embedded mode). Dependencies
-point one way: shells -> engine -> commands/lifecycle/timers -> model/jobs -> store; nothing in
+point one way: shells -> engine -> commands -> lifecycle/timers -> model/jobs -> store; nothing in
 the engine imports a shell, and the HTTP shell does not import the TCP one.
 """
 

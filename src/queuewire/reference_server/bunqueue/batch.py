@@ -1,4 +1,4 @@
-"""The lifecycle engine's batch paths for the worker cycle, as a mixin of the engine: taking
+"""The lifecycle engine's batch paths for the worker cycle, as a base of the engine: taking
 the head of a queue's waiting list in one pass (``_take_head``, for PULL and PULLB) and
 settling the jobs of an ACKB in one pass (``_complete_run``).
 

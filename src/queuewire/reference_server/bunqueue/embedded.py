@@ -103,9 +103,8 @@ class EmbeddedServer:
         """The reply (without reqId) a TCP connection would get for ``request``."""
         server = self.server
         conn = self._connections[conn_id]
-        reply: dict | Wait = server.gate.answer(conn, request)  # the TCP server's path
-        if isinstance(reply, Wait):
-            reply = await server.park(conn_id, reply)
+        answer = server.gate.answer(conn, request)  # the TCP server's path
+        reply = await server.park(conn_id, answer) if isinstance(answer, Wait) else answer
         server.poke_timer()
         return reply
 

@@ -68,22 +68,13 @@ import logging
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
+from types import MethodType
 from typing import Any
 
 from ...spec import Profile, load_profile
 from .batch import BatchPaths
-from .commands.auth import AuthCommands
-from .commands.control import ControlCommands
-from .commands.core import CoreCommands
-from .commands.cron import CronCommands
-from .commands.dlq import DlqCommands
-from .commands.events import EventsCommands
-from .commands.logs import LogsCommands
-from .commands.monitoring import MonitoringCommands
-from .commands.query import QueryCommands
-from .commands.rate import RateCommands
-from .commands.webhooks import WebhooksCommands
-from .commands.workers import WorkersCommands
+from .commands import COMMANDS
+from .commands.cron import load_crons
 from .jobs import CronSchedule, Job, QueueState, RateMeter, RegisteredWorker
 from .lifecycle import Lifecycle
 from .model import (
@@ -139,11 +130,14 @@ def request_refusal(engine: BunqueueEngine, validator: Any, request: dict) -> di
 # =============================================================================================
 # The engine
 # =============================================================================================
-class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, CronCommands,
-                     LogsCommands, MonitoringCommands, WorkersCommands, WebhooksCommands,
-                     RateCommands, EventsCommands, AuthCommands, BatchPaths, Lifecycle,
-                     Timers):
-    """One bunqueue server's state and every command of its profile (see the module doc)."""
+class BunqueueEngine(Lifecycle, BatchPaths, Timers):
+    """One bunqueue server's state and every command of its profile (see the module doc).
+
+    Its three bases are the parts of the job table, each a file of its own: :class:`Lifecycle`
+    (creating, taking, moving, finishing and removing jobs: the only writer of job state),
+    :class:`BatchPaths` (the same moves a batch at a time) and :class:`Timers` (the
+    time-driven moves of :meth:`tick`). The commands are not bases: they are plain functions
+    in the :data:`~.commands.COMMANDS` table, bound to this engine by name in ``__init__``."""
 
     def __init__(self, profile: Profile | str = DEFAULT_PROFILE, *,
                  now_ms: Callable[[], float] | None = None,
@@ -218,12 +212,12 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             (cmd, path): reply_properties(self.profile, cmd, path)
             for cmd, path in RECORD_REPLIES if cmd in spec.commands}
 
-        self._handlers: dict[str, Callable[[str | None, dict, float], dict | Wait]] = {}
+        self._handlers: dict[str, Callable[..., dict | Wait]] = {}
         for name in spec.commands:
-            handler = getattr(self, f"_cmd_{name}", None)
+            handler = COMMANDS.get(name)
             if handler is None:
                 raise ValueError(f"{self.profile.name}: no handler for command {name}")
-            self._handlers[name] = handler
+            self._handlers[name] = MethodType(handler, self)   # called as a bound method is
 
         # state
         self._jobs: dict[str, Job] = {}
@@ -299,7 +293,8 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
 
     def tick(self) -> list[Event]:
         """Do the time-driven work due at ``now_ms()``; answer the events it caused."""
-        self._collected = collected = []
+        collected: list[Event] = []
+        self._collected = collected
         try:
             with self._operation():
                 try:
@@ -373,7 +368,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
     def _operation(self) -> _Operation:
         return _Operation(self)
 
-    def _run(self, handler: Callable, conn_id: str | None, req: dict,
+    def _run(self, handler: Callable[..., dict | Wait], conn_id: str | None, req: Mapping[str, Any],
              deadline: float | None = None) -> dict | Wait:
         try:
             now = float(self._clock())  # _now()
@@ -423,9 +418,9 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
         try:
             while self._outbox:
                 conn_ids, frame = self._outbox.popleft()
-                hooks = ((self.publish,) if self.publish is not None else ()) \
+                publishers = ((self.publish,) if self.publish is not None else ()) \
                     + tuple(self._publish_listeners)
-                for publish in hooks:
+                for publish in publishers:
                     try:
                         publish(conn_ids, frame)
                     except Exception:  # noqa: BLE001 - the shell's callback must not break us
@@ -436,9 +431,9 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
                 events.clear()
                 if self._collected is not None:
                     self._collected.extend(batch)
-                hooks = ((self.notify,) if self.notify is not None else ()) \
+                notifiers = ((self.notify,) if self.notify is not None else ()) \
                     + tuple(self._notify_listeners)
-                for notify in hooks:
+                for notify in notifiers:
                     for event in batch:
                         try:
                             notify(event)
@@ -487,7 +482,7 @@ class BunqueueEngine(CoreCommands, QueryCommands, ControlCommands, DlqCommands, 
             q.paused = bool(record.get("paused"))
             q.rate_limit = record.get("rateLimit")
             q.concurrency = record.get("concurrency")
-        self._load_crons(self.store.iter_crons())  # bounded as a Cron is (BQ-SAFE-1)
+        load_crons(self, self.store.iter_crons())  # bounded as a Cron is (BQ-SAFE-1)
         for record in self.store.iter_webhooks():
             self._webhooks[record["id"]] = dict(record)
         for job_id, entries in self.store.iter_logs():

@@ -243,9 +243,9 @@ class HttpFrontend(Service):
             await runner.cleanup()
             raise
         self._runner, self._site = runner, site
-        server = site._server  # the asyncio server: its sockets give the bound port
-        if server is not None and server.sockets:
-            self._port = server.sockets[0].getsockname()[1]
+        bound = runner.addresses   # the sockets' names: the bound port (port 0 asked)
+        if bound:
+            self._port = bound[0][1]
         self._unlisten = self.engine.listen(notify=self._notify, publish=self._publish)
         await self.webhooks.start()
         self._ready = True

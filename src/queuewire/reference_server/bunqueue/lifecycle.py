@@ -1,4 +1,4 @@
-"""The only code that changes a job's state, as a mixin of the engine: moving a job along a
+"""The only code that changes a job's state, as a base of the engine: moving a job along a
 row of the spec's ``job_lifecycle`` table (``_move``, ``_leave``, ``_enter``), creating jobs
 (PUSH, PUSHB, cron, repeat; ``_create`` and the batch path ``_create_plain``), pulling
 (rate and concurrency budgets, lock tokens) and finishing them (ACK, FAIL with backoff,
@@ -490,6 +490,18 @@ class Lifecycle:
         # deadline=now: the last attempt answers what it takes, it never parks (a Wait) again
         return self._pull(wait.conn_id, req, now, count, batch,  # type: ignore[return-value]
                           deadline=now)
+
+    def _wait_job_now(self, job_id: Any, now: float, final: bool) -> dict | None:
+        """WaitJob's reply now: the job's result once it completed (or was removed after
+        completing), ``completed: false`` once it can never complete or ``final``, else None."""
+        job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is not None and job.state == COMPLETED:
+            return {"ok": True, "completed": True, "result": job.returnvalue}
+        if job is None and job_id in self._finished:
+            return {"ok": True, "completed": True, "result": self._finished[job_id]}
+        if job is None or final:  # removed while waited for: it can never complete
+            return {"ok": True, "completed": False}
+        return None
 
     # =========================================================================================
     # Finishing a job: ACK, FAIL, stall, timeout

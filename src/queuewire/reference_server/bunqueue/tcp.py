@@ -232,7 +232,7 @@ class BunqueueServer(TcpService):
         self.gate = RequestGate(self.engine, self._tokens)
         self._encoder = FrameEncoder(self.profile, wide_integers=True)  # BQ-MSGPACK-8
         self._prefix_size = len(self._encoder.prefix(0))
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._connections: dict[str, _Connection] = {}
         self._handlers: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
@@ -253,8 +253,9 @@ class BunqueueServer(TcpService):
                 self.http = await HttpFrontend(self, self.host, self._http_port).start()
             except BaseException:
                 server, self._server = self._server, None
-                server.close()
-                await server.wait_closed()
+                if server is not None:
+                    server.close()
+                    await server.wait_closed()
                 raise
         self.start_timers()
         log.info("%s server listening on %s:%d", self.profile.name, self.host, self._port)

@@ -1,4 +1,4 @@
-"""Time-driven work as a mixin of the engine: delays that elapse, lock and stall deadlines,
+"""Time-driven work as a base of the engine: delays that elapse, lock and stall deadlines,
 processing timeouts, time-to-live, cron schedules (croniter, IANA zones; an expression is
 parsed once, by :func:`cron_iterator`, and a firing only asks the parsed object for its next
 run) and rate windows, all run by ``tick``; plus what an operation queues for the shell when

@@ -93,7 +93,7 @@ def webhook_host_error(host: str) -> str | None:
     if h == "localhost" or h.endswith(".localhost"):
         return "webhook_url_localhost"
     ip = _host_ip(h)
-    if ip == "invalid":
+    if isinstance(ip, str):   # "invalid": a malformed numeric host
         return "webhook_url_invalid"
     if ip is None:
         if h in METADATA_HOSTS or h.endswith(".internal"):
@@ -138,8 +138,8 @@ def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | str |
     if not (last.isdigit() or (last[:2].lower() == "0x"
                                and all(c in "0123456789abcdefABCDEF" for c in last[2:]))):
         return None  # a domain name (WHATWG: the host does not end in a number)
-    numbers = [_ipv4_number(p) for p in parts]
-    if len(parts) > 4 or any(n is None for n in numbers):
+    numbers = [n for n in map(_ipv4_number, parts) if n is not None]
+    if len(parts) > 4 or len(numbers) < len(parts):
         return "invalid"
     *head, tail = numbers
     if any(n > 255 for n in head) or tail >= 256 ** (5 - len(parts)):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import cast
 
 from ...codecs.errors import ProtocolError
 from ...codecs.quicx import Message, QuicxDecoder
@@ -97,11 +98,13 @@ class QuicxConnection:
                 actions = handle(conn, item)
                 if actions:
                     out += actions
-            elif item.reaction == "reply":
-                out += self.engine.refuse(conn, item)
             else:
-                log.debug("connection %d: %s", conn, item)
-                out += self._close(str(item))
+                error = cast(ProtocolError, item)
+                if error.reaction == "reply":
+                    out += self.engine.refuse(conn, error)
+                    continue
+                log.debug("connection %d: %s", conn, error)
+                out += self._close(str(error))
                 break
         return out
 

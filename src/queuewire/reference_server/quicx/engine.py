@@ -184,7 +184,10 @@ class QuicxEngine:
         self._free_first = bool(spec.flag("done_frees_slot_first"))
         self._requeue = bool(spec.flag("requeue_on_worker_disconnect"))
         self._fix_role = bool(spec.flag("role_from_first_message"))
-        self._id_max = next(f for f in spec.message("MSG_OK").layout if f.id == "task_id").max_value
+        id_max = next(f for f in spec.message("MSG_OK").layout if f.id == "task_id").max_value
+        if id_max is None:
+            raise ValueError(f"{self.profile.name}: task_id has no maximum")
+        self._id_max = id_max
         # frames without fields are the same every time
         self._constant = {name: self.encoder.encode(name) for name, m in spec.messages.items()
                           if not m.layout and spec.allowed(name, sender=DAEMON)}
@@ -460,6 +463,8 @@ class QuicxEngine:
         head = struct.Struct(struct_format(spec.header) + struct_format(task.layout[:1])[1:])
         version, code = spec.version, task.code
         top = spec.header[-1].max_value
+        if top is None:   # a length field without a bound: no packer of fixed shape
+            return None
         cap = top if spec.max_payload_bytes is None else min(top, spec.max_payload_bytes)
         return functools.partial(head.pack, version, code), head.size - spec.header_size, cap
 

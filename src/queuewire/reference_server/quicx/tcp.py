@@ -284,7 +284,7 @@ class QuicxServer(TcpService):
         self.frames_per_turn = frames_per_turn
         self.backlog_frames_per_turn = backlog_frames_per_turn
         self._backlog_batch = min(frames_per_turn, backlog_frames_per_turn)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._links: dict[int, _Link] = {}
         self._deferred: dict[int, list[bytes]] = {}  # frames for other connections, see _perform
         self._flush: asyncio.Handle | None = None

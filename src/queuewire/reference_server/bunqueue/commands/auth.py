@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import Refused
+from .registry import command
+
+if TYPE_CHECKING:
+    from ..engine import BunqueueEngine
 
 
-class AuthCommands:
-    """The handlers of these commands (mixed into the engine)."""
-
-    # =========================================================================================
-    # Commands: auth (the shell's; see check_token)
-    # =========================================================================================
-    def _cmd_Auth(self, conn_id: str | None, req: dict, now: float) -> dict:
-        # The engine holds no tokens. A shell with tokens configured answers Auth itself; one
-        # without forwards it here and gets bunqueue's answer for that case (BQ-AUTH-3).
-        raise Refused("invalid_token")
+@command("Auth")
+def auth(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    # The engine holds no tokens. A shell with tokens configured answers Auth itself; one
+    # without forwards it here and gets bunqueue's answer for that case (BQ-AUTH-3).
+    raise Refused("invalid_token")
 
 
 

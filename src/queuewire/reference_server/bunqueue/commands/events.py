@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-class EventsCommands:
-    """The handlers of these commands (mixed into the engine)."""
+from .registry import command
 
-    # =========================================================================================
-    # Commands: job events (profiles with job_events, such as bunqueue/2.9.5)
-    # =========================================================================================
-    def _cmd_SubscribeEvents(self, conn_id: str | None, req: dict, now: float) -> dict:
-        if conn_id is not None:  # BQ-EVENT-101: one queue per connection, the latest wins
-            self._unsubscribe(conn_id)
-            self._subscription[conn_id] = req["queue"]
-            self._subscribers.setdefault(req["queue"], set()).add(conn_id)
-        return {"ok": True}
+if TYPE_CHECKING:
+    from ..engine import BunqueueEngine
 
-    def _cmd_UnsubscribeEvents(self, conn_id: str | None, req: dict, now: float) -> dict:
-        self._unsubscribe(conn_id)
-        return {"ok": True}
+
+@command("SubscribeEvents")
+def subscribe_events(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    if conn_id is not None:  # BQ-EVENT-101: one queue per connection, the latest wins
+        engine._unsubscribe(conn_id)
+        engine._subscription[conn_id] = req["queue"]
+        engine._subscribers.setdefault(req["queue"], set()).add(conn_id)
+    return {"ok": True}
+
+
+@command("UnsubscribeEvents")
+def unsubscribe_events(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    engine._unsubscribe(conn_id)
+    return {"ok": True}

@@ -3,46 +3,53 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..model import Refused, int_option
+from .control import set_queue
+from .registry import command
+
+if TYPE_CHECKING:
+    from ..engine import BunqueueEngine
 
 
-class RateCommands:
-    """The handlers of these commands (mixed into the engine)."""
+@command("RateLimit")
+def rate_limit(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    limit = req["limit"]
+    if not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        raise Refused("limit_not_finite")
+    q = set_queue(engine, req["queue"], rate_limit=limit)  # BQ-RATE-2
+    q.pulls.clear()
+    if q.waiting:
+        engine._emit(q.name, None, "rate limit changed")
+    return {"ok": True}
 
-    # =========================================================================================
-    # Commands: rate limiting
-    # =========================================================================================
-    def _cmd_RateLimit(self, conn_id: str | None, req: dict, now: float) -> dict:
-        limit = req["limit"]
-        if not isinstance(limit, (int, float)) or not math.isfinite(limit):
-            raise Refused("limit_not_finite")
-        q = self._set_queue(req["queue"], rate_limit=limit)  # BQ-RATE-2
+
+@command("RateLimitClear")
+def rate_limit_clear(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    q = engine._queues.get(req["queue"])
+    if q is not None and q.rate_limit is not None:  # BQ-RATE-3
+        set_queue(engine, q.name, rate_limit=None)
         q.pulls.clear()
+        engine._rate_blocked.discard(q.name)
         if q.waiting:
-            self._emit(q.name, None, "rate limit changed")
-        return {"ok": True}
+            engine._emit(q.name, None, "rate limit cleared")
+    return {"ok": True}
 
-    def _cmd_RateLimitClear(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._queues.get(req["queue"])
-        if q is not None and q.rate_limit is not None:  # BQ-RATE-3
-            self._set_queue(q.name, rate_limit=None)
-            q.pulls.clear()
-            self._rate_blocked.discard(q.name)
-            if q.waiting:
-                self._emit(q.name, None, "rate limit cleared")
-        return {"ok": True}
 
-    def _cmd_SetConcurrency(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._set_queue(req["queue"], concurrency=int_option(req["limit"]))  # BQ-CONC-1
+@command("SetConcurrency")
+def set_concurrency(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    q = set_queue(engine, req["queue"], concurrency=int_option(req["limit"]))  # BQ-CONC-1
+    if q.waiting:
+        engine._emit(q.name, None, "concurrency changed")
+    return {"ok": True}
+
+
+@command("ClearConcurrency")
+def clear_concurrency(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    q = engine._queues.get(req["queue"])
+    if q is not None and q.concurrency is not None:  # BQ-CONC-2
+        set_queue(engine, q.name, concurrency=None)
         if q.waiting:
-            self._emit(q.name, None, "concurrency changed")
-        return {"ok": True}
-
-    def _cmd_ClearConcurrency(self, conn_id: str | None, req: dict, now: float) -> dict:
-        q = self._queues.get(req["queue"])
-        if q is not None and q.concurrency is not None:  # BQ-CONC-2
-            self._set_queue(q.name, concurrency=None)
-            if q.waiting:
-                self._emit(q.name, None, "concurrency cleared")
-        return {"ok": True}
+            engine._emit(q.name, None, "concurrency cleared")
+    return {"ok": True}

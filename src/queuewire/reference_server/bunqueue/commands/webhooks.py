@@ -9,58 +9,63 @@ with ``webhook_limit_reached`` naming the bound. How the deliveries themselves a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..jobs import uuid7
 from ..model import Refused
 from ..webhook_urls import webhook_url_error
+from .registry import command
+
+if TYPE_CHECKING:
+    from ..engine import BunqueueEngine
 
 
-class WebhooksCommands:
-    """The handlers of these commands (mixed into the engine)."""
+@command("AddWebhook")
+def add_webhook(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    url, events = req["url"], list(req["events"])
+    invalid = [e for e in events if e not in engine._webhook_events]
+    if invalid:  # BQ-WEBHOOK-5
+        raise Refused("webhook_invalid_events", events=", ".join(map(str, invalid)),
+                      valid=", ".join(engine._webhook_events))
+    problem = webhook_url_error(url, allow_private=engine.config.allow_private_webhooks)
+    if problem is not None:  # BQ-WEBHOOK-1
+        raise Refused(problem)
+    safeguards = engine.profile.model.safeguards  # BQ-SAFE-1
+    total = int(safeguards["max_webhooks"])
+    if len(engine._webhooks) >= total:
+        raise Refused("webhook_limit_reached", max=total)
+    per_queue = int(safeguards["webhooks_per_queue"])
+    queue = req.get("queue")
+    if sum(1 for h in engine._webhooks.values() if h.get("queue") == queue) >= per_queue:
+        raise Refused("webhook_limit_reached", max=per_queue)
+    hook = {"id": uuid7(now), "url": url, "events": events, "queue": req.get("queue"),
+            "secret": req.get("secret"), "createdAt": now, "lastTriggered": None,
+            "successCount": 0, "failureCount": 0, "enabled": True}
+    engine._webhooks[hook["id"]] = hook
+    engine.store.put_webhook(dict(hook))
+    data = {"webhookId": hook["id"], "url": url, "events": list(events), "createdAt": now}
+    if hook["queue"] is not None:
+        data["queue"] = hook["queue"]
+    return {"ok": True, "data": data}
 
-    # =========================================================================================
-    # Commands: webhooks
-    # =========================================================================================
-    def _cmd_AddWebhook(self, conn_id: str | None, req: dict, now: float) -> dict:
-        url, events = req["url"], list(req["events"])
-        invalid = [e for e in events if e not in self._webhook_events]
-        if invalid:  # BQ-WEBHOOK-5
-            raise Refused("webhook_invalid_events", events=", ".join(map(str, invalid)),
-                          valid=", ".join(self._webhook_events))
-        problem = webhook_url_error(url, allow_private=self.config.allow_private_webhooks)
-        if problem is not None:  # BQ-WEBHOOK-1
-            raise Refused(problem)
-        safeguards = self.profile.model.safeguards  # BQ-SAFE-1
-        total = int(safeguards["max_webhooks"])
-        if len(self._webhooks) >= total:
-            raise Refused("webhook_limit_reached", max=total)
-        per_queue = int(safeguards["webhooks_per_queue"])
-        queue = req.get("queue")
-        if sum(1 for h in self._webhooks.values() if h.get("queue") == queue) >= per_queue:
-            raise Refused("webhook_limit_reached", max=per_queue)
-        hook = {"id": uuid7(now), "url": url, "events": events, "queue": req.get("queue"),
-                "secret": req.get("secret"), "createdAt": now, "lastTriggered": None,
-                "successCount": 0, "failureCount": 0, "enabled": True}
-        self._webhooks[hook["id"]] = hook
-        self.store.put_webhook(dict(hook))
-        data = {"webhookId": hook["id"], "url": url, "events": list(events), "createdAt": now}
-        if hook["queue"] is not None:
-            data["queue"] = hook["queue"]
-        return {"ok": True, "data": data}
 
-    def _cmd_RemoveWebhook(self, conn_id: str | None, req: dict, now: float) -> dict:
-        if self._webhooks.pop(req["webhookId"], None) is None:
-            raise Refused("webhook_not_found")  # BQ-WEBHOOK-4
-        self.store.delete_webhook(req["webhookId"])
-        return {"ok": True, "data": {"removed": True}}
+@command("RemoveWebhook")
+def remove_webhook(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    if engine._webhooks.pop(req["webhookId"], None) is None:
+        raise Refused("webhook_not_found")  # BQ-WEBHOOK-4
+    engine.store.delete_webhook(req["webhookId"])
+    return {"ok": True, "data": {"removed": True}}
 
-    def _cmd_ListWebhooks(self, conn_id: str | None, req: dict, now: float) -> dict:
-        hooks = []
-        for h in self._webhooks.values():  # never the secret
-            item = {k: h[k] for k in ("id", "url", "createdAt", "lastTriggered",
-                                      "successCount", "failureCount", "enabled")}
-            item["events"] = list(h["events"])
-            if h.get("queue") is not None:
-                item["queue"] = h["queue"]
-            hooks.append(item)
-        return {"ok": True, "data": {"webhooks": hooks, "stats": {
-            "total": len(hooks), "enabled": sum(h["enabled"] for h in hooks)}}}
+
+@command("ListWebhooks")
+def list_webhooks(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
+    hooks = []
+    for h in engine._webhooks.values():  # never the secret
+        item = {k: h[k] for k in ("id", "url", "createdAt", "lastTriggered",
+                                  "successCount", "failureCount", "enabled")}
+        item["events"] = list(h["events"])
+        if h.get("queue") is not None:
+            item["queue"] = h["queue"]
+        hooks.append(item)
+    return {"ok": True, "data": {"webhooks": hooks, "stats": {
+        "total": len(hooks), "enabled": sum(h["enabled"] for h in hooks)}}}
