@@ -626,3 +626,126 @@ def test_quiet_reply_holds_only_for_a_valid_success_to_a_clean_request():
     assert not quiet_reply(J, Pending("Ping", 0, bad=(request, ())), dict(PING_OK))
     assert not quiet_reply(J, Pending("Ping", 0, error=_bad_frame()), dict(PING_OK))
     assert not quiet_reply(J, Pending("Ping", 0, reqid_is_str=False), dict(PING_OK))
+
+
+# -- what the first mutation run of the module found unpinned ------------------------------
+def test_a_fresh_exchange_has_judged_nothing():
+    ex = BunqueueExchange(J)
+    assert (ex.last_bad, ex.last_reused, ex.last_waiting) == (None, False, 0)
+    assert (ex.unpaired, ex.unpaired_key) == (None, None)
+
+
+def test_times_default_to_zero_and_are_kept_on_every_path():
+    ex = _ex()
+    (finding,) = ex.request({"cmd": "Ping", "reqId": 5})[1]   # a non-string reqId
+    assert finding.t_ns == 0
+    ex.request({"cmd": "Ping", "reqId": 6}, 31)
+    ex.request({"cmd": "Ping"}, 32)
+    assert [p.sent for p in ex.open_ends()] == [32, 0, 31]
+    (finding,) = ex.reply(5)[1]   # not a map: answers the request without reqId
+    assert finding.t_ns == 0
+    ex.request({"cmd": "Count", "queue": "q"}, 33)
+    (finding,) = ex.reply({"ok": True, "count": "x"}, 34)[1]
+    assert finding.t_ns == 34
+    found = ex.reply({"ok": True, "reqId": 6}, 35)[1]
+    assert found and {f.t_ns for f in found} == {35}
+
+
+def test_a_request_without_reqid_keeps_what_it_broke_for_its_reply():
+    ex = _ex()
+    request = {"cmd": "PULLB", "queue": "q", "count": 5000}
+    ex.request(request, 4)
+    (pending,) = ex.open_ends()
+    assert pending.sent == 4 and pending.bad is not None and pending.bad[0] is request
+    found = ex.reply({"ok": True, "jobs": []}, 5)[1]
+    assert _keys(found) == [("BQ-ENV-6", Verdict.NON_STRICT, "accepted_invalid")]
+
+
+def test_a_third_request_with_a_reqid_in_flight_joins_its_group():
+    ex = _ex()
+    ex.request({"cmd": "Ping", "reqId": "g"})
+    ex.request({"cmd": "Count", "queue": "q", "reqId": "g"})
+    ex.request({"cmd": "Stats", "reqId": "g"})
+    assert [p.command for p in ex.open_ends()] == ["Ping", "Count", "Stats"]
+    assert ex.settle({"reqId": "g"}).command == "Ping"
+    assert ex.reply({**COUNT_OK, "reqId": "g"})[0].command == "Count"
+    assert [p.command for p in ex.open_ends()] == ["Stats"]
+
+
+def test_a_reply_that_is_not_a_map_is_judged_as_itself():
+    ex = _ex()
+    ex.request({"cmd": "Ping"})
+    (finding,) = ex.reply("pong!", 3)[1]
+    assert finding.message == "reply is not a map: 'pong!'"
+
+
+def test_a_shared_reqid_reply_names_the_requirement_it_breaks():
+    ex = _ex()
+    ex.request({"cmd": "Ping", "reqId": "b"})
+    ex.request({"cmd": "Ping", "reqId": "b"})
+    (violation,) = J.validator.reply_violations("Ping", {"ok": True})
+    (finding,) = ex.reply({"ok": True, "reqId": "b"}, 3)[1]
+    assert finding == Finding(
+        Verdict.INFO, violation.requirement, "reply_schema",
+        f"{violation} (as a reply to Ping; its reqId is shared by requests in flight, so which "
+        "one it answers cannot be told)", 9, "s2c", "Ping", 3)
+
+
+def test_a_non_map_request_answered_by_a_broken_error_reply_is_the_replys_fault():
+    ex = _ex()
+    ex.request(["Ping"])
+    assert _keys(ex.reply({"ok": False, "error": 5})[1]) == \
+        [("BQ-ENV-4", Verdict.FAIL, "reply_schema")]
+
+
+def test_only_the_fields_the_request_broke_and_sent_are_echoes():
+    request = {"cmd": "GetState", "id": 115}
+    pending = Pending("GetState", 0, bad=(request, JR.validator.request_violations(request)))
+    # the state is the reply's own: not a field the request broke
+    found = judge_reply(JR, pending, {"ok": True, "id": 115, "state": 5})
+    assert ("BQ-JOB-1", Verdict.FAIL, "reply_schema") in _keys(found)
+    assert ("BQ-CMD-GetState", Verdict.INFO, "echoed_invalid") in _keys(found)
+    # a null id sent, none given back: absent is not null
+    request = {"cmd": "GetState", "id": None}
+    pending = Pending("GetState", 0, bad=(request, JR.validator.request_violations(request)))
+    found = judge_reply(JR, pending, {"ok": True, "state": "waiting"})
+    assert ("BQ-CMD-GetState", Verdict.FAIL, "reply_schema") in _keys(found)
+
+
+def test_an_echo_is_found_inside_a_list_of_the_reply():
+    request = {"cmd": "PULLB", "queue": 5, "count": 1}
+    pending = Pending("PULLB", 0, bad=(request, JR.validator.request_violations(request)))
+    found = judge_reply(JR, pending, {"ok": True, "jobs": [{"id": "1", "queue": 5, "data": {}}]})
+    (echo,) = [f for f in found if f.kind == "echoed_invalid"]
+    assert echo.level is Verdict.INFO and "/jobs/0/queue" in echo.message
+    found = judge_reply(JR, pending, {"ok": True, "jobs": [{"id": "1", "queue": 6, "data": {}}]})
+    assert "echoed_invalid" not in [f.kind for f in found]
+
+
+def test_a_violation_path_is_read_as_a_json_pointer():
+    from queuewire.judge.exchange import _fields
+
+    assert _fields("/a~1b/c~0d/0", "x") == ["a/b", "c~d", "0"]
+    assert _fields("", "\"name\" is a required property") == ["name"]
+    assert _fields("/data", "\"a/b\" is a required property") == ["data", "a/b"]
+    assert _fields("", "5 is not of type \"object\"") == []
+
+
+def test_a_violation_at_no_field_is_never_an_echo():
+    from queuewire.codecs.errors import Violation
+    from queuewire.judge.exchange import _echoes
+
+    request = {"cmd": "GetState", "id": 115}
+    bad = JR.validator.request_violations(request)
+    at_root = Violation("BQ-CMD-GetState", "MUST", "", "something is wrong")
+    assert not _echoes(request, bad, {"ok": True}, at_root)
+    (at_id,) = bad
+    assert _echoes(request, bad, {"ok": True, "id": 115}, at_id)
+    assert not _echoes([request], bad, {"ok": True, "id": 115}, at_id)
+
+
+def test_long_values_are_cut_in_messages():
+    assert judge_reply(J, _pending("Ping"), "x" * 98)[0].message == \
+        f"reply is not a map: {'x' * 98!r}"            # a repr of exactly 100 characters
+    message = judge_reply(J, _pending("Ping"), "x" * 99)[0].message
+    assert message == "reply is not a map: " + repr("x" * 99)[:97] + "..."

@@ -84,3 +84,19 @@ def test_a_request_breaking_its_schema_gets_the_engines_refusal():
     unknown = g.answer(Conn(), {"cmd": "Frobnicate"})
     assert unknown == g.error("unknown_command", cmd="Frobnicate")
     assert unknown["error"] == ERRORS["unknown_command"].format(cmd="Frobnicate")
+
+
+def test_the_gate_validates_by_its_engines_profile():
+    real = load_profile("bunqueue/2.9.5")
+    g = RequestGate(BunqueueEngine(real, now_ms=lambda: 1_000_000.0))
+    assert g.answer(Conn(), {"cmd": "SubscribeEvents", "queue": "q"}) == {"ok": True}
+    assert gate().answer(Conn(), {"cmd": "SubscribeEvents", "queue": "q"}) == \
+        gate().error("unknown_command", cmd="SubscribeEvents")
+
+
+def test_the_engine_is_told_which_connection_asks():
+    g = gate()
+    conn = Conn(id="c7")
+    g.answer(conn, {"cmd": "PUSH", "queue": "q", "data": {}})
+    pulled = g.answer(conn, {"cmd": "PULL", "queue": "q"})
+    assert g.engine.connection_closed("c7") == [pulled["job"]["id"]]   # BQ-CONN-1: its job

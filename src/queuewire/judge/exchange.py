@@ -149,10 +149,9 @@ class Judgement:
         name (whatever their values): that command's reply, though perhaps not a valid one."""
         if type(reply) is not dict or reply.get("ok") is not True or command not in self.commands:
             return False
-        body = {k: v for k, v in reply.items() if k != "reqId"}
-        validator = self.validator
-        return not validator.missing_fields(command, body, reply=True) and \
-            not validator.extra_fields(command, body, reply=True)
+        validator = self.validator   # neither counts the envelope's reqId
+        return not validator.missing_fields(command, reply, reply=True) and \
+            not validator.extra_fields(command, reply, reply=True)
 
 
 # -- the checks -------------------------------------------------------------------------------
@@ -260,28 +259,27 @@ def judge_reply(j: Judgement, pending: Pending, reply: Any, *, shared: bool = Fa
                        Finding(level if level is not None else j.verdict(rid), rid, kind, message))
     if type(reply) is not dict:
         return [make("BQ-ENV-3", "invalid_reply", f"reply is not a map: {_short(reply)}")]
-    if pending.error is not None:
-        if reply.get("ok") is not False:
-            return [make(pending.error.requirement, "accepted_bad_frame",
-                         f"{pending.error.kind} answered {_short(reply)}")]
-        cmd = ""
-    else:
-        cmd = pending.command if pending.command in j.commands else ""
+    if pending.error is not None and reply.get("ok") is not False:
+        return [make(pending.error.requirement, "accepted_bad_frame",
+                     f"{pending.error.kind} answered {_short(reply)}")]
+    cmd = pending.command
     body = reply
     if not pending.reqid_is_str and "reqId" in reply:
         body = {k: v for k, v in reply.items() if k != "reqId"}  # echoed verbatim
     ok = body.get("ok") is True
     out: list[Finding] = []
     bad = pending.bad
-    if ok and pending.error is None:
-        if pending.command not in j.commands:
+    if ok:   # (a frame that did not decode was answered ok: returned above)
+        if cmd not in j.commands:
             return [make("BQ-ENV-5", "accepted_unknown",
-                         f"{pending.command} (not a command of the profile) answered ok")]
+                         f"{cmd} (not a command of the profile) answered ok")]
         if bad is not None:
             out.append(make("BQ-ENV-6", "accepted_invalid",
                             f"{cmd} breaking {bad[1][0]} answered ok"))
+    # from here a success reply answers a known command; an error reply is judged by the
+    # shared error shape, whatever its command
     validator = j.validator
-    if (cmd or not ok) and validator.reply_is_valid(cmd, body, ok=ok):
+    if validator.reply_is_valid(cmd, body, ok=ok):
         violations: tuple[Violation, ...] = ()
     else:
         violations = validator.reply_violations(cmd, body)
@@ -311,7 +309,7 @@ def quiet_reply(j: Judgement, pending: Pending, reply: Any) -> bool:
     False says nothing (judge_reply decides)."""
     return (type(reply) is dict and reply.get("ok") is True and pending.bad is None
             and pending.error is None and pending.reqid_is_str and pending.command in j.commands
-            and j.validator.reply_is_valid(pending.command, reply, ok=True))
+            and j.validator.reply_is_valid(pending.command, reply))
 
 
 # -- the exchange -----------------------------------------------------------------------------
@@ -444,9 +442,9 @@ class BunqueueExchange:
                 self.unpaired = "no_request"
                 if self.partial:
                     return None, []
-                return None, [self.finding(
+                return None, [self.finding(   # the documents are silent: INFO
                     None, "reply_unpaired", "a frame without reqId that answers no request seen "
-                    "without one", Frame("s2c", message, t_ns, None), level=Verdict.INFO)]
+                    "without one", Frame("s2c", message, t_ns, None))]
             return self._answered(self._no_id.popleft(), message, t_ns)
         key = req_id if type(req_id) is str else reqid_key(req_id)
         held = self.in_flight.pop(key, None)

@@ -95,7 +95,7 @@ FLUSH_BYTES = 64 * 1024      # replies gathered before one write: a socket buffe
 # The young-generation threshold the serve command sets (CPython's default is 700). Every
 # PUSH leaves a few container objects alive (the job, its timeline, its data), so with the
 # default the collector runs every ~100 pushes and re-walks the growing set of live jobs; it
-# took about a third of a PUSH's time in the engine in the profile of benchmarks/README.md.
+# took about a third of a PUSH's time in the engine (a profile in benchmarks/README.md's history).
 GC_YOUNG_THRESHOLD = 50_000
 
 
