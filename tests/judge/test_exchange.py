@@ -749,3 +749,11 @@ def test_long_values_are_cut_in_messages():
         f"reply is not a map: {'x' * 98!r}"            # a repr of exactly 100 characters
     message = judge_reply(J, _pending("Ping"), "x" * 99)[0].message
     assert message == "reply is not a map: " + repr("x" * 99)[:97] + "..."
+
+
+def test_a_reply_is_judged_on_its_reqid_unless_the_request_sent_a_non_string_one():
+    # a request with a string reqId: the reply's reqId is the envelope's string (BQ-ENV-2)
+    found = judge_reply(J, _pending("Ping"), {**PING_OK, "reqId": 7})
+    assert _keys(found) == [("BQ-ENV-2", Verdict.FAIL, "reply_schema")]
+    # a request that sent 7: echoing it verbatim is what the server must do
+    assert judge_reply(J, Pending("Ping", 0, reqid_is_str=False), {**PING_OK, "reqId": 7}) == []
