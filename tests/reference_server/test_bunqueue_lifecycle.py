@@ -355,6 +355,23 @@ def test_an_expired_waitjob_answers_the_result_if_the_job_completed_meanwhile():
     assert r.engine.expire(wait) == {"ok": True, "completed": True, "result": {"r": 1}}
 
 
+def test_a_waitjob_on_a_reused_custom_id_waits_for_the_live_job_not_the_removed_one():
+    """A completed job removed on completion leaves its result behind (WaitJob after removal
+    answers it); a new job pushed with the same custom id is another job: WaitJob waits for
+    it, and the old result does not answer for it."""
+    r = Rig()
+    first = r.push(jobId="same", removeOnComplete=True)
+    r.pull()
+    r.ok("ACK", id=first, result={"run": 1})
+    assert r("WaitJob", id=first, timeout=0) == {"ok": True, "completed": True, "result": {"run": 1}}
+    second = r.push(jobId="same")
+    assert second == first   # the custom id names the new job
+    wait = r("WaitJob", id=second, timeout=1000)
+    assert isinstance(wait, Wait)
+    r.t += 1000
+    assert r.engine.expire(wait) == {"ok": True, "completed": False}
+
+
 def test_an_expired_pull_takes_one_job_for_its_connection():
     """An expiring PULL makes a last attempt: one job (the next stays waiting), pulled for the
     connection that parked the poll (closing it requeues the job)."""

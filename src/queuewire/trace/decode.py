@@ -200,7 +200,7 @@ class _Proto:
         else:
             names = [f.id for f in profile.model.header]
             self.version_at = names.index("version") if "version" in names else None
-            self._head = cast(QuicxProtocol, self.proto)._head
+            self._head = cast(QuicxProtocol, self.proto).head
 
     def version(self, direction: str, item: Any, command: str | None) -> str | None:
         if item.message is None:

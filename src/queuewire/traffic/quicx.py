@@ -55,7 +55,8 @@ class QuicxProtocol:
         order = [f.id for f in spec.header]
         head = struct.Struct(struct_format(spec.header))
         at = order.index("len_payload")
-        self._head = head
+        #: the header as the spec lays it out (a struct): what a frame's fields are read with
+        self.head = head
         self._len_at = at
         self.client_roles = tuple(r for r in spec.roles if r != DAEMON)
         self.forwards_results = bool(spec.flag("forward_results_to_producer"))
@@ -66,7 +67,7 @@ class QuicxProtocol:
     def stream(self, direction: str) -> Stream:
         at, profile, spec = self._len_at, self.profile, self.spec
         role: Any = DAEMON if direction == "c2s" else self.client_roles
-        return Stream(lambda: QuicxDecoder(profile, role), self._head, at, self.max_frame,
+        return Stream(lambda: QuicxDecoder(profile, role), self.head, at, self.max_frame,
                       lambda dec, data: dec.feed(data),
                       lambda exc: spec.error(exc.kind).reaction == "reply")
 
