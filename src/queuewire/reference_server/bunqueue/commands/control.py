@@ -129,7 +129,10 @@ def wait_job(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float,
     return Wait("job", job_id, deadline, req, conn_id)
 
 
-def set_queue(engine: BunqueueEngine, name: str, **changes: Any) -> QueueState:
+def set_queue(engine: BunqueueEngine, name: str, wake: str | None = None,
+              **changes: Any) -> QueueState:
+    """Change queue ``name``'s settings and store them; with ``wake`` (the reason), a queue
+    holding waiting jobs is announced, so that parked pulls try again under the new settings."""
     q = engine._queue(name)
     for key, value in changes.items():
         setattr(q, key, value)
@@ -137,6 +140,8 @@ def set_queue(engine: BunqueueEngine, name: str, **changes: Any) -> QueueState:
         engine.store.put_queue(name, q.config())
     else:
         engine.store.delete_queue(name)
+    if wake is not None and q.waiting:
+        engine._emit(q.name, None, wake)
     return q
 
 
@@ -150,9 +155,7 @@ def pause(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) ->
 def resume(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
     q = engine._queues.get(req["queue"])
     if q is not None and q.paused:
-        set_queue(engine, req["queue"], paused=False)
-        if q.waiting:
-            engine._emit(q.name, None, "resumed")
+        set_queue(engine, req["queue"], "resumed", paused=False)
     return {"ok": True}
 
 

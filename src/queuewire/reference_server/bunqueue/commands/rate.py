@@ -18,10 +18,8 @@ def rate_limit(engine: BunqueueEngine, conn_id: str | None, req: dict, now: floa
     limit = req["limit"]
     if not isinstance(limit, (int, float)) or not math.isfinite(limit):
         raise Refused("limit_not_finite")
-    q = set_queue(engine, req["queue"], rate_limit=limit)  # BQ-RATE-2
+    q = set_queue(engine, req["queue"], "rate limit changed", rate_limit=limit)  # BQ-RATE-2
     q.pulls.clear()
-    if q.waiting:
-        engine._emit(q.name, None, "rate limit changed")
     return {"ok": True}
 
 
@@ -29,19 +27,16 @@ def rate_limit(engine: BunqueueEngine, conn_id: str | None, req: dict, now: floa
 def rate_limit_clear(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
     q = engine._queues.get(req["queue"])
     if q is not None and q.rate_limit is not None:  # BQ-RATE-3
-        set_queue(engine, q.name, rate_limit=None)
         q.pulls.clear()
         engine._rate_blocked.discard(q.name)
-        if q.waiting:
-            engine._emit(q.name, None, "rate limit cleared")
+        set_queue(engine, q.name, "rate limit cleared", rate_limit=None)
     return {"ok": True}
 
 
 @command("SetConcurrency")
 def set_concurrency(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
-    q = set_queue(engine, req["queue"], concurrency=int_option(req["limit"]))  # BQ-CONC-1
-    if q.waiting:
-        engine._emit(q.name, None, "concurrency changed")
+    set_queue(engine, req["queue"], "concurrency changed",
+              concurrency=int_option(req["limit"]))  # BQ-CONC-1
     return {"ok": True}
 
 
@@ -49,7 +44,5 @@ def set_concurrency(engine: BunqueueEngine, conn_id: str | None, req: dict, now:
 def clear_concurrency(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
     q = engine._queues.get(req["queue"])
     if q is not None and q.concurrency is not None:  # BQ-CONC-2
-        set_queue(engine, q.name, concurrency=None)
-        if q.waiting:
-            engine._emit(q.name, None, "concurrency cleared")
+        set_queue(engine, q.name, "concurrency cleared", concurrency=None)
     return {"ok": True}
