@@ -53,3 +53,38 @@ def test_the_tap_pairs_by_the_judges_identity():
     other = _tap([{"cmd": "Ping", "reqId": True}], [{"ok": True, "reqId": 1}])
     assert other["totals"]["paired"] == 0
     assert {f["kind"] for f in other["findings"]} >= {"reqid_unknown"}
+
+
+@pytest.mark.parametrize("value, key", [
+    (UNDEFINED, ("undefined",)), (None, ("const", None)), (True, ("const", True)),
+    (math.nan, ("nan",)), (2.0, ("num", 2)), (1.5, ("num", 1.5)), (7, ("num", 7)),
+    ({"a": 1}, ("map", (("'a'", ("num", 1)),))), ([1, "x"], ("list", (("num", 1), "x"))),
+    (b"\x01", ("bin", b"\x01")),
+])
+def test_the_key_of_each_kind_of_value(value, key):
+    """The keys themselves, not only their equality: the trace pipeline writes a request's
+    key into its rows (``opens``) and joins the files of one connection on it, so it is a
+    format, and an integral float is keyed by the int it equals (``('num', 2)``, not 2.0)."""
+    got = reqid_key(value)
+    assert got == key and repr(got) == repr(key)
+
+
+def test_maps_and_lists_differ_by_every_key_and_value():
+    assert reqid_key({"a": 1}) != reqid_key({"b": 1})
+    assert reqid_key({"a": 1}) != reqid_key({"a": 2})
+    assert reqid_key({1: "x"}) != reqid_key({"1": "x"})
+    assert reqid_key([1]) != reqid_key([2])
+
+
+def test_other_values_are_keyed_by_their_type_and_repr():
+    import datetime
+
+    class One:
+        def __repr__(self) -> str:
+            return "same"
+
+    class Two(One):
+        pass
+
+    assert reqid_key(One()) == ("One", "same") and reqid_key(One()) != reqid_key(Two())
+    assert reqid_key(datetime.date(2020, 1, 1)) != reqid_key(datetime.date(2021, 1, 1))

@@ -77,3 +77,22 @@ def test_no_module_keeps_its_own_list_of_verdicts_or_levels():
 
 def test_a_reading_of_a_rule_is_never_more_than_non_strict():
     assert [reading(v) for v in FINDING_VERDICTS] == [Verdict.NON_STRICT, Verdict.NON_STRICT, Verdict.INFO]
+
+
+def test_a_requirement_is_stated_unless_it_says_otherwise():
+    assert verdict_for("MUST") is Verdict.FAIL   # the default basis is "stated"
+    assert verdict_for("SHOULD") is Verdict.NON_STRICT
+
+
+def test_a_requirement_that_is_a_reading_never_fails_a_peer_even_at_must():
+    """The cap holds whatever the spec says: a profile whose MUST rests on a reading (spec
+    lint refuses one, but an edit could make one) gives NON-STRICT."""
+    import copy
+    import dataclasses
+
+    profile = load_profile("bunqueue/v2")
+    reading_must = dataclasses.replace(profile.requirements["BQ-PIPE-4"], basis="implied")
+    edited = copy.copy(profile)
+    object.__setattr__(edited, "requirements", {**profile.requirements, "BQ-PIPE-4": reading_must})
+    assert requirement_verdict(profile, "BQ-PIPE-4") is Verdict.FAIL
+    assert requirement_verdict(edited, "BQ-PIPE-4") is Verdict.NON_STRICT
