@@ -231,10 +231,14 @@ def test_every_decodable_opcode_is_scanned_inline():
         for scan, kind in ((dec._scan, "messages"), (dec._scan_rows, "rows")):
             assert scan.__module__ == "queuewire.codecs.quicx_scan_generated"
             factory = f"{kind}_{profile.replace('/', '_').replace('.', '_')}_{DAEMON}"
-            assert scan.__qualname__ == f"{factory}.<locals>.scan"
+            # one accepted version: the scan comparing (version, opcode) keys
+            assert scan.__qualname__ == f"{factory}.<locals>.keyed_scan"
         source, _ = scan_source(load_profile(profile), DAEMON)
         for code in dec._plans:
-            assert f"code == {code:#04x}:  # {spec.by_code[code].name}" in source
+            name = spec.by_code[code].name
+            assert f"code == {code:#04x}:  # {name}" in source          # the general scan
+            assert f"key == key_{code:02x}:  # {name}" in source        # the keyed one
+            assert f"key_{code:02x} = version << 8 | {code:#04x}  # {name}" in source
 
 
 def test_a_lax_daemon_takes_every_version_byte():
@@ -251,3 +255,6 @@ def test_a_lax_daemon_takes_every_version_byte():
             assert msgs[5].fields == {"task_id": 3}
         for dec in decoders(profile, DAEMON, None, True):
             assert dec.feed_rows(stream) == [(ready,)] * 5 + [(msgs[5].code, 3)]
+        fast, _ = decoders(profile, DAEMON, None, True)   # several versions: the general scan
+        assert fast._scan.__qualname__.endswith("<locals>.scan")
+        assert fast._scan_rows.__qualname__.endswith("<locals>.scan")

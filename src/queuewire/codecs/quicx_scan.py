@@ -24,6 +24,15 @@ cover (each accepted opcode's message name and plan key, :func:`~.quicx_plans.pl
 be the branch's: a spec edited since the file was generated, a test's own spec) gets no scan and
 decodes every frame with its general loop.
 
+A factory builds one of two scans. When the decoder accepts one version (every profile does),
+the version and the opcode are read together as one u2 key and each branch compares it with a
+number the factory computed (``key == key_01``), so a frame of another version matches no
+branch; a decoder accepting several versions (a lax daemon in tests) gets the scan that looks
+the version up, then compares the opcode. A message of fixed size checks its length with one
+comparison (``length != fix_06``; an opcode the decoder does not accept gets -1, which no
+length is). These are what the ``exec()`` scans this file replaced had inlined as constants:
+without them the generated loops cost ~5 % more (benchmarks/README.md, "Before and after").
+
 The scan never refuses anything. It returns the position of the first frame it does not
 decode completely (the data ends inside the frame, the version, the opcode or the length is
 not one it accepts, a payload check fails, a layout without a fast plan), and the decoder's
@@ -200,48 +209,76 @@ def scan_source(profile: Profile, receiver: str | None,
                             f'{_receiving(receiver)}."""',
                             106, initial_indent="    ", subsequent_indent="    ")]
     for msg in decodable:
-        lines.append(f"    lo_{msg.code:02x}, hi_{msg.code:02x} = limits.get({msg.code:#04x}, NONE)"
-                     f"  # {msg.name}")
+        c = f"{msg.code:02x}"
+        lines.append(f"    lo_{c}, hi_{c} = limits.get({msg.code:#04x}, NONE)  # {msg.name}")
+        if msg.fixed_size is not None:  # one length or none: one comparison per frame
+            lines.append(f"    fix_{c} = lo_{c} if lo_{c} == hi_{c} else -1")
     if not rows:
         lines.append("    new = tuple.__new__")
-    lines += ["",
-              "    def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:",
-              "        size = len(data)",  # not n: the plan statements use n
-              f"        while size - pos >= {size}:",
-              f"            version, code, length = {unpack}(data, pos)",
-              f"            end = pos + {size} + length",
-              "            if end > size or version not in versions:",
-              "                return pos",
-              f"            start = pos + {size}"]
-    pad = " " * 16
-    for i, msg in enumerate(decodable):
+    branches: list[str] = []  # the branch bodies, after the test of their opcode
+    for msg in decodable:
         steps = decode_steps(msg, "return pos")
         assert steps is not None
         body, fields, used = steps
         unpackers.update(used)
         c = f"{msg.code:02x}"
-        lines += [f"            {'if' if i == 0 else 'elif'} code == {msg.code:#04x}:  # {msg.name}",
-                  f"                if length < lo_{c} or length > hi_{c}:",
-                  "                    return pos",
-                  *(pad + line for line in body)]
+        test = f"length != fix_{c}" if msg.fixed_size is not None else \
+            f"length < lo_{c} or length > hi_{c}"
+        block = [f"    if {test}:", "        return pos", *("    " + line for line in body)]
         if rows:
             items = [str(msg.code), *(expr for _, expr in fields)]
-            append = wrap_items(pad + "append((", items, ",))" if len(items) == 1 else "))", 110)
+            block += wrap_items("    append((", items, ",))" if len(items) == 1 else "))", 94)
         else:
             value = fields_dict(fields)
-            if len(pad + value) > 80:  # a long dict first, on lines of its own
-                lines += wrap_items(pad + "fields = {", [f"{fid!r}: {expr}" for fid, expr in fields],
-                                    "}", 110)
+            if len(value) > 64:  # a long dict first, on lines of its own
+                block += wrap_items("    fields = {", [f"{fid!r}: {expr}" for fid, expr in fields],
+                                    "}", 94)
                 value = "fields"
-            append = wrap_items(pad + "append(new(Message, (", [
-                repr(msg.name), str(msg.code), value, "data[pos:end]", "base + pos"], ")))", 110)
-        lines += append
+            block += wrap_items("    append(new(Message, (", [
+                repr(msg.name), str(msg.code), value, "data[pos:end]", "base + pos"], ")))", 94)
+        branches.append("\n".join(block))
+    # one accepted version (every profile's): the version and the opcode are read as one u2
+    # key and each branch compares it with one number; several (a lax decoder): the version
+    # is looked up, then the opcode compared
+    key_unpack = f"unpack_{'H' + head[3:]}"
+    unpackers[key_unpack] = ">H" + head[3:]
     if decodable:
-        lines += ["            else:", "                return pos"]
-    else:  # nothing to scan inline
-        lines.append("            return pos")
-    lines += ["            pos = end", "        return pos", "", "    return scan"]
+        lines += ["    if len(versions) == 1:",
+                  "        (version,) = versions",
+                  *(f"        key_{m.code:02x} = version << 8 | {m.code:#04x}  # {m.name}"
+                    for m in decodable), ""]
+        lines += _scan_lines("keyed_scan", size, f"key, length = {key_unpack}(data, pos)", "end > size",
+                             [f"key == key_{m.code:02x}" for m in decodable], decodable,
+                             branches, 8)
+        lines += ["        return keyed_scan", ""]
+    lines += _scan_lines("scan", size, f"version, code, length = {unpack}(data, pos)",
+                         "end > size or version not in versions",
+                         [f"code == {m.code:#04x}" for m in decodable], decodable, branches, 4)
+    lines += ["    return scan"]
     return "\n".join(lines), unpackers
+
+
+def _scan_lines(name: str, size: int, read: str, refuse: str, tests: list[str],
+                decodable: list[MessageType], branches: list[str], indent: int) -> list[str]:
+    """The source of one scan function ``name``: each frame's header ``read``, the ``refuse``
+    test that leaves a frame to the general loop, then one branch per message (its ``tests``)."""
+    pad = " " * indent
+    lines = [pad + f"def {name}(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:",
+             pad + "    size = len(data)",  # not n: the plan statements use n
+             pad + f"    while size - pos >= {size}:",
+             pad + f"        {read}",
+             pad + f"        end = pos + {size} + length",
+             pad + f"        if {refuse}:",
+             pad + "            return pos",
+             pad + f"        start = pos + {size}"]
+    for i, (test, msg, block) in enumerate(zip(tests, decodable, branches)):
+        lines.append(pad + f"        {'if' if i == 0 else 'elif'} {test}:  # {msg.name}")
+        lines += [pad + "        " + line for line in block.split("\n")]
+    if decodable:
+        lines += [pad + "        else:", pad + "            return pos"]
+    else:  # nothing to scan inline
+        lines.append(pad + "        return pos")
+    return [*lines, pad + "        pos = end", pad + "    return pos"]
 
 
 def _factory(profile: Profile, receiver: str | None, rows: bool) -> str:

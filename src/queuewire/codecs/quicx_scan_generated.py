@@ -22,6 +22,7 @@ Limits = Mapping[int, tuple[int, int]]
 NONE = (1, 0)
 
 unpack_BBL = Struct('>BBL').unpack_from
+unpack_HL = Struct('>HL').unpack_from
 unpack_L = Struct('>L').unpack_from
 unpack_LB = Struct('>LB').unpack_from
 unpack_LLLQQ = Struct('>LLLQQ').unpack_from
@@ -32,12 +33,88 @@ def messages_quicx_v1_daemon(
     """The scan of quicx/v1 appending a Message per frame, for a daemon's decoder."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_DONE
+    fix_06 = lo_06 if lo_06 == hi_06 else -1
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_FAILED
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
     lo_0b, hi_0b = limits.get(0x0b, NONE)  # MSG_STATS
+    fix_0b = lo_0b if lo_0b == hi_0b else -1
     new = tuple.__new__
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_06 = version << 8 | 0x06  # MSG_DONE
+        key_07 = version << 8 | 0x07  # MSG_FAILED
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+        key_0b = version << 8 | 0x0b  # MSG_STATS
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
+                elif key == key_06:  # MSG_DONE
+                    if length != fix_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_DONE', 6, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_07:  # MSG_FAILED
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_FAILED', 7, {'task_id': i0, 'reason': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
+                elif key == key_0b:  # MSG_STATS
+                    if length != fix_0b:
+                        return pos
+                    append(new(Message, ('MSG_STATS', 11, {}, data[pos:end], base + pos)))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -64,11 +141,11 @@ def messages_quicx_v1_daemon(
                 append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
             elif code == 0x06:  # MSG_DONE
-                if length < lo_06 or length > hi_06:
+                if length != fix_06:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_DONE', 6, {'task_id': i0}, data[pos:end], base + pos)))
@@ -84,22 +161,21 @@ def messages_quicx_v1_daemon(
                 append(new(Message, ('MSG_FAILED', 7, {'task_id': i0, 'reason': b0}, data[pos:end],
                                      base + pos)))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
             elif code == 0x0b:  # MSG_STATS
-                if length < lo_0b or length > hi_0b:
+                if length != fix_0b:
                     return pos
                 append(new(Message, ('MSG_STATS', 11, {}, data[pos:end], base + pos)))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -107,11 +183,85 @@ def rows_quicx_v1_daemon(versions: frozenset[int], limits: Limits) -> Scan:
     """The scan of quicx/v1 appending a row (opcode, *field values) per frame, for a daemon's decoder."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_DONE
+    fix_06 = lo_06 if lo_06 == hi_06 else -1
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_FAILED
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
     lo_0b, hi_0b = limits.get(0x0b, NONE)  # MSG_STATS
+    fix_0b = lo_0b if lo_0b == hi_0b else -1
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_06 = version << 8 | 0x06  # MSG_DONE
+        key_07 = version << 8 | 0x07  # MSG_FAILED
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+        key_0b = version << 8 | 0x0b  # MSG_STATS
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((1, i0, b0, b1))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append((4,))
+                elif key == key_06:  # MSG_DONE
+                    if length != fix_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((6, i0))
+                elif key == key_07:  # MSG_FAILED
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((7, i0, b0))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append((9,))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append((10,))
+                elif key == key_0b:  # MSG_STATS
+                    if length != fix_0b:
+                        return pos
+                    append((11,))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -137,11 +287,11 @@ def rows_quicx_v1_daemon(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((1, i0, b0, b1))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append((4,))
             elif code == 0x06:  # MSG_DONE
-                if length < lo_06 or length > hi_06:
+                if length != fix_06:
                     return pos
                 i0, = unpack_L(data, start)
                 append((6, i0))
@@ -156,22 +306,21 @@ def rows_quicx_v1_daemon(versions: frozenset[int], limits: Limits) -> Scan:
                     return pos
                 append((7, i0, b0))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append((9,))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append((10,))
             elif code == 0x0b:  # MSG_STATS
-                if length < lo_0b or length > hi_0b:
+                if length != fix_0b:
                     return pos
                 append((11,))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -179,17 +328,145 @@ def messages_quicx_v1_any(versions: frozenset[int], limits: Limits, Message: typ
     """The scan of quicx/v1 appending a Message per frame, for a decoder of any role(s)."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_02, hi_02 = limits.get(0x02, NONE)  # MSG_OK
+    fix_02 = lo_02 if lo_02 == hi_02 else -1
     lo_03, hi_03 = limits.get(0x03, NONE)  # MSG_ERROR
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_TASK
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_DONE
+    fix_06 = lo_06 if lo_06 == hi_06 else -1
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_FAILED
     lo_08, hi_08 = limits.get(0x08, NONE)  # MSG_WAIT
+    fix_08 = lo_08 if lo_08 == hi_08 else -1
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
     lo_0b, hi_0b = limits.get(0x0b, NONE)  # MSG_STATS
+    fix_0b = lo_0b if lo_0b == hi_0b else -1
     lo_0c, hi_0c = limits.get(0x0c, NONE)  # MSG_STATS_RESPONSE
+    fix_0c = lo_0c if lo_0c == hi_0c else -1
     new = tuple.__new__
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_02 = version << 8 | 0x02  # MSG_OK
+        key_03 = version << 8 | 0x03  # MSG_ERROR
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_TASK
+        key_06 = version << 8 | 0x06  # MSG_DONE
+        key_07 = version << 8 | 0x07  # MSG_FAILED
+        key_08 = version << 8 | 0x08  # MSG_WAIT
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+        key_0b = version << 8 | 0x0b  # MSG_STATS
+        key_0c = version << 8 | 0x0c  # MSG_STATS_RESPONSE
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_02:  # MSG_OK
+                    if length != fix_02:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_OK', 2, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_03:  # MSG_ERROR
+                    if length < lo_03 or length > hi_03:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_ERROR', 3, {'error_code': i0, 'message': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
+                elif key == key_05:  # MSG_TASK
+                    if length < lo_05 or length > hi_05:
+                        return pos
+                    i0, i1 = unpack_LB(data, start)
+                    p = start + 5
+                    n = i1
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_TASK', 5,
+                                         {'task_id': i0, 'len_type': i1, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_06:  # MSG_DONE
+                    if length != fix_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_DONE', 6, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_07:  # MSG_FAILED
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_FAILED', 7, {'task_id': i0, 'reason': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_08:  # MSG_WAIT
+                    if length != fix_08:
+                        return pos
+                    append(new(Message, ('MSG_WAIT', 8, {}, data[pos:end], base + pos)))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
+                elif key == key_0b:  # MSG_STATS
+                    if length != fix_0b:
+                        return pos
+                    append(new(Message, ('MSG_STATS', 11, {}, data[pos:end], base + pos)))
+                elif key == key_0c:  # MSG_STATS_RESPONSE
+                    if length != fix_0c:
+                        return pos
+                    i0, i1, i2, i3, i4 = unpack_LLLQQ(data, start)
+                    fields = {'queue_depth': i0, 'workers_total': i1, 'workers_idle': i2,
+                              'pmad_bytes_used': i3, 'pmad_bytes_total': i4}
+                    append(new(Message, ('MSG_STATS_RESPONSE', 12, fields, data[pos:end], base + pos)))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -216,7 +493,7 @@ def messages_quicx_v1_any(versions: frozenset[int], limits: Limits, Message: typ
                 append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x02:  # MSG_OK
-                if length < lo_02 or length > hi_02:
+                if length != fix_02:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_OK', 2, {'task_id': i0}, data[pos:end], base + pos)))
@@ -232,7 +509,7 @@ def messages_quicx_v1_any(versions: frozenset[int], limits: Limits, Message: typ
                 append(new(Message, ('MSG_ERROR', 3, {'error_code': i0, 'message': b0}, data[pos:end],
                                      base + pos)))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
             elif code == 0x05:  # MSG_TASK
@@ -253,7 +530,7 @@ def messages_quicx_v1_any(versions: frozenset[int], limits: Limits, Message: typ
                                      {'task_id': i0, 'len_type': i1, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x06:  # MSG_DONE
-                if length < lo_06 or length > hi_06:
+                if length != fix_06:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_DONE', 6, {'task_id': i0}, data[pos:end], base + pos)))
@@ -269,33 +546,32 @@ def messages_quicx_v1_any(versions: frozenset[int], limits: Limits, Message: typ
                 append(new(Message, ('MSG_FAILED', 7, {'task_id': i0, 'reason': b0}, data[pos:end],
                                      base + pos)))
             elif code == 0x08:  # MSG_WAIT
-                if length < lo_08 or length > hi_08:
+                if length != fix_08:
                     return pos
                 append(new(Message, ('MSG_WAIT', 8, {}, data[pos:end], base + pos)))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
             elif code == 0x0b:  # MSG_STATS
-                if length < lo_0b or length > hi_0b:
+                if length != fix_0b:
                     return pos
                 append(new(Message, ('MSG_STATS', 11, {}, data[pos:end], base + pos)))
             elif code == 0x0c:  # MSG_STATS_RESPONSE
-                if length < lo_0c or length > hi_0c:
+                if length != fix_0c:
                     return pos
                 i0, i1, i2, i3, i4 = unpack_LLLQQ(data, start)
-                fields = {'queue_depth': i0, 'workers_total': i1, 'workers_idle': i2, 'pmad_bytes_used': i3,
-                          'pmad_bytes_total': i4}
+                fields = {'queue_depth': i0, 'workers_total': i1, 'workers_idle': i2,
+                          'pmad_bytes_used': i3, 'pmad_bytes_total': i4}
                 append(new(Message, ('MSG_STATS_RESPONSE', 12, fields, data[pos:end], base + pos)))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -304,16 +580,137 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
     role(s)."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_02, hi_02 = limits.get(0x02, NONE)  # MSG_OK
+    fix_02 = lo_02 if lo_02 == hi_02 else -1
     lo_03, hi_03 = limits.get(0x03, NONE)  # MSG_ERROR
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_TASK
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_DONE
+    fix_06 = lo_06 if lo_06 == hi_06 else -1
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_FAILED
     lo_08, hi_08 = limits.get(0x08, NONE)  # MSG_WAIT
+    fix_08 = lo_08 if lo_08 == hi_08 else -1
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
     lo_0b, hi_0b = limits.get(0x0b, NONE)  # MSG_STATS
+    fix_0b = lo_0b if lo_0b == hi_0b else -1
     lo_0c, hi_0c = limits.get(0x0c, NONE)  # MSG_STATS_RESPONSE
+    fix_0c = lo_0c if lo_0c == hi_0c else -1
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_02 = version << 8 | 0x02  # MSG_OK
+        key_03 = version << 8 | 0x03  # MSG_ERROR
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_TASK
+        key_06 = version << 8 | 0x06  # MSG_DONE
+        key_07 = version << 8 | 0x07  # MSG_FAILED
+        key_08 = version << 8 | 0x08  # MSG_WAIT
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+        key_0b = version << 8 | 0x0b  # MSG_STATS
+        key_0c = version << 8 | 0x0c  # MSG_STATS_RESPONSE
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((1, i0, b0, b1))
+                elif key == key_02:  # MSG_OK
+                    if length != fix_02:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((2, i0))
+                elif key == key_03:  # MSG_ERROR
+                    if length < lo_03 or length > hi_03:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((3, i0, b0))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append((4,))
+                elif key == key_05:  # MSG_TASK
+                    if length < lo_05 or length > hi_05:
+                        return pos
+                    i0, i1 = unpack_LB(data, start)
+                    p = start + 5
+                    n = i1
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((5, i0, i1, b0, b1))
+                elif key == key_06:  # MSG_DONE
+                    if length != fix_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((6, i0))
+                elif key == key_07:  # MSG_FAILED
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((7, i0, b0))
+                elif key == key_08:  # MSG_WAIT
+                    if length != fix_08:
+                        return pos
+                    append((8,))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append((9,))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append((10,))
+                elif key == key_0b:  # MSG_STATS
+                    if length != fix_0b:
+                        return pos
+                    append((11,))
+                elif key == key_0c:  # MSG_STATS_RESPONSE
+                    if length != fix_0c:
+                        return pos
+                    i0, i1, i2, i3, i4 = unpack_LLLQQ(data, start)
+                    append((12, i0, i1, i2, i3, i4))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -339,7 +736,7 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((1, i0, b0, b1))
             elif code == 0x02:  # MSG_OK
-                if length < lo_02 or length > hi_02:
+                if length != fix_02:
                     return pos
                 i0, = unpack_L(data, start)
                 append((2, i0))
@@ -354,7 +751,7 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
                     return pos
                 append((3, i0, b0))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append((4,))
             elif code == 0x05:  # MSG_TASK
@@ -373,7 +770,7 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((5, i0, i1, b0, b1))
             elif code == 0x06:  # MSG_DONE
-                if length < lo_06 or length > hi_06:
+                if length != fix_06:
                     return pos
                 i0, = unpack_L(data, start)
                 append((6, i0))
@@ -388,23 +785,23 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
                     return pos
                 append((7, i0, b0))
             elif code == 0x08:  # MSG_WAIT
-                if length < lo_08 or length > hi_08:
+                if length != fix_08:
                     return pos
                 append((8,))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append((9,))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append((10,))
             elif code == 0x0b:  # MSG_STATS
-                if length < lo_0b or length > hi_0b:
+                if length != fix_0b:
                     return pos
                 append((11,))
             elif code == 0x0c:  # MSG_STATS_RESPONSE
-                if length < lo_0c or length > hi_0c:
+                if length != fix_0c:
                     return pos
                 i0, i1, i2, i3, i4 = unpack_LLLQQ(data, start)
                 append((12, i0, i1, i2, i3, i4))
@@ -412,7 +809,6 @@ def rows_quicx_v1_any(versions: frozenset[int], limits: Limits) -> Scan:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -421,10 +817,77 @@ def messages_quicx_1_0_3_daemon(
     """The scan of quicx/1.0.3 appending a Message per frame, for a daemon's decoder."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_DONE
+    fix_05 = lo_05 if lo_05 == hi_05 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_FAILED
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     new = tuple.__new__
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_DONE
+        key_06 = version << 8 | 0x06  # MSG_FAILED
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
+                elif key == key_05:  # MSG_DONE
+                    if length != fix_05:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_DONE', 5, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_06:  # MSG_FAILED
+                    if length < lo_06 or length > hi_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    n = end - p
+                    if n > 64:
+                        return pos
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_FAILED', 6, {'task_id': i0, 'reason': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -451,11 +914,11 @@ def messages_quicx_1_0_3_daemon(
                 append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
             elif code == 0x05:  # MSG_DONE
-                if length < lo_05 or length > hi_05:
+                if length != fix_05:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_DONE', 5, {'task_id': i0}, data[pos:end], base + pos)))
@@ -474,14 +937,13 @@ def messages_quicx_1_0_3_daemon(
                 append(new(Message, ('MSG_FAILED', 6, {'task_id': i0, 'reason': b0}, data[pos:end],
                                      base + pos)))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -490,9 +952,74 @@ def rows_quicx_1_0_3_daemon(versions: frozenset[int], limits: Limits) -> Scan:
     decoder."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_DONE
+    fix_05 = lo_05 if lo_05 == hi_05 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_FAILED
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_DONE
+        key_06 = version << 8 | 0x06  # MSG_FAILED
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((1, i0, b0, b1))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append((4,))
+                elif key == key_05:  # MSG_DONE
+                    if length != fix_05:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((5, i0))
+                elif key == key_06:  # MSG_FAILED
+                    if length < lo_06 or length > hi_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    n = end - p
+                    if n > 64:
+                        return pos
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((6, i0, b0))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append((9,))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -518,11 +1045,11 @@ def rows_quicx_1_0_3_daemon(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((1, i0, b0, b1))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append((4,))
             elif code == 0x05:  # MSG_DONE
-                if length < lo_05 or length > hi_05:
+                if length != fix_05:
                     return pos
                 i0, = unpack_L(data, start)
                 append((5, i0))
@@ -540,14 +1067,13 @@ def rows_quicx_1_0_3_daemon(versions: frozenset[int], limits: Limits) -> Scan:
                     return pos
                 append((6, i0, b0))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append((9,))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -556,14 +1082,124 @@ def messages_quicx_1_0_3_any(
     """The scan of quicx/1.0.3 appending a Message per frame, for a decoder of any role(s)."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_02, hi_02 = limits.get(0x02, NONE)  # MSG_OK
+    fix_02 = lo_02 if lo_02 == hi_02 else -1
     lo_03, hi_03 = limits.get(0x03, NONE)  # MSG_ERROR
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_DONE
+    fix_05 = lo_05 if lo_05 == hi_05 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_FAILED
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_TASK
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
     new = tuple.__new__
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_02 = version << 8 | 0x02  # MSG_OK
+        key_03 = version << 8 | 0x03  # MSG_ERROR
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_DONE
+        key_06 = version << 8 | 0x06  # MSG_FAILED
+        key_07 = version << 8 | 0x07  # MSG_TASK
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_02:  # MSG_OK
+                    if length != fix_02:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_OK', 2, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_03:  # MSG_ERROR
+                    if length < lo_03 or length > hi_03:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_ERROR', 3, {'error_code': i0, 'message': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
+                elif key == key_05:  # MSG_DONE
+                    if length != fix_05:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append(new(Message, ('MSG_DONE', 5, {'task_id': i0}, data[pos:end], base + pos)))
+                elif key == key_06:  # MSG_FAILED
+                    if length < lo_06 or length > hi_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    n = end - p
+                    if n > 64:
+                        return pos
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append(new(Message, ('MSG_FAILED', 6, {'task_id': i0, 'reason': b0}, data[pos:end],
+                                         base + pos)))
+                elif key == key_07:  # MSG_TASK
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, i1 = unpack_LB(data, start)
+                    p = start + 5
+                    n = i1
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append(new(Message, ('MSG_TASK', 7,
+                                         {'task_id': i0, 'len_type': i1, 'task_type': b0, 'payload': b1},
+                                         data[pos:end], base + pos)))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -590,7 +1226,7 @@ def messages_quicx_1_0_3_any(
                 append(new(Message, ('MSG_SUBMIT', 1, {'len_type': i0, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x02:  # MSG_OK
-                if length < lo_02 or length > hi_02:
+                if length != fix_02:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_OK', 2, {'task_id': i0}, data[pos:end], base + pos)))
@@ -606,11 +1242,11 @@ def messages_quicx_1_0_3_any(
                 append(new(Message, ('MSG_ERROR', 3, {'error_code': i0, 'message': b0}, data[pos:end],
                                      base + pos)))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append(new(Message, ('MSG_READY', 4, {}, data[pos:end], base + pos)))
             elif code == 0x05:  # MSG_DONE
-                if length < lo_05 or length > hi_05:
+                if length != fix_05:
                     return pos
                 i0, = unpack_L(data, start)
                 append(new(Message, ('MSG_DONE', 5, {'task_id': i0}, data[pos:end], base + pos)))
@@ -646,18 +1282,17 @@ def messages_quicx_1_0_3_any(
                                      {'task_id': i0, 'len_type': i1, 'task_type': b0, 'payload': b1},
                                      data[pos:end], base + pos)))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append(new(Message, ('MSG_HEARTBEAT', 9, {}, data[pos:end], base + pos)))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append(new(Message, ('MSG_PONG', 10, {}, data[pos:end], base + pos)))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
@@ -666,13 +1301,118 @@ def rows_quicx_1_0_3_any(versions: frozenset[int], limits: Limits) -> Scan:
     role(s)."""
     lo_01, hi_01 = limits.get(0x01, NONE)  # MSG_SUBMIT
     lo_02, hi_02 = limits.get(0x02, NONE)  # MSG_OK
+    fix_02 = lo_02 if lo_02 == hi_02 else -1
     lo_03, hi_03 = limits.get(0x03, NONE)  # MSG_ERROR
     lo_04, hi_04 = limits.get(0x04, NONE)  # MSG_READY
+    fix_04 = lo_04 if lo_04 == hi_04 else -1
     lo_05, hi_05 = limits.get(0x05, NONE)  # MSG_DONE
+    fix_05 = lo_05 if lo_05 == hi_05 else -1
     lo_06, hi_06 = limits.get(0x06, NONE)  # MSG_FAILED
     lo_07, hi_07 = limits.get(0x07, NONE)  # MSG_TASK
     lo_09, hi_09 = limits.get(0x09, NONE)  # MSG_HEARTBEAT
+    fix_09 = lo_09 if lo_09 == hi_09 else -1
     lo_0a, hi_0a = limits.get(0x0a, NONE)  # MSG_PONG
+    fix_0a = lo_0a if lo_0a == hi_0a else -1
+    if len(versions) == 1:
+        (version,) = versions
+        key_01 = version << 8 | 0x01  # MSG_SUBMIT
+        key_02 = version << 8 | 0x02  # MSG_OK
+        key_03 = version << 8 | 0x03  # MSG_ERROR
+        key_04 = version << 8 | 0x04  # MSG_READY
+        key_05 = version << 8 | 0x05  # MSG_DONE
+        key_06 = version << 8 | 0x06  # MSG_FAILED
+        key_07 = version << 8 | 0x07  # MSG_TASK
+        key_09 = version << 8 | 0x09  # MSG_HEARTBEAT
+        key_0a = version << 8 | 0x0a  # MSG_PONG
+
+        def keyed_scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
+            size = len(data)
+            while size - pos >= 6:
+                key, length = unpack_HL(data, pos)
+                end = pos + 6 + length
+                if end > size:
+                    return pos
+                start = pos + 6
+                if key == key_01:  # MSG_SUBMIT
+                    if length < lo_01 or length > hi_01:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    n = i0
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((1, i0, b0, b1))
+                elif key == key_02:  # MSG_OK
+                    if length != fix_02:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((2, i0))
+                elif key == key_03:  # MSG_ERROR
+                    if length < lo_03 or length > hi_03:
+                        return pos
+                    i0 = data[start]
+                    p = start + 1
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((3, i0, b0))
+                elif key == key_04:  # MSG_READY
+                    if length != fix_04:
+                        return pos
+                    append((4,))
+                elif key == key_05:  # MSG_DONE
+                    if length != fix_05:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    append((5, i0))
+                elif key == key_06:  # MSG_FAILED
+                    if length < lo_06 or length > hi_06:
+                        return pos
+                    i0, = unpack_L(data, start)
+                    p = start + 4
+                    n = end - p
+                    if n > 64:
+                        return pos
+                    try:
+                        b0 = data[p:end].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    append((6, i0, b0))
+                elif key == key_07:  # MSG_TASK
+                    if length < lo_07 or length > hi_07:
+                        return pos
+                    i0, i1 = unpack_LB(data, start)
+                    p = start + 5
+                    n = i1
+                    if n > end - p:
+                        return pos
+                    try:
+                        b0 = data[p:p + n].decode('utf-8')
+                    except UnicodeDecodeError:
+                        return pos
+                    p += n
+                    b1 = data[p:end]
+                    append((7, i0, i1, b0, b1))
+                elif key == key_09:  # MSG_HEARTBEAT
+                    if length != fix_09:
+                        return pos
+                    append((9,))
+                elif key == key_0a:  # MSG_PONG
+                    if length != fix_0a:
+                        return pos
+                    append((10,))
+                else:
+                    return pos
+                pos = end
+            return pos
+        return keyed_scan
 
     def scan(data: bytes, pos: int, base: int, append: Callable[[Any], None]) -> int:
         size = len(data)
@@ -698,7 +1438,7 @@ def rows_quicx_1_0_3_any(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((1, i0, b0, b1))
             elif code == 0x02:  # MSG_OK
-                if length < lo_02 or length > hi_02:
+                if length != fix_02:
                     return pos
                 i0, = unpack_L(data, start)
                 append((2, i0))
@@ -713,11 +1453,11 @@ def rows_quicx_1_0_3_any(versions: frozenset[int], limits: Limits) -> Scan:
                     return pos
                 append((3, i0, b0))
             elif code == 0x04:  # MSG_READY
-                if length < lo_04 or length > hi_04:
+                if length != fix_04:
                     return pos
                 append((4,))
             elif code == 0x05:  # MSG_DONE
-                if length < lo_05 or length > hi_05:
+                if length != fix_05:
                     return pos
                 i0, = unpack_L(data, start)
                 append((5, i0))
@@ -750,18 +1490,17 @@ def rows_quicx_1_0_3_any(versions: frozenset[int], limits: Limits) -> Scan:
                 b1 = data[p:end]
                 append((7, i0, i1, b0, b1))
             elif code == 0x09:  # MSG_HEARTBEAT
-                if length < lo_09 or length > hi_09:
+                if length != fix_09:
                     return pos
                 append((9,))
             elif code == 0x0a:  # MSG_PONG
-                if length < lo_0a or length > hi_0a:
+                if length != fix_0a:
                     return pos
                 append((10,))
             else:
                 return pos
             pos = end
         return pos
-
     return scan
 
 
