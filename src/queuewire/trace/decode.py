@@ -45,7 +45,7 @@ from typing import Any, NoReturn, cast
 import pyarrow as pa
 
 from ..codecs.errors import ProtocolError
-from ..judge import Verdict, requirement_verdict
+from ..judge import Finding, Verdict, requirement_verdict
 from ..spec import Profile, SpecError, load_profile, profile_names
 from ..traffic.analyzer import DEFAULT_MAX_FRAME, DIRECTIONS, PROTOCOLS
 from ..traffic.quicx import QuicxProtocol
@@ -270,10 +270,13 @@ class _FileRun:
         self.direction = "none"
         # (command, key, ok, sent_ns, answer) of the pair the frame being judged completed
         self.answered: tuple | None = None
-        self.judge = p.proto.connection(conn_id, self._report, self._pair,
+        self.judge = p.proto.connection(conn_id, self._judged, self._pair,
                                         self._orphan if seq > 0 else None)
 
     # -- the judge's callbacks
+    def _judged(self, f: Finding) -> None:
+        self._report(f.level, f.requirement, f.direction or "none", f.command, f.kind, f.message)
+
     def _report(self, level: str, requirement: str | None, direction: str, command: str | None,
                 kind: str, message: str) -> None:
         self.rows.add("violations", run=self.run_id, conn_id=self.conn_id, seq=self.seq,

@@ -236,19 +236,22 @@ class Analyzer:
             st = self.commands[name] = CommandStats()
         return st
 
-    def _reporter(self, conn: _Conn) -> Callable:
-        def report(level: str, requirement: str | None, direction: str, command: str | None,
-                   kind: str, message: str) -> None:
-            self._report(conn, level, requirement, direction, command, kind, message)
+    def _reporter(self, conn: _Conn) -> Callable[[Finding], None]:
+        def report(finding: Finding) -> None:   # the connection judge's findings, as made
+            self._count(conn, finding)
         return report
 
     def _report(self, conn: _Conn, level: str, requirement: str | None, direction: str,
                 command: str | None, kind: str, message: str) -> None:
-        finding = Finding(Verdict(level), requirement, kind, message, conn_id=conn.stats.conn_id,
-                          direction=direction, command=command, t_ns=self._t)
+        """A finding of the analyzer's own (framing, gaps, unanswered requests)."""
+        self._count(conn, Finding(Verdict(level), requirement, kind, message,
+                                  conn_id=conn.stats.conn_id, direction=direction,
+                                  command=command, t_ns=self._t))
+
+    def _count(self, conn: _Conn, finding: Finding) -> None:
         self._finding(conn.stats, finding)
-        if command is not None:
-            self._cmd(command).findings[level] += 1
+        if finding.command is not None:
+            self._cmd(finding.command).findings[finding.level] += 1
 
     def _finding(self, stats: ConnStats, finding: Finding) -> None:
         stats.findings[finding.level] += 1

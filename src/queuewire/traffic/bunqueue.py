@@ -19,11 +19,12 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameDecoder
 from ..judge.exchange import BunqueueExchange, Judgement
+from ..judge.findings import Finding
 from ..spec import Profile
 from .framing import Item, Stream
 
-#: (level, requirement, direction, command, kind, message) -> None
-Report = Callable[[str, "str | None", str, "str | None", str, str], None]
+#: a finding the judge made on this connection (with where and when it was seen) -> None
+Report = Callable[[Finding], None]
 #: (command, key, sent_ns, answered_ns, ok, answer) -> None
 PairFn = Callable[[str, Any, int, int, bool, str], None]
 #: (match key, t_ns, answer, ok, frame bytes) -> None: an answer whose request may be in an
@@ -83,9 +84,10 @@ class BunqueueConn:
         self._orphans = 0     # answers without reqId given to orphan (their FIFO rank)
         self.exchange = BunqueueExchange(proto.judgement, conn_id, partial=orphan is not None)
 
-    def _tell(self, findings: list) -> None:
+    def _tell(self, findings: list[Finding]) -> None:
+        report = self._report
         for f in findings:
-            self._report(f.level, f.requirement, f.direction, f.command, f.kind, f.message)
+            report(f)
 
     # -- client to server
     def client_frame(self, item: Item, t_ns: int) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
-from ..judge import Verdict, requirement_verdict
+from ..judge import Finding, Verdict, requirement_verdict
 from ..spec import Profile
 from ..spec.quicx import DAEMON, struct_format
 from .bunqueue import OrphanFn, PairFn, Report
@@ -98,9 +98,14 @@ class QuicxConn:
         self._results: dict[int, int] = {}    # task id accepted for this producer -> t_ns of SUBMIT
         self._results_seen = 0                # results sent by this worker (re-arms READY)
 
-    def _error(self, direction: str, exc: ProtocolError, name: str | None) -> None:
-        self._report(requirement_verdict(self.proto.profile, exc.requirement), exc.requirement,
-                     direction, name, exc.kind, exc.detail)
+    def _find(self, level: Verdict, requirement: str | None, direction: str, name: str | None,
+              kind: str, message: str, t_ns: int) -> None:
+        self._report(Finding(level, requirement, kind, message, self.conn_id, direction, name,
+                             t_ns))
+
+    def _error(self, direction: str, exc: ProtocolError, name: str | None, t_ns: int) -> None:
+        self._find(requirement_verdict(self.proto.profile, exc.requirement), exc.requirement,
+                   direction, name, exc.kind, exc.detail, t_ns)
 
     def _push(self, name: str, t_ns: int) -> None:
         self._seq += 1
@@ -131,7 +136,7 @@ class QuicxConn:
         """Judge a client frame; returns the request it makes (one the daemon answers), if
         it is one."""
         if item.error is not None:
-            self._error("c2s", item.error, None)
+            self._error("c2s", item.error, None, t_ns)
             self._push(_REFUSED, t_ns)  # the daemon answers it with MSG_ERROR
             return _REFUSED
         msg = item.message
@@ -147,8 +152,8 @@ class QuicxConn:
                 sent = self._heartbeats["s2c"].popleft()
                 self._pair(_HEARTBEAT, None, sent, t_ns, True, _PONG)
             else:
-                self._report(Verdict.INFO, None, "c2s", name, "pong_unpaired",
-                             "MSG_PONG without a MSG_HEARTBEAT from the daemon pending")
+                self._find(Verdict.INFO, None, "c2s", name, "pong_unpaired",
+                           "MSG_PONG without a MSG_HEARTBEAT from the daemon pending", t_ns)
         elif name in _RESULTS:
             task_id = msg.fields["task_id"]
             self._results_seen += 1
@@ -157,9 +162,9 @@ class QuicxConn:
                                                 item.raw):
                 return None
             if given is None:
-                self._report(Verdict.NON_STRICT, "QX-DONE-3", "c2s", name, "task_unknown",
-                             f"{name} for task {task_id}, which the daemon did not give "
-                             "this connection (or it was already answered)")
+                self._find(Verdict.NON_STRICT, "QX-DONE-3", "c2s", name, "task_unknown",
+                           f"{name} for task {task_id}, which the daemon did not give "
+                           "this connection (or it was already answered)", t_ns)
                 self._push(_REFUSED, t_ns)  # the daemon answers it with MSG_ERROR
                 return _REFUSED
             self._pair("MSG_TASK", task_id, given, t_ns, name == "MSG_DONE", name)
@@ -168,7 +173,7 @@ class QuicxConn:
     # -- daemon to client
     def server_frame(self, item: Item, t_ns: int) -> bool:
         if item.error is not None:
-            self._error("s2c", item.error, None)
+            self._error("s2c", item.error, None, t_ns)
             return False
         msg = item.message
         name = msg.name
@@ -176,8 +181,8 @@ class QuicxConn:
             if not self._heartbeats["c2s"]:
                 if self._orphaned("h", t_ns, name, True, item.raw):
                     return True
-                self._report(Verdict.INFO, None, "s2c", name, "pong_unpaired",
-                             "MSG_PONG without a MSG_HEARTBEAT pending")
+                self._find(Verdict.INFO, None, "s2c", name, "pong_unpaired",
+                           "MSG_PONG without a MSG_HEARTBEAT pending", t_ns)
                 return False
             sent = self._heartbeats["c2s"].popleft()
             self._pair(_HEARTBEAT, None, sent, t_ns, True, _PONG)
@@ -192,8 +197,8 @@ class QuicxConn:
                                                     name == "MSG_DONE", item.raw):
                 return False
             if submitted is None:
-                self._report(Verdict.INFO, None, "s2c", name, "result_unpaired",
-                             f"{name} for task {task_id}, not accepted on this connection")
+                self._find(Verdict.INFO, None, "s2c", name, "result_unpaired",
+                           f"{name} for task {task_id}, not accepted on this connection", t_ns)
                 return False
             self._pair("MSG_SUBMIT", task_id, submitted, t_ns, name == "MSG_DONE", name)
             return False  # the submission was already paired by its MSG_OK
@@ -202,8 +207,8 @@ class QuicxConn:
             if entry is None and self._orphaned("q", t_ns, name, False, item.raw):
                 return True
             if entry is None:
-                self._report(Verdict.INFO, None, "s2c", name, "error_unpaired",
-                             "MSG_ERROR while nothing from this client was pending")
+                self._find(Verdict.INFO, None, "s2c", name, "error_unpaired",
+                           "MSG_ERROR while nothing from this client was pending", t_ns)
                 return False
             self._pair(entry[1], entry[0], entry[2], t_ns, False, name)
             return True
@@ -219,8 +224,8 @@ class QuicxConn:
                     self._tasks[msg.fields["task_id"]] = t_ns
                 return True
             else:
-                self._report(Verdict.INFO, None, "s2c", name, "answer_unpaired",
-                             f"{name} while no {' or '.join(kinds)} was pending")
+                self._find(Verdict.INFO, None, "s2c", name, "answer_unpaired",
+                           f"{name} while no {' or '.join(kinds)} was pending", t_ns)
         if name == "MSG_TASK":
             self._tasks[msg.fields["task_id"]] = t_ns
         if entry is None:
