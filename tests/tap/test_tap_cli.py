@@ -47,6 +47,9 @@ def test_tap_process_reports_and_records(tmp_path, forwarder):
     summary = json.loads(json_path.read_text())
     assert summary["verdict"] == "PASS"
     assert summary["commands"]["Ping"]["paired"] == 5
-    assert "Ping" in html_path.read_text() and "<table>" in html_path.read_text()
+    page = html_path.read_text()
+    assert "Ping" in page and "<table>" in page
+    # headers are text, escaped once: an arrow, not the entity's escaped source
+    assert "<th>frames c→s / s→c</th>" in page and "&amp;rarr;" not in page
     streams = trace.streams(record)
     assert streams[(1, "c2s")] == frames and streams[(1, "s2c")] == got

@@ -123,8 +123,8 @@ def write_html(summary: dict[str, Any], path: str | Path) -> None:
              f"{c['findings']['FAIL']} / {c['findings']['NON-STRICT']} / {c['findings']['INFO']}"]
             for c in summary["connections"]]
     parts.append("<h2>Per connection</h2>" + _table(
-        ["conn", "client", "upstream", "opened", "closed", "frames c&rarr;s / s&rarr;c",
-         "bytes c&rarr;s / s&rarr;c", "requests", "paired", "unanswered", "gaps",
+        ["conn", "client", "upstream", "opened", "closed", "frames c→s / s→c",
+         "bytes c→s / s→c", "requests", "paired", "unanswered", "gaps",
          "FAIL / NON-STRICT / INFO"], rows, {0, 7, 8, 9, 10}))
     rows = [[f"<span class='{f['level']}'>{f['level']}</span>", e(f["requirement"] or "-"),
              str(f["conn_id"]), e(f["direction"]), e(f["command"] or "-"), e(f["kind"]),
