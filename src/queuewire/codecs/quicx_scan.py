@@ -123,7 +123,7 @@ def scans_module(profiles: Sequence[Profile] | None = None) -> str:
                 unpackers.update(used)
             branches = [f"{msg.code:#04x}: {_branch(msg)!r}" for msg in _decodable(spec, receiver)]
             table += [f"    {_key(profile, receiver)!r}: (",
-                      f"        {'>H' + head[3:]!r},",
+                      f"        {_key_format(head)!r},",
                       *wrap_items("        {", branches, "},", width=110),
                       f"        {_factory(profile, receiver, False)}, {_factory(profile, receiver, True)}),"]
     names = ", ".join(sorted(p.name for p in profiles))
@@ -176,6 +176,12 @@ def _header(spec: QuicxSpec) -> str | None:
     return struct_format(spec.header)
 
 
+def _key_format(head: str) -> str:
+    """The ``struct`` format reading a ``head`` header (u1 version, u1 opcode, length) as a
+    u2 key of version and opcode, and the length."""
+    return ">H" + head[3:]
+
+
 def _decodable(spec: QuicxSpec, receiver: str | None) -> list[MessageType]:
     """The messages a decoder for ``receiver`` (None: any) may accept (not reserved, on the
     profile's transport) whose layout has a fast plan, by opcode."""
@@ -215,7 +221,7 @@ def scan_source(profile: Profile, receiver: str | None,
             lines.append(f"    fix_{c} = lo_{c} if lo_{c} == hi_{c} else -1")
     if not rows:
         lines.append("    new = tuple.__new__")
-    branches: list[str] = []  # the branch bodies, after the test of their opcode
+    branches: list[list[str]] = []  # the branch bodies, after the test of their opcode
     for msg in decodable:
         steps = decode_steps(msg, "return pos")
         assert steps is not None
@@ -236,12 +242,13 @@ def scan_source(profile: Profile, receiver: str | None,
                 value = "fields"
             block += wrap_items("    append(new(Message, (", [
                 repr(msg.name), str(msg.code), value, "data[pos:end]", "base + pos"], ")))", 94)
-        branches.append("\n".join(block))
+        branches.append(block)
     # one accepted version (every profile's): the version and the opcode are read as one u2
     # key and each branch compares it with one number; several (a lax decoder): the version
     # is looked up, then the opcode compared
-    key_unpack = f"unpack_{'H' + head[3:]}"
-    unpackers[key_unpack] = ">H" + head[3:]
+    key_format = _key_format(head)
+    key_unpack = f"unpack_{key_format[1:]}"
+    unpackers[key_unpack] = key_format
     if decodable:
         lines += ["    if len(versions) == 1:",
                   "        (version,) = versions",
@@ -259,7 +266,7 @@ def scan_source(profile: Profile, receiver: str | None,
 
 
 def _scan_lines(name: str, size: int, read: str, refuse: str, tests: list[str],
-                decodable: list[MessageType], branches: list[str], indent: int) -> list[str]:
+                decodable: list[MessageType], branches: list[list[str]], indent: int) -> list[str]:
     """The source of one scan function ``name``: each frame's header ``read``, the ``refuse``
     test that leaves a frame to the general loop, then one branch per message (its ``tests``)."""
     pad = " " * indent
@@ -273,7 +280,7 @@ def _scan_lines(name: str, size: int, read: str, refuse: str, tests: list[str],
              pad + f"        start = pos + {size}"]
     for i, (test, msg, block) in enumerate(zip(tests, decodable, branches)):
         lines.append(pad + f"        {'if' if i == 0 else 'elif'} {test}:  # {msg.name}")
-        lines += [pad + "        " + line for line in block.split("\n")]
+        lines += [pad + "        " + line for line in block]
     if decodable:
         lines += [pad + "        else:", pad + "            return pos"]
     else:  # nothing to scan inline
