@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.text import Text
 
 from ._common import console, err_console
 
@@ -26,15 +27,21 @@ def vectors_generate(directory: str | None) -> None:
 
 
 @vectors.command("check")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="Directory of the vector files (default: vectors/ beside spec/, or the "
+                   "copy an installed wheel ships).")
 def vectors_check(directory: str | None) -> None:
-    """Run every vector through the codecs; exit 1 on any mismatch or stale file."""
-    from ..vectors import check_all
+    """Run every vector through the codecs; exit 1 on any mismatch, missing or stale file."""
+    from ..vectors import VectorsError, check_all
 
-    failures, total = check_all(directory)
-    for failure in failures:
-        err_console.print(f"[red]✗[/red] {failure}")
-    if failures:
-        err_console.print(f"vectors: {len(failures)} of {total} failed")
+    try:
+        result = check_all(directory)
+    except VectorsError as exc:
+        raise click.ClickException(str(exc)) from None
+    for failure in result.failures:
+        # a failure quotes decoded values ("[...]"): plain text, not rich markup
+        err_console.print(Text.assemble(("✗ ", "red"), failure), highlight=False, soft_wrap=True)
+    if not result.ok:
+        err_console.print(result.verdict(), highlight=False, soft_wrap=True)
         sys.exit(1)
-    console.print(f"vectors: {total} checked, all pass")
+    console.print(result.verdict(), highlight=False)

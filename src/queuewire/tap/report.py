@@ -11,6 +11,8 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
+from ..traffic.model import PERCENTILE_METHOD
+
 _COLOURS = {"FAIL": "red", "NON-STRICT": "yellow", "INFO": "cyan", "PASS": "green"}
 
 
@@ -22,6 +24,18 @@ def _when(ns: int | None) -> str:
 
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:,.1f}"
+
+
+def latency_note(summary: dict[str, Any]) -> str:
+    """The percentile method, and which commands' percentiles are of a sample (over the cap of
+    latencies kept), in plain text."""
+    sampled = [f"{cmd} ({lat['sample']:,} of {lat['count']:,} latencies)"
+               for cmd, st in summary["commands"].items()
+               for lat in (st["latency"],) if lat.get("sample", lat["count"]) < lat["count"]]
+    if not sampled:
+        return PERCENTILE_METHOD
+    return (f"{PERCENTILE_METHOD} The percentiles of {', '.join(sampled)} are of a uniform "
+            "sample, the most latencies the tap keeps a command.")
 
 
 def write_json(summary: dict[str, Any], path: str | Path) -> None:
@@ -43,7 +57,8 @@ def print_console(summary: dict[str, Any], console: Any) -> None:
         f"{t['gaps']} gap(s); findings: [red]{f['FAIL']} FAIL[/], [yellow]{f['NON-STRICT']} NON-STRICT[/], "
         f"[cyan]{f['INFO']} INFO[/]")
     if summary["commands"]:
-        table = Table(title="per command", title_justify="left")
+        table = Table(title="per command", title_justify="left", caption=latency_note(summary),
+                      caption_justify="left")
         for col in ("command", "requests", "paired", "error replies", "FAIL", "NON-STRICT", "INFO",
                     "p50 us", "p99 us", "max us"):
             table.add_column(col, justify="left" if col == "command" else "right")
@@ -109,7 +124,8 @@ def write_html(summary: dict[str, Any], path: str | Path) -> None:
                      _us(lat["max_us"])])
     parts.append("<h2>Per command</h2>" + _table(
         ["command", "requests", "paired", "error replies", "FAIL", "NON-STRICT", "INFO", "p50 µs",
-         "p99 µs", "max µs"], rows, set(range(1, 10))))
+         "p99 µs", "max µs"], rows, set(range(1, 10)))
+        + (f"<p>{e(latency_note(summary))}</p>" if rows else ""))
     rows = [[f"<span class='{r['level']}'>{r['level']}</span>", e(r["requirement"] or "-"),
              e(r["kind"]), e(r["command"] or "-"), str(r["count"]), e(r["text"] or "")]
             for r in summary["requirements"]]

@@ -4,12 +4,12 @@
 :func:`render_html` turns the summary (format ``queuewire-trace-summary``, version 1) into one
 HTML document and :func:`write_html` writes it. The page: a header with the verdict badge and
 what was analysed (protocol, profile, engine, inputs, elapsed time); the totals as cards; a
-table per command sorted by requests (pairs, error replies, error rate, latency percentiles); a
-latency histogram per command (the top HIST_COMMANDS by pairs); violations over time as stacked
-FAIL/NON-STRICT/INFO bars on a UTC time axis; the commands of each connection as horizontal stacked
-bars (the top CONN_BARS connections by frames) with a legend; the violations by requirement,
-with the verdict policy in a sentence; the sample of violations; the protocol versions seen;
-and the connections (at most CONN_ROWS rows).
+table per command sorted by requests (pairs, error replies, error rate, latency percentiles,
+and how they are computed); a latency histogram per command (the top HIST_COMMANDS by pairs);
+violations over time as stacked FAIL/NON-STRICT/INFO bars on a UTC time axis; the commands of
+each connection as horizontal stacked bars (the top CONN_BARS connections by frames) with a
+legend; the violations by requirement, with the verdict policy in a sentence; the sample of
+violations; the protocol versions seen; and the connections (at most CONN_ROWS rows).
 
 Design: the charts are inline SVG drawn here from the numbers, with no plotting library, no
 script and nothing fetched, so the page is one file that opens offline. Each chart has a
@@ -25,8 +25,9 @@ Rules: every string taken from the summary is escaped with :func:`html.escape`, 
 names, addresses, command names and messages come from recorded traffic, that is from whoever
 sent the bytes; verdict and level names become CSS classes only through a fixed table. No
 missing key, empty list, ``None`` value or zero count raises or divides by zero: an empty chart
-or table says so in words. Every cap is stated where it applies. Only the standard library and
-the verdict vocabulary (:mod:`queuewire.judge`) are imported.
+or table says so in words. Every cap is stated where it applies. Only the standard library, the
+verdict vocabulary (:mod:`queuewire.judge`) and the sentence that states the percentile method
+(:data:`queuewire.traffic.model.PERCENTILE_METHOD`, the tap's page prints it too) are imported.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..judge import FINDING_VERDICTS, Verdict
+from ..traffic.model import PERCENTILE_METHOD
 
 HIST_COMMANDS = 12   # latency histograms drawn (commands with the most pairs)
 CONN_BARS = 30       # connections in the commands-per-connection chart (most frames)
@@ -606,6 +608,7 @@ def render_html(summary: dict) -> str:
 {_totals(summary)}
 <h2>Per command</h2>
 {_commands(summary, colours)}
+<p>{_e(PERCENTILE_METHOD)}</p>
 <h2>Latency histograms</h2>
 <p>Request to reply, per command; each bar counts the pairs whose latency is at most its edge
 and above the previous one.</p>

@@ -5,8 +5,9 @@ Both engines reduce the big tables (frames, pairs, violations) to the same small
 (:func:`pandas_aggregates`, here), the Spark engine with the DataFrame API (``spark.py``,
 the same groupings). :func:`build_summary` turns them into the summary, so the two engines
 cannot disagree on what a figure means. Counts are rows counted, never accumulators (exact
-under task retries); latency percentiles are exact (linear interpolation between the two
-nearest ranks, as numpy's default and Spark's ``percentile``); latency histograms use
+under task retries); latency percentiles are exact, by the tap's one method
+(:func:`queuewire.traffic.model.percentile`: linear interpolation between the two nearest
+ranks, as numpy's default and Spark's ``percentile``); latency histograms use
 power-of-two buckets in microseconds; violations over time use about :data:`TIME_BUCKETS`
 buckets of a whole number of seconds.
 """
@@ -21,6 +22,7 @@ import pandas as pd
 
 from ..judge import FINDING_VERDICTS, Verdict
 from ..spec import Profile
+from ..traffic.model import percentile
 
 FORMAT = "queuewire-trace-summary"
 FORMAT_VERSION = 1
@@ -84,11 +86,16 @@ def pandas_aggregates(frames: pd.DataFrame, pairs: pd.DataFrame, violations: pd.
         lat = pairs.assign(latency=pairs["answered_ns"] - pairs["sent_ns"],
                            err=~pairs["ok"].astype(bool), sp=pairs["split"].astype(bool))
         g = lat.groupby("command")
-        # pandas takes a list of quantiles; its stubs want an array-like
-        q = g["latency"].quantile(list(PERCENTILES)).unstack()  # type: ignore[arg-type]
+        # the tap's one percentile method (traffic.model.percentile), over each command sorted
+        commands, rows = [], []
+        for cmd, s in g["latency"]:
+            ordered = np.sort(s.to_numpy())
+            commands.append(cmd)
+            rows.append([percentile(ordered, p) for p in PERCENTILES])
+        q = pd.DataFrame(rows, index=pd.Index(commands, name="command"), columns=["p50", "p95", "p99"])
         out["latency"] = pd.DataFrame({
             "pairs": g.size(), "split": g["sp"].sum(), "errors": g["err"].sum(),
-            "p50": q[0.5], "p95": q[0.95], "p99": q[0.99], "max": g["latency"].max(),
+            "p50": q["p50"], "p95": q["p95"], "p99": q["p99"], "max": g["latency"].max(),
             "mean": g["latency"].mean()}).reset_index()
         out["histogram"] = _count(lat.assign(le_us=le_us(lat["latency"])), ["command", "le_us"])
     f = frames.assign(c2s=frames["direction"] == "c2s", s2c=frames["direction"] == "s2c",

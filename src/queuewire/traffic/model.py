@@ -5,14 +5,20 @@ A finding's level is a verdict of the one vocabulary (:mod:`queuewire.judge`): F
 MUST the documents state, NON-STRICT for a SHOULD (a reading or a queuewire decision), INFO
 for a MAY or what the documents are silent on, derived from the cited requirement by
 :func:`queuewire.judge.requirement_verdict`, so no module decides a level on its own.
-Latencies are kept as a fixed log-linear histogram per command (plus exact count, sum and
-max), so memory does not grow with traffic.
+Latency percentiles have one method, :func:`percentile` (linear interpolation between the
+two nearest ranks), which the trace pipeline's local engine uses too and Spark's
+``percentile`` computes; :data:`PERCENTILE_METHOD` is the sentence both report pages print.
+The tap keeps each command's latencies exactly (8 bytes each) up to :data:`MAX_SAMPLES`;
+past that, a uniform sample of that many stands for them, so memory stays bounded.
 """
 
 from __future__ import annotations
 
+import math
+import random
+from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, SupportsFloat
 
 from ..judge import FINDING_VERDICTS
 
@@ -34,50 +40,99 @@ class Pair:
         return self.answered_ns - self.sent_ns
 
 
+#: Latencies a command keeps exactly (8 MB of them); past this count the tap keeps a uniform
+#: sample of this size (Vitter's algorithm R, seeded, so the same traffic gives the same
+#: figures), and its percentiles are those of the sample.
+MAX_SAMPLES = 1_000_000
+
+#: How every latency percentile queuewire reports is computed, as the report pages say it.
+PERCENTILE_METHOD = (
+    "Latency percentiles are exact, one method for the tap and the trace: the q-th percentile of "
+    "n latencies sorted is the value at rank (n - 1)·q, interpolated linearly between the two "
+    "nearest ranks (numpy's and pandas' default, Spark's percentile).")
+
+
+class Ranked(Protocol):
+    """Values that can be counted and read by rank: a list, an ``array``, a numpy array."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, rank: int, /) -> SupportsFloat: ...
+
+
+def percentile(ordered: Ranked, q: float) -> float:
+    """The ``q``-quantile (0 <= q <= 1) of ``ordered``, sorted ascending and not empty: the
+    value at rank h = (n - 1) q, interpolated linearly between ranks floor(h) and floor(h) + 1
+    (Hyndman and Fan's type 7; numpy's ``linear``, pandas' ``quantile``, Spark's
+    ``percentile``). ``ordered`` may be a list, an ``array`` or a numpy array."""
+    n = len(ordered)
+    if not n:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"percentile rank {q!r} is not within [0, 1]")
+    h = (n - 1) * q
+    lo = math.floor(h)
+    low = float(ordered[lo])
+    if lo + 1 >= n:
+        return low
+    return low + (float(ordered[lo + 1]) - low) * (h - lo)
+
+
 class Latency:
-    """Count, sum, max and a log-linear histogram (8 buckets per power of two, so a
-    percentile is within 12.5 % of the truth): O(1) per sample, fixed memory."""
+    """Count, sum and max of a command's latencies (ns), and the latencies themselves (up to
+    ``max_samples``; beyond, a uniform sample of that many) for exact percentiles: O(1) per
+    sample, memory bounded by ``max_samples``."""
 
-    __slots__ = ("buckets", "count", "max", "total")
+    __slots__ = ("count", "max", "max_samples", "rng", "samples", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, max_samples: int = MAX_SAMPLES) -> None:
+        if max_samples < 1:
+            raise ValueError("a latency sample keeps at least one value")
         self.count = 0
         self.total = 0
         self.max = 0
-        self.buckets = [0] * (64 * 8)
+        self.max_samples = max_samples
+        self.samples = array("q")
+        self.rng: random.Random | None = None   # made when the sample first fills
 
     def add(self, ns: int) -> None:
         self.count += 1
         self.total += ns
         if ns > self.max:
             self.max = ns
-        b = ns.bit_length()
-        self.buckets[(b << 3) | ((ns >> (b - 4)) & 7) if b > 4 else ns if ns > 0 else 0] += 1
+        if len(self.samples) < self.max_samples:
+            self.samples.append(ns)
+            return
+        if self.rng is None:
+            self.rng = random.Random(0)
+        slot = self.rng.randrange(self.count)   # keep the count-th value with p = size / count
+        if slot < self.max_samples:
+            self.samples[slot] = ns
 
-    @staticmethod
-    def _value(index: int) -> int:
-        """The upper edge of a bucket, in ns."""
-        if index < 40:  # exact small values (b <= 4 stores ns itself)
-            return index
-        b, m = index >> 3, index & 7
-        return ((8 | m) + 1) << (b - 4)
+    @property
+    def sampled(self) -> bool:
+        """Whether the percentiles are those of a sample (more than ``max_samples`` latencies)."""
+        return self.count > len(self.samples)
 
-    def percentile(self, p: float) -> int:
-        rank = max(1, int(p * self.count + 0.5))
-        seen = 0
-        for index, n in enumerate(self.buckets):
-            seen += n
-            if seen >= rank:
-                return min(self._value(index), self.max)
-        return self.max
+    def percentile(self, p: float) -> float:
+        """The ``p``-quantile (0 <= p <= 1) in ns, by :func:`percentile`."""
+        return percentile(sorted(self.samples), p)
 
-    def summary(self) -> dict[str, float | None]:
+    def percentiles(self, *ps: float) -> list[float]:
+        """Several quantiles in ns, sorting once."""
+        ordered = sorted(self.samples)
+        return [percentile(ordered, p) for p in ps]
+
+    def summary(self) -> dict[str, Any]:
+        """Count, mean, p50, p99 and max in µs (0.1 µs, as the trace's summary), and ``sample``:
+        how many latencies the percentiles are of (``count`` unless over ``max_samples``)."""
         if not self.count:
-            return {"count": 0, "mean_us": None, "p50_us": None, "p99_us": None, "max_us": None}
+            return {"count": 0, "mean_us": None, "p50_us": None, "p99_us": None, "max_us": None,
+                    "sample": 0}
+        p50, p99 = self.percentiles(0.50, 0.99)
         return {"count": self.count, "mean_us": round(self.total / self.count / 1000, 1),
-                "p50_us": round(self.percentile(0.50) / 1000, 1),
-                "p99_us": round(self.percentile(0.99) / 1000, 1),
-                "max_us": round(self.max / 1000, 1)}
+                "p50_us": round(p50 / 1000, 1), "p99_us": round(p99 / 1000, 1),
+                "max_us": round(self.max / 1000, 1), "sample": len(self.samples)}
 
 
 @dataclass(slots=True)

@@ -13,8 +13,13 @@ FORMAT = 1
 
 
 def vectors_dir(directory: str | Path | None = None) -> Path:
-    """``directory``, or ``vectors/`` beside ``spec/``."""
-    return Path(directory) if directory else spec_dir().resolve().parent / "vectors"
+    """``directory``, or the vectors beside the spec in use: ``vectors/`` beside a checkout's
+    ``spec/``, ``queuewire/_vectors`` beside an installed wheel's ``queuewire/_spec`` (the
+    wheel's force-include in ``pyproject.toml``; ``queuewire/vectors`` is this package)."""
+    if directory:
+        return Path(directory)
+    spec = spec_dir().resolve()
+    return spec.parent / ("_vectors" if spec.name == "_spec" else "vectors")
 
 
 def file_name(profile_name: str) -> str:
