@@ -32,7 +32,7 @@ async def test_a_bounded_run_against_the_reference_server_is_clean(protocol, pro
                                reuse=reuse, workers=2, prewarm=False)
     assert stats.cases > 50
     assert stats.failures == 0, [(c.index, [str(f) for f in fs if f.fails])
-                                 for c, _s, _p, fs in stats.failed]
+                                 for c, _s, fs in stats.failed]
     assert stats.requirements  # the run covered requirement ids
     if protocol == "bunqueue":
         assert len(stats.commands) > 30
@@ -90,7 +90,7 @@ async def test_workers_clean_up_the_queues_their_cases_named(monkeypatch):
     from queuewire.codecs.bunqueue import FrameEncoder
     from queuewire.fuzz import campaign as campaign_module
     from queuewire.fuzz.case import Case
-    from queuewire.fuzz.runner import run_fresh
+    from queuewire.fuzz.shrink import run_fresh
     from queuewire.spec import load_profile
 
     listing = Case("bunqueue", "bunqueue/v2", [FrameEncoder(load_profile("bunqueue/v2")).encode(

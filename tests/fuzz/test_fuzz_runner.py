@@ -15,7 +15,8 @@ from queuewire.cli import main
 from queuewire.codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from queuewire.codecs.errors import ProtocolError
 from queuewire.fuzz.case import Case, read_transcript
-from queuewire.fuzz.runner import Runner, replay, run_fresh, shrink_and_save, target
+from queuewire.fuzz.runner import Runner, target
+from queuewire.fuzz.shrink import replay, run_fresh, shrink_and_save
 from queuewire.fuzz.strategies import make_case
 from queuewire.spec import load_profile
 from queuewire.spec.instances import minimal
@@ -137,8 +138,8 @@ async def test_a_server_that_routes_replies_by_reqid_across_connections_fails(tm
         padded = CROSSED.replace(frames=[ENC.encode({"cmd": "Stats", "reqId": "9"}),
                                          *CROSSED.frames], conns=[1, 0, 1], seed=1, index=2)
         first = await run_fresh("bunqueue", PROFILE, "127.0.0.1", broken.port, padded, 0.5)
-        small, path = await shrink_and_save(first, "127.0.0.1", broken.port, str(tmp_path),
-                                            0.5)
+        saved_case = await shrink_and_save(first, "127.0.0.1", broken.port, str(tmp_path), 0.5)
+        small, path = saved_case.case, saved_case.path
         assert len(small.frames) == 2 and small.connections == 2  # the Stats frame is gone
         case, doc = read_transcript(path)
         assert case == small and doc["case"]["conns"] and doc["findings"]
@@ -159,7 +160,8 @@ async def test_a_server_that_drops_frames_arriving_over_time_fails_on_a_trickle(
         whole = await run_fresh("bunqueue", PROFILE, "127.0.0.1", broken.port,
                                 case.replace(pauses=[], splits=[]), 0.5)
         assert "lost_reply" in _failing(res) and not whole.failed
-        small, path = await shrink_and_save(res, "127.0.0.1", broken.port, str(tmp_path), 0.5)
+        kept = await shrink_and_save(res, "127.0.0.1", broken.port, str(tmp_path), 0.5)
+        small, path = kept.case, kept.path
         assert small.pauses == [60] and small.splits == [3]   # the pause is what fails: kept
         saved, doc = read_transcript(path)
         assert doc["case"]["pauses"] == [60] and saved == small

@@ -18,7 +18,8 @@ from queuewire.codecs.errors import ProtocolError
 from queuewire.fuzz.campaign import campaign
 from queuewire.fuzz.case import Case, read_transcript
 from queuewire.fuzz.oracles import BunqueueJudge, expect_bunqueue
-from queuewire.fuzz.runner import replay, target
+from queuewire.fuzz.runner import target
+from queuewire.fuzz.shrink import replay
 from queuewire.spec import load_profile
 from queuewire.spec.instances import minimal
 
@@ -37,6 +38,7 @@ class BrokenServer:
         self._server: asyncio.AbstractServer | None = None
         self._writers: set = set()
         self._messages = {n: e.message for n, e in BQ.model.errors.items()}
+        self.broke = False
 
     async def __aenter__(self) -> BrokenServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -69,6 +71,9 @@ class BrokenServer:
             if self.mode == "duplicate":
                 return [reply, reply]
             if self.mode == "wrong_type":
+                return [{**reply, "ok": "yes"}]
+            if self.mode == "once" and not self.broke:   # a failure that does not come back
+                self.broke = True
                 return [{**reply, "ok": "yes"}]
         return [reply]
 
@@ -115,7 +120,8 @@ async def test_each_oracle_fires_shrinks_and_replays(mode, tmp_path):
                                max_examples=300, artifacts=str(tmp_path), max_failures=1,
                                bound=0.5)
     assert stats.failures >= 1, mode
-    original, small, path, findings = stats.failed[0]
+    original, saved, findings = stats.failed[0]
+    small, path = saved.case, saved.path
     assert {f.kind for f in findings if f.fails} & MODES[mode], findings
     assert all(f.requirement and f.level == "FAIL" for f in findings if f.fails)
     case, doc = read_transcript(path)
@@ -139,7 +145,7 @@ async def test_replay_cli_says_fixed_or_still_failing(tmp_path):
         stats = await campaign("bunqueue", PROFILE, "127.0.0.1", broken.port, seed=3,
                                max_examples=300, artifacts=str(tmp_path), max_failures=1,
                                bound=0.5)
-        path = stats.failed[0][2]
+        path = stats.failed[0][1].path
         runner = CliRunner()
         still = await asyncio.to_thread(runner.invoke, main, [
             "fuzz", "replay", path, "--target", f"127.0.0.1:{broken.port}", "--bound", "0.5"])
@@ -187,3 +193,57 @@ def test_close_reaction_demands_a_close():
     lost = judge.judge(exp, [], closed=True, timed_out=False)
     assert [(f.requirement, f.level, f.kind) for f in lost] == [
         ("BQ-PIPE-1", "NON-STRICT", "lost_before_close")]
+
+
+@pytest.mark.asyncio
+async def test_known_deviations_are_counted_not_shrunk_and_do_not_stop_the_run(tmp_path):
+    async with BrokenServer("wrong_type") as broken:
+        stats = await campaign("bunqueue", PROFILE, "127.0.0.1", broken.port, seed=11,
+                               max_examples=200, artifacts=str(tmp_path), max_failures=1,
+                               bound=0.5, known={"BQ-ENV-2", "BQ-ENV-4", "BQ-PIPE-1"} | {
+                                   c.requirement for c in BQ.model.commands.values()})
+    assert stats.cases == 200 and stats.failures == 0 and stats.failing_cases == 0
+    assert stats.stop_reason == "played the 200 cases asked for (--max-examples)"
+    known = {k: g for k, g in stats.groups.items() if k[1] == "KNOWN"}
+    assert known and all(g.count >= 1 and g.example and g.example_case >= 0
+                         for g in known.values())
+    assert not list(tmp_path.glob("*.json"))   # nothing shrunk, nothing saved
+
+
+@pytest.mark.asyncio
+async def test_repeats_of_one_failure_are_grouped_and_shrunk_once(tmp_path):
+    async with BrokenServer("wrong_type") as broken:
+        stats = await campaign("bunqueue", PROFILE, "127.0.0.1", broken.port, seed=11,
+                               max_examples=200, artifacts=str(tmp_path), max_failures=50,
+                               bound=0.5)
+    fails = {k: g for k, g in stats.groups.items() if k[1] == "FAIL"}
+    assert stats.failures == len(stats.failed) <= len(fails)
+    assert stats.failing_cases > stats.failures    # repeats counted, not shrunk again
+    assert sum(g.count for g in fails.values()) >= stats.failing_cases
+    saved = {g.path for g in fails.values() if g.path}
+    assert saved and saved <= {str(p) for p in tmp_path.glob("*.json")}
+    assert stats.stop_reason.startswith("played the 200 cases")
+
+
+@pytest.mark.asyncio
+async def test_the_run_says_it_stopped_for_max_failures(tmp_path):
+    async with BrokenServer("wrong_type") as broken:
+        stats = await campaign("bunqueue", PROFILE, "127.0.0.1", broken.port, seed=11,
+                               max_examples=300, max_failures=1, bound=0.5)
+    assert stats.failures == 1 and stats.cases < 300
+    assert "--max-failures 1" in stats.stop_reason and "--known-failing" in stats.stop_reason
+
+
+@pytest.mark.asyncio
+async def test_a_failure_that_does_not_reproduce_is_not_saved(tmp_path):
+    """The server breaks one reply, once: no case fails again on a fresh connection, so no
+    transcript is written (a saved case always reproduces) and the run says why."""
+    async with BrokenServer("once") as broken:
+        stats = await campaign("bunqueue", PROFILE, "127.0.0.1", broken.port, seed=11,
+                               max_examples=300, artifacts=str(tmp_path), max_failures=1,
+                               bound=0.5)
+    assert stats.failures == 1, stats.groups
+    _case, saved, findings = stats.failed[0]
+    assert saved.path is None and not saved.reproduced and "did not reproduce" in saved.note
+    assert {f.kind for f in findings} == {"reply_schema"}
+    assert not list(tmp_path.rglob("*.json"))

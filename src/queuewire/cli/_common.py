@@ -43,3 +43,28 @@ def auth_token_option(help: str, **kw: Any) -> Any:
                         help=f"{help} Default: ${AUTH_TOKEN_ENV}, which is safer than the "
                              "option (`ps` shows command lines). Reports and case files never "
                              "hold it.", **kw)
+
+
+def auth_hint(exc: Exception, auth_token: str | None) -> str:
+    """An :class:`~queuewire.judge.opening.AuthProblem`'s message and what to do about it."""
+    if auth_token:
+        return f"{exc}; check the token given with --auth-token or ${AUTH_TOKEN_ENV}"
+    return f"{exc}; give a token with --auth-token TOKEN or set ${AUTH_TOKEN_ENV}"
+
+
+def check_server_auth(profile: Any, host: str, port: int, auth_token: str | None,
+                      timeout: float, target: str) -> None:
+    """Stop (one clear error) before judging a bunqueue server that wants a token this run
+    does not have, or refuses the one it has
+    (:func:`~queuewire.conformance.preflight.check_auth`); a server that cannot be reached is
+    left to the command's own error."""
+    import asyncio
+
+    from ..conformance.preflight import check_auth
+    from ..judge.opening import AuthProblem
+    try:
+        asyncio.run(check_auth(profile, host, port, auth_token, timeout=timeout, target=target))
+    except AuthProblem as exc:
+        raise click.ClickException(auth_hint(exc, auth_token)) from None
+    except (OSError, TimeoutError):
+        return

@@ -14,7 +14,14 @@ from rich.text import Text
 
 from ..conformance.known_failing import KNOWN_FAILING_HELP, read_known_failing
 from ..spec import default_profile, profile_names
-from ._common import PROTOCOLS, auth_token_option, console, err_console, load
+from ._common import (
+    PROTOCOLS,
+    auth_token_option,
+    check_server_auth,
+    console,
+    err_console,
+    load,
+)
 
 
 def _conform_profiles(protocol: str, profiles: tuple[str, ...]) -> list[str]:
@@ -128,6 +135,11 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
             known = read_known_failing(known_failing)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    for target in targets:
+        where = parse_target(target)
+        if not isinstance(where, str):   # a deployed server: does it want a token we lack?
+            for name in names:
+                check_server_auth(load(name), where[0], where[1], auth_token, timeout, target)
     runs = []
     with LiveProgress(err_console) as progress:
         for target in targets:
@@ -271,6 +283,8 @@ def _replay_judged(file: str, where: Any, target: str, protocol: str | None, tim
         return await rejudge(saved, host, port, timeout=timeout, auth_token=auth_token,
                              http_target=http)
 
+    if not isinstance(where, str):
+        check_server_auth(saved.profile, where[0], where[1], auth_token, timeout, target)
     res = asyncio.run(go())
     console.print(f"replay of {saved.case.id} ({saved.profile.name}; the case "
                   f"{saved.definition}) against {target}", highlight=False)
@@ -324,6 +338,8 @@ def _replay_raw(file: str, where: Any, target: str, protocol: str | None,
         host, port = where
         return await replay(case, host, port, timeout=timeout, auth_token=auth_token)
 
+    if not isinstance(where, str):
+        check_server_auth(load(case.profile), where[0], where[1], auth_token, timeout, target)
     try:
         result = asyncio.run(go())
     except ConnectError as exc:
@@ -384,6 +400,10 @@ def conform_detect(protocol: str, target: str, auth_token: str | None, timeout: 
     if isinstance(where, str):  # "embedded"
         raise click.BadParameter("detect needs a HOST:PORT", param_hint="--target")
     host, port = where
+    if protocol == "bunqueue":   # the probes of a server that wants a token say nothing
+        from ..spec import default_profile
+        check_server_auth(load(default_profile(protocol)), host, port, auth_token, timeout,
+                          target)
     try:
         found = asyncio.run(detect(protocol, host, port, timeout=timeout,
                                    auth_token=auth_token, target=target))

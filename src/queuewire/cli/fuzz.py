@@ -18,10 +18,20 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from rich.text import Text
 
 from ..judge import Verdict
 from ..spec import default_profile
-from ._common import PROTOCOLS, console, err_console, load, profile_option
+from ._common import (
+    AUTH_TOKEN_ENV,
+    PROTOCOLS,
+    auth_hint,
+    auth_token_option,
+    console,
+    err_console,
+    load,
+    profile_option,
+)
 
 MISSING = "queuewire fuzz needs hypothesis: pip install 'queuewire[fuzz]'"
 
@@ -85,8 +95,20 @@ def _progress_table(stats: Any, protocol: str) -> Any:
                    "in kind.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
 @click.option("--max-failures", type=click.IntRange(min=1), default=5, show_default=True,
-              metavar="N", help="Stop after N failing cases (each shrunk and saved); a larger "
-                                "N surveys a server that deviates in many places.")
+              metavar="N", help="Stop after N distinct failures (a requirement and kind not "
+                                "seen before; each shrunk and saved once, its repeats "
+                                "counted); a larger N surveys a server that deviates in many "
+                                "places.")
+@click.option("--known-failing", "known_failing", metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="The target's known deviations, in the file format of `conform server "
+                   "--known-failing`: a line may name a requirement id (BQ-LIMIT-3) or a "
+                   "conformance case id or glob (its requirement ids are taken). FAILs on "
+                   "those requirements are counted and shown as KNOWN, never shrunk, and do "
+                   "not stop the run.")
+@auth_token_option("Token every connection authenticates with first (bunqueue Auth); the "
+                   "Auth and its reply are not judged. Without one, a server that answers "
+                   "'Not authenticated' stops the run with an error instead of being judged.")
 @click.option("--client", "client_mode", is_flag=True,
               help="Fuzz a client instead: serve it mutated and mis-framed replies through "
                    "the client conformance server; needs --testee.")
@@ -107,8 +129,9 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
          profile: str | None, duration: float | None, max_examples: int | None,
          seed: int | None, start: int, artifacts: str | None, workers: int,
          connect_per_case: bool, bound: float | None, diff_spec: str | None, quiet: bool,
-         max_failures: int, client_mode: bool, testee: str | None,
-         testee_cwd: str | None, stateful: bool, steps: int) -> None:
+         max_failures: int, known_failing: str | None, auth_token: str | None,
+         client_mode: bool, testee: str | None, testee_cwd: str | None, stateful: bool,
+         steps: int) -> None:
     """Fuzz a server: spec-driven cases over TCP, judged by oracles citing requirement ids.
     With --client, fuzz a client: each case asks the testee for a few actions and breaks
     the reply to one of them (wrong types, missing fields, lying length prefixes, garbage
@@ -138,7 +161,7 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
             raise click.UsageError("fuzz --stateful needs --protocol, and takes no --client "
                                    "or --duration")
         _stateful_command(ctx, protocol, target_spec or "embedded", profile, max_examples,
-                          seed, steps, artifacts)
+                          seed, steps, artifacts, auth_token)
         return
     if client_mode:
         _client_command(ctx, protocol or "bunqueue", profile, testee, testee_cwd, duration,
@@ -153,16 +176,23 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     if target_spec != "embedded":
         _address(target_spec, "--target")
     diff = _address(diff_spec, "--diff") if diff_spec else None
-    err_console.print(f"fuzz {protocol} ({profile}) against {target_spec}, seed {seed}")
+    known = _known_requirements(known_failing, protocol, profile) if known_failing else set()
+    err_console.print(f"fuzz {protocol} ({profile}) against {target_spec}, seed {seed}"
+                      + (f"; {len(known)} known failing requirement ids" if known else ""),
+                      markup=False, highlight=False)
 
     async def main() -> Any:
-        async with runner.target(target_spec, protocol, profile) as (host, port):
+        async with runner.target(target_spec, protocol, profile,
+                                 auth_token=auth_token) as (host, port):
+            await _preflight(runner, profile, host, port, auth_token, target_spec, bound)
+            if diff is not None:
+                await _preflight(runner, profile, *diff, auth_token, diff_spec or "", bound)
+            kw = dict(seed=seed, max_examples=max_examples, duration=duration,
+                      workers=workers, artifacts=artifacts, reuse=not connect_per_case,
+                      bound=bound, diff=diff, start=start, max_failures=max_failures,
+                      auth_token=auth_token, known=known)
             if quiet:
-                return await campaign.campaign(
-                    protocol, profile, host, port, seed=seed, max_examples=max_examples,
-                    duration=duration, workers=workers, artifacts=artifacts,
-                    reuse=not connect_per_case, bound=bound, diff=diff, start=start,
-                    max_failures=max_failures)
+                return await campaign.campaign(protocol, profile, host, port, **kw)
             from rich.live import Live
             last = [0.0]
             # no refresh thread: the workers are forked, and a fork copies only this thread
@@ -172,11 +202,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                     if now - last[0] >= 0.25:
                         last[0] = now
                         live.update(_progress_table(stats, protocol), refresh=True)
-                stats = await campaign.campaign(
-                    protocol, profile, host, port, seed=seed, max_examples=max_examples,
-                    duration=duration, workers=workers, artifacts=artifacts,
-                    reuse=not connect_per_case, bound=bound, diff=diff, start=start,
-                    on_progress=progress, max_failures=max_failures)
+                stats = await campaign.campaign(protocol, profile, host, port,
+                                                on_progress=progress, **kw)
                 live.update(_progress_table(stats, protocol), refresh=True)
                 return stats
 
@@ -185,7 +212,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     except RuntimeError as exc:  # a worker process died
         raise click.ClickException(str(exc)) from None
     console.print(f"{stats.cases} cases in {stats.elapsed:.1f} s "
-                  f"({stats.rate:,.0f}/s), {stats.failures} failing, {stats.nonstrict} "
+                  f"({stats.rate:,.0f}/s), {stats.failures} distinct failures in "
+                  f"{stats.failing_cases} failing cases, {stats.nonstrict} "
                   f"non-strict findings; {len(stats.commands)} commands, "
                   f"{len(stats.requirements)} requirement ids covered")
     console.print(f"fuzzer CPU {stats.cpu:.1f} s ({stats.cores:.2f} cores, {stats.workers} "
@@ -196,16 +224,103 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
                   + (f"; pools warmed in {stats.warmup:.1f} s first" if stats.warmup >= 0.05 else "")
                   + (f"; {stats.setup} cleanup commands between cases (not counted as cases)"
                      if stats.setup else ""))
-    for case, small, path, findings in stats.failed:
-        _print_failure(f"case {case.index} (seed {seed}): {len(case.frames)} frames, shrunk to "
-                       f"{len(small.frames)}", findings, path, f"--target {target_spec}")
-    for index, mine, theirs in stats.diffs[:20]:
-        console.print(f"[yellow]DIFF[/] case {index}: {mine} vs {theirs}", markup=False)
-    if stats.diffs:
-        console.print(f"{len(stats.diffs)} cases whose replies differ in kind")
+    _print_groups(stats)
+    for case, saved, findings in stats.failed:
+        what = (f"case {case.index} (seed {seed}): {len(case.frames)} frames, shrunk to "
+                f"{len(saved.case.frames)}")
+        _print_failure(what, findings, saved.path, _target_args(target_spec, auth_token),
+                       saved.note)
+    _print_diffs(stats.diffs)
     for index, error in stats.errors[:10]:
-        console.print(f"[red]GENERATOR ERROR[/] case {index}: {error}", markup=False)
+        console.print(Text.assemble(("GENERATOR ERROR", "red"), f" case {index}: {error}"))
+    console.print(f"stop: {stats.stop_reason}", markup=False, highlight=False)
     ctx.exit(1 if stats.failures or stats.errors else 0)
+
+
+def _target_args(target_spec: str, auth_token: str | None) -> str:
+    """The replay line's target options; a token is never printed, only its variable."""
+    return f"--target {target_spec}" + (f' --auth-token "${AUTH_TOKEN_ENV}"'
+                                        if auth_token else "")
+
+
+async def _preflight(runner: Any, profile: str, host: str, port: int, auth_token: str | None,
+                     where: str, bound: float) -> None:
+    """Stop before the first case when the server wants a token (or refuses the one given):
+    one clear error, not a run of judged refusals."""
+    from ..judge.opening import AuthProblem
+    try:
+        await asyncio.to_thread(runner.preflight, load(profile), host, port, auth_token,
+                                bound, where)
+    except AuthProblem as exc:
+        raise click.ClickException(auth_hint(exc, auth_token)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot reach {where}: {exc}") from None
+
+
+def _known_requirements(path: str, protocol: str, profile: str) -> set[str]:
+    """The requirement ids a known-failing file names: its requirement ids, and the ids the
+    conformance cases it names (or matches with a glob) cite."""
+    import fnmatch
+
+    from ..conformance.known_failing import read_known_failing
+    from ..conformance.runner import load_cases
+    try:
+        entries = read_known_failing(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--known-failing") from None
+    requirements = load(profile).model.requirements
+    cases = load_cases(protocol, profile)
+    out: set[str] = set()
+    for entry in entries:
+        if entry in requirements:
+            out.add(entry)
+            continue
+        matched = [c for c in cases if fnmatch.fnmatchcase(c.id, entry)]
+        if not matched:
+            raise click.BadParameter(f"{entry!r} in {path} is neither a requirement id of "
+                                     f"{profile} nor a conformance case id or glob",
+                                     param_hint="--known-failing")
+        for c in matched:
+            out.update(c.requirements)
+    return out
+
+
+def _print_groups(stats: Any) -> None:
+    """Every FAIL, KNOWN and NON-STRICT finding of the run, grouped by requirement, verdict
+    and kind: how many, and the first case that showed it."""
+    if not stats.groups:
+        return
+    from rich.table import Table
+    order = {"FAIL": 0, "KNOWN": 1, "NON-STRICT": 2}
+    table = Table(title="findings by requirement and kind", title_justify="left")
+    for col in ("verdict", "requirement", "kind", "count"):
+        table.add_column(col, no_wrap=True, justify="right" if col == "count" else "left")
+    table.add_column("first seen", overflow="fold")
+    style = {"FAIL": "red", "KNOWN": "yellow", "NON-STRICT": "yellow"}
+    for (rid, label, kind), g in sorted(stats.groups.items(),
+                                       key=lambda kv: (order.get(kv[0][1], 3),
+                                                       -kv[1].count, str(kv[0][0]))):
+        example = f"case {g.example_case}: {g.example}"
+        table.add_row(Text(label, style=style.get(label, "")), str(rid), kind, f"{g.count:,}",
+                      Text(example[:200]))
+    console.print(table)
+
+
+def _print_diffs(diffs: list[Any]) -> None:
+    """--diff: the cases whose replies differ in kind, classed (a field null on one side and
+    absent on the other is its own class), with up to three examples per class."""
+    if not diffs:
+        return
+    from ..fuzz.diffing import classify
+    classes: dict[str, list[str]] = {}
+    for index, mine, theirs in diffs:
+        for cls, detail in classify(mine, theirs):
+            classes.setdefault(cls, []).append(f"case {index}: {detail}")
+    console.print(f"{len(diffs)} cases whose replies differ in kind:")
+    for cls, examples in sorted(classes.items(), key=lambda kv: -len(kv[1])):
+        console.print(Text.assemble(("DIFF", "yellow"), f" {cls}: {len(examples)}"))
+        for example in examples[:3]:
+            console.print(Text(f"    {example}"))
 
 
 @fuzz.command()
@@ -217,9 +332,13 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
 @click.option("--bound", type=click.FloatRange(min=0.01), default=None, metavar="S",
               help="Seconds a reply may take (server; default 2) or the testee may take "
                    "besides its command timeouts (client; default 5).")
+@auth_token_option("Token the replay's connections authenticate with first (bunqueue Auth), "
+                   "as given to the run that saved the transcript.")
 def replay(transcript: str, target_spec: str | None, testee: str | None,
-           testee_cwd: str | None, bound: float | None) -> None:
-    """Run a saved failure again: FIXED (exit 0) or STILL FAILING (exit 1)."""
+           testee_cwd: str | None, bound: float | None, auth_token: str | None) -> None:
+    """Run a saved failure again: FIXED (exit 0) or STILL FAILING (exit 1). A server that
+    wants a token the replay was not given (or refuses it) is an error (exit 1), not a
+    verdict."""
     import json
     case_mod, runner, _campaign = _fuzz_modules()
     try:
@@ -245,9 +364,14 @@ def replay(transcript: str, target_spec: str | None, testee: str | None,
     if target_spec != "embedded":
         _address(target_spec, "--target")
 
+    from ..fuzz.shrink import replay as replay_case
+    limit = bound if bound is not None else 2.0
+
     async def main() -> Any:
-        async with runner.target(target_spec, case.protocol, case.profile) as (host, port):
-            return await runner.replay(case, host, port, bound if bound is not None else 2.0)
+        async with runner.target(target_spec, case.protocol, case.profile,
+                                 auth_token=auth_token) as (host, port):
+            await _preflight(runner, case.profile, host, port, auth_token, target_spec, limit)
+            return await replay_case(case, host, port, limit, auth_token)
 
     res = asyncio.run(main())
     _say_fixed([f for f in res.findings if f.fails])
@@ -265,7 +389,7 @@ def _say_fixed(failing: list[Any]) -> None:
 # -- fuzz --stateful --------------------------------------------------------------------------
 def _stateful_command(ctx: click.Context, protocol: str, target: str, profile: str | None,
                       max_examples: int | None, seed: int | None, steps: int,
-                      artifacts: str | None) -> None:
+                      artifacts: str | None, auth_token: str | None = None) -> None:
     """bunqueue: :func:`~queuewire.fuzz.stateful.run_stateful`; quicx:
     :func:`~queuewire.fuzz.stateful_quicx.run_stateful_quicx`. The report (its shrunk steps)
     is printed, and written as JSON into ``artifacts``."""
@@ -282,9 +406,17 @@ def _stateful_command(ctx: click.Context, protocol: str, target: str, profile: s
     else:
         from ..fuzz.stateful import run_stateful as run
     err_console.print(f"fuzz --stateful {protocol} ({profile}) against {target}, seed {seed}")
+    from ..judge.opening import AuthProblem
+    kw: dict[str, Any] = {"auth_token": auth_token} if protocol == "bunqueue" else {}
+    if target != "embedded":
+        _case_mod, runner, _campaign = _fuzz_modules()
+        asyncio.run(_preflight(runner, profile, *_address(target, "--target"), auth_token,
+                               target, 2.0))
     try:
         report = run(target, profile, max_examples=max_examples or 100, seed=seed,
-                     step_count=steps)
+                     step_count=steps, **kw)
+    except AuthProblem as exc:
+        raise click.ClickException(auth_hint(exc, auth_token)) from None
     except OSError as exc:   # the target refused the connection, a reply timed out
         raise click.ClickException(f"{target}: {exc}") from None
     if not report.passed:
@@ -445,14 +577,18 @@ def _client_command(ctx: click.Context, protocol: str, profile: str | None,
     ctx.exit(1 if failures else 0)
 
 
-def _print_failure(what: str, findings: list, path: str | None, target: str) -> None:
+def _print_failure(what: str, findings: list, path: str | None, target: str,
+                   note: str | None = None) -> None:
     """One failing case: what it was, its failing findings, and how to replay it."""
-    console.print(f"[red]FAIL[/] {what}")
+    console.print(Text.assemble(("FAIL", "red"), f" {what}"))
     for f in findings:
         if f.fails:
             console.print(f"  {f}", markup=False)
+    if note:
+        console.print(f"  note: {note}", markup=False)
     if path:
-        console.print(f"  replay: queuewire fuzz replay {path} {target}", markup=False)
+        console.print(f"  replay: queuewire fuzz replay {path} {target}", markup=False,
+                      soft_wrap=True)
 
 
 def _run_defaults(protocol: str, profile: str | None, seed: int | None,

@@ -37,13 +37,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..judge import Verdict
 from .case import Case
 from .oracles import Finding
-from .runner import DEFAULT_BOUND, Runner, shrink_and_save_sync
+from .runner import DEFAULT_BOUND, Runner
+from .shrink import Saved, confirm_saved_sync, shrink_and_save_sync, signature
 from .strategies import make_case, warm
 
 REPORT_EVERY = 0.2   # seconds between a worker's progress messages
@@ -54,10 +56,29 @@ REPORT_EVERY = 0.2   # seconds between a worker's progress messages
 CLEANUP_EVERY = 2000
 
 
+#: a group of findings: (requirement, verdict label, kind); the label is FAIL, NON-STRICT or
+#: KNOWN (a FAIL on a requirement the run was told is a known deviation)
+GroupKey = tuple[str | None, str, str]
+KNOWN = "KNOWN"
+
+
+@dataclass
+class Group:
+    """Findings of one requirement, verdict and kind over a run: how many, in how many cases,
+    and the first one seen (its case index and message; the saved transcript of its case, when
+    it was the one shrunk and saved)."""
+
+    count: int = 0
+    example_case: int = -1
+    example: str = ""
+    path: str | None = None
+
+
 @dataclass
 class Stats:
     cases: int = 0
-    failures: int = 0
+    failures: int = 0       # distinct failures (a new requirement and kind), each shrunk once
+    failing_cases: int = 0  # cases with a FAIL not known: repeats of a failure included
     nonstrict: int = 0
     connects: int = 0
     setup: int = 0          # commands sent between cases (cleanups), not counted as cases
@@ -68,9 +89,11 @@ class Stats:
     workers: int = 1
     commands: set[str] = field(default_factory=set)
     requirements: set[str] = field(default_factory=set)
-    failed: list[tuple[Case, Case, str | None, list[Finding]]] = field(default_factory=list)
+    failed: list[tuple[Case, Saved, list[Finding]]] = field(default_factory=list)
+    groups: dict[GroupKey, Group] = field(default_factory=dict)
     diffs: list[tuple[int, list, list]] = field(default_factory=list)
     errors: list[tuple[int, str]] = field(default_factory=list)  # cases the generator broke on
+    stop_reason: str = ""
 
     @property
     def elapsed(self) -> float:
@@ -89,6 +112,26 @@ class Stats:
     def per_core(self) -> float:
         return self.cases / self.cpu if self.cpu > 0 else 0.0
 
+    def add_groups(self, delta: dict[GroupKey, tuple[int, int, str]]) -> None:
+        for key, (count, index, message) in delta.items():
+            group = self.groups.setdefault(key, Group())
+            if group.count == 0 or (index < group.example_case and group.path is None):
+                group.example_case, group.example = index, message
+            group.count += count
+
+
+def group_findings(findings: list[Finding], known: AbstractSet[str],
+                   into: dict[GroupKey, tuple[int, int, str]], index: int) -> None:
+    """Count a case's FAIL and NON-STRICT findings into ``into`` by group (INFO is not
+    grouped: it observes, it judges nothing)."""
+    for f in findings:
+        if f.level is Verdict.INFO:
+            continue
+        label = KNOWN if f.fails and f.requirement in known else str(f.level)
+        key = (f.requirement, label, f.kind)
+        count, first, message = into.get(key, (0, index, f.message))
+        into[key] = (count + 1, first, message)
+
 
 @dataclass
 class _Plan:
@@ -106,30 +149,38 @@ class _Plan:
     bound: float
     diff: tuple[str, int] | None
     max_failures: int
+    auth_token: str | None = None
+    known: frozenset[str] = frozenset()   # requirement ids whose FAILs are known deviations
 
 
 def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
           shrink_lock: Any) -> None:
     """Worker ``w``: cases ``start + w + k * stride``; sends ``("tick", counts...)`` every
-    REPORT_EVERY seconds, ``("fail", ...)``, ``("diff", ...)``, ``("error", ...)``, and
-    ``("done",)`` at the end."""
+    REPORT_EVERY seconds, ``("fail", ...)`` for each distinct failure (shrunk and saved once;
+    its repeats are counted in the groups), ``("diff", ...)``, ``("error", ...)``, and
+    ``("done",)`` at the end. A FAIL on a requirement in ``plan.known`` is counted, never
+    shrunk, and does not count towards ``max_failures``."""
     runner = Runner(plan.protocol, plan.profile, plan.host, plan.port, bound=plan.bound,
-                    reuse=plan.reuse)
+                    reuse=plan.reuse, auth_token=plan.auth_token)
     other = Runner(plan.protocol, plan.profile, *plan.diff, bound=plan.bound,
-                   reuse=plan.reuse) if plan.diff else None
-    cases = nonstrict = setup = 0
+                   reuse=plan.reuse, auth_token=plan.auth_token) if plan.diff else None
+    cases = nonstrict = setup = failing = 0
     commands: set[str] = set()
     reqs: set[str] = set()
+    groups: dict[GroupKey, tuple[int, int, str]] = {}
+    seen: set[tuple[str | None, str]] = set()   # failures already shrunk by this worker
     next_tick = time.monotonic() + REPORT_EVERY
     next_cleanup = CLEANUP_EVERY
+    known = plan.known
 
     def tick() -> None:
-        nonlocal cases, nonstrict, setup
+        nonlocal cases, nonstrict, setup, failing
         emit(("tick", cases, nonstrict, runner.connects, sorted(commands), sorted(reqs),
-              setup))
-        runner.connects = cases = nonstrict = setup = 0
+              setup, failing, dict(groups)))
+        runner.connects = cases = nonstrict = setup = failing = 0
         commands.clear()
         reqs.clear()
+        groups.clear()
 
     try:
         i = plan.start + w
@@ -156,18 +207,29 @@ def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
             cases += 1
             commands.update(lab[4:] for lab in case.labels if lab[:4] in ("cmd:", "msg:"))
             reqs |= res.covered
-            nonstrict += sum(1 for f in res.findings if f.level is Verdict.NON_STRICT)
+            if res.findings:
+                nonstrict += sum(1 for f in res.findings if f.level is Verdict.NON_STRICT)
+                group_findings(res.findings, known, groups, index)
             if other is not None:
                 res2 = other.run(case)
                 if res.kinds() != res2.kinds():
                     emit(("diff", index, res.kinds(), res2.kinds()))
-            if res.failed:
-                with failures.get_lock():
-                    failures.value += 1
-                with shrink_lock:
-                    small, path = shrink_and_save_sync(res, plan.host, plan.port,
-                                                       plan.artifacts, plan.bound)
-                emit(("fail", case, small, path, res.findings))
+            if not res.failed:
+                continue
+            wanted = {sig for sig in signature(res.findings) if sig[0] not in known}
+            if not wanted:
+                continue
+            failing += 1
+            if wanted <= seen:
+                continue
+            seen.update(wanted)
+            with failures.get_lock():
+                failures.value += 1
+            with shrink_lock:
+                saved = shrink_and_save_sync(res, plan.host, plan.port, plan.artifacts,
+                                             plan.bound, plan.auth_token, wanted=wanted)
+            emit(("fail", case, saved, [f for f in res.findings
+                                        if (f.requirement, f.kind) in wanted]))
     finally:
         runner.close()
         if other is not None:
@@ -200,10 +262,20 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
                    workers: int = 1, artifacts: str | None = None, reuse: bool = True,
                    bound: float = DEFAULT_BOUND, diff: tuple[str, int] | None = None,
                    start: int = 0, on_progress: Callable[[Stats], None] | None = None,
-                   max_failures: int = 5, prewarm: bool | None = None) -> Stats:
+                   max_failures: int = 5, prewarm: bool | None = None,
+                   auth_token: str | None = None,
+                   known: AbstractSet[str] = frozenset(),
+                   before_confirm: Callable[[], Any] | None = None) -> Stats:
     """Cases ``start, start+1, ...`` of ``seed`` until ``max_examples`` or ``duration``
-    (counted from after the warm-up). ``prewarm`` (default: when forking workers) fills the
-    seed's valid-message corpus before the clock starts."""
+    (counted from after the warm-up), or until ``max_failures`` distinct failures were found.
+    ``prewarm`` (default: when forking workers) fills the seed's valid-message corpus before
+    the clock starts. ``auth_token``: every connection authenticates with it first.
+    ``known``: requirement ids whose FAILs are the target's known deviations (counted and
+    grouped, never shrunk, not failures). ``before_confirm``: called (in a thread) after the
+    cases and before the saved transcripts are replayed once more
+    (:func:`~.shrink.confirm_saved_sync`): the place to remove what the run left on the
+    server.
+    :attr:`Stats.stop_reason` says why the run stopped."""
     workers = max(1, workers)
     stats = Stats(workers=workers)
     if prewarm if prewarm is not None else workers > 1:
@@ -215,12 +287,14 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
     plan = _Plan(protocol, profile, host, port, seed, start,
                  start + max_examples if max_examples is not None else None,
                  stats.started + duration if duration else None, workers, artifacts, reuse,
-                 bound, diff, max_failures)
+                 bound, diff, max_failures, auth_token, frozenset(known))
 
     def absorb(msg: tuple) -> None:
         kind = msg[0]
         if kind == "tick":
-            _, cases, nonstrict, connects, commands, reqs, setup = msg
+            _, cases, nonstrict, connects, commands, reqs, setup, failing, groups = msg
+            stats.failing_cases += failing
+            stats.add_groups(groups)
             stats.cases += cases
             stats.setup += setup
             stats.nonstrict += nonstrict
@@ -230,6 +304,10 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
         elif kind == "fail":
             stats.failures += 1
             stats.failed.append(msg[1:])
+            case, saved, findings = msg[1:]
+            for f in findings:   # the group's example is the case that was saved
+                group = stats.groups.setdefault((f.requirement, str(f.level), f.kind), Group())
+                group.example_case, group.example, group.path = case.index, f.message, saved.path
         elif kind == "diff":
             stats.diffs.append(msg[1:])
         elif kind == "error":
@@ -243,7 +321,36 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
         await _forked(plan, workers, absorb)
     stats.ended = time.monotonic()
     stats.cpu = _cpu() - cpu0
+    stats.stop_reason = _stop_reason(stats, plan, max_examples, duration)
+    if before_confirm is not None:
+        await asyncio.to_thread(before_confirm)
+    if stats.failed and artifacts:
+        saved = await asyncio.to_thread(
+            confirm_saved_sync, [(case, entry) for case, entry, _ in stats.failed], host, port,
+            bound, auth_token)
+        stats.failed = [(case, entry, findings) for (case, entry), (_, _, findings)
+                        in zip(saved, stats.failed, strict=True)]
+        for _case, entry, findings in stats.failed:
+            if entry.path is None:
+                for f in findings:
+                    group = stats.groups.get((f.requirement, str(f.level), f.kind))
+                    if group is not None:
+                        group.path = None
     return stats
+
+
+def _stop_reason(stats: Stats, plan: _Plan, max_examples: int | None,
+                 duration: float | None) -> str:
+    """Why the run ended, in a sentence a user can act on."""
+    if stats.failures >= plan.max_failures:
+        return (f"stopped after {stats.failures} distinct failures (--max-failures "
+                f"{plan.max_failures}); raise it to survey further, or list the target's "
+                f"known deviations with --known-failing")
+    if max_examples is not None and stats.cases + len(stats.errors) >= max_examples:
+        return f"played the {max_examples} cases asked for (--max-examples)"
+    if duration is not None:
+        return f"ran for the {duration:g} s asked for (--duration)"
+    return "stopped"
 
 
 class _Counter:

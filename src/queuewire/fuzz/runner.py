@@ -8,8 +8,9 @@ TCP_NODELAY and, while the stream fits the socket's send buffer, the socket bloc
 one-byte split is a one-byte segment at the cost of one system call (no ``poll`` before it);
 reads are ``recv`` with the socket's timeout set to what is left of the case's bound. In-process
 servers (``--target embedded``, the tests' small broken servers) keep running on the asyncio
-loop while a runner works in another thread or process: the async helpers below
-(:func:`replay`, :func:`run_fresh`, :func:`shrink_and_save`) run it with ``asyncio.to_thread``.
+loop while a runner works in another thread or process: the async helpers of :mod:`.shrink`
+(:func:`~.shrink.replay`, :func:`~.shrink.run_fresh`, :func:`~.shrink.shrink_and_save`) run
+it with ``asyncio.to_thread``.
 
 A bunqueue case runs on the reused connection when there is one (reuse mode): the runner
 writes the case's chunks, then, unless the case half-closes, a Ping with a reqId of its own
@@ -33,35 +34,34 @@ per connection, so a reply that comes back on another connection than its reques
 reply lost on one and a stray one on the other. :meth:`Runner.cleanup` (see
 :mod:`.campaign`) obliterates the queues the cases named, between cases.
 
-Shrinking is delta debugging on the case, re-run on fresh connections: drop frames (halves,
-then one at a time, each with its connection), then no pauses, one connection, one write
-(per connection) instead of the split, then no half-close; a candidate is kept while it
-still fails on one of the original failing requirement ids. A server that no
-longer answers a fresh connection (it crashed) cannot judge smaller cases, so such a failure
-is saved whole, with a note; replay it against a restarted server.
+Authentication. With a token (``auth_token``, bunqueue), every connection the runner opens
+(the reused one, a case's fresh ones, the liveness probe's, the cleanup's) sends Auth first and
+reads its reply before anything else; that reply is never judged. A refusal raises
+:class:`~queuewire.judge.opening.AuthProblem`, as :func:`preflight` does before a run, so a
+tool stops with one clear error instead of judging a server's ``Not authenticated`` replies.
+
+Shrinking, confirming and saving a failure are in :mod:`.shrink`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import itertools
-import os
 import select
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
-from collections.abc import Set as AbstractSet
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs.bunqueue import FrameDecoder, FrameEncoder
+from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxEncoder
 from ..judge import reqid_key
+from ..judge.opening import AuthCheck
 from ..spec import Profile, load_profile
-from .case import Case, write_transcript
+from .case import Case
 from .oracles import (
     BunqueueJudge,
     Finding,
@@ -103,23 +103,44 @@ def _kinds(replies: list[Any]) -> list[tuple]:
     out: list[tuple] = []
     for r in replies:
         if isinstance(r, dict):
-            out.append((repr(reqid_key(r.get("reqId"))), r.get("ok"), "error" in r))
+            out.append((reqid_label(r), r.get("ok", ABSENT) if "ok" in r else ABSENT,
+                        "error" in r))
         else:
             out.append((getattr(r, "name", type(r).__name__),
                         getattr(r, "fields", {}).get("error_code")))
     return out
 
 
+ABSENT = "absent"
+
+
+def reqid_label(reply: dict) -> str:
+    """A reply's reqId as --diff shows it: ``absent``, ``null``, ``undefined`` (msgpack ext 0)
+    or the value's repr; two replies' reqIds differ in kind exactly when their labels differ."""
+    if "reqId" not in reply:
+        return ABSENT
+    value = reply["reqId"]
+    if value is None:
+        return "null"
+    if value is UNDEFINED:
+        return "undefined"
+    key = reqid_key(value)
+    return repr(value) if key == value else repr(key)
+
+
 @contextlib.asynccontextmanager
-async def target(spec: str, protocol: str, profile: str) -> AsyncIterator[tuple[str, int]]:
-    """``HOST:PORT``, or ``embedded``: a reference server in process on an ephemeral port."""
+async def target(spec: str, protocol: str, profile: str, *,
+                 auth_token: str | None = None) -> AsyncIterator[tuple[str, int]]:
+    """``HOST:PORT``, or ``embedded``: a reference server in process on an ephemeral port
+    (requiring ``auth_token`` when one is given, as a deployed server with a token does)."""
     if spec != "embedded":
         host, _, port = spec.rpartition(":")
         yield host or "127.0.0.1", int(port)
         return
     if protocol == "bunqueue":
         from ..reference_server.bunqueue import BunqueueServer
-        server: Any = BunqueueServer(profile, port=0)
+        server: Any = BunqueueServer(profile, port=0,
+                                     auth_tokens=(auth_token,) if auth_token else ())
     else:
         from ..reference_server.quicx import QuicxServer
         server = QuicxServer(profile, port=0)
@@ -131,6 +152,43 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
     sock = socket.create_connection((host, port), timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def _authenticate(sock: socket.socket, check: AuthCheck, bound: float) -> None:
+    """Write the opening ``check`` holds (Auth, and a probe unless ``auth_only``) and read its
+    replies; raise :class:`~queuewire.judge.opening.AuthProblem` when the server wants a token
+    or refused it, OSError when it does not answer within ``bound``. Nothing else is in flight
+    on the connection, so the server sends nothing past those replies."""
+    sock.settimeout(bound)
+    sock.sendall(check.data)
+    deadline = time.monotonic() + bound
+    while not check.done:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no answer to Auth within {bound:g} s")
+        sock.settimeout(left)
+        data = sock.recv(READ_SIZE)
+        if not data:
+            raise ConnectionResetError("the server closed the connection during Auth")
+        check.feed(data)
+    problem = check.problem()
+    if problem is not None:
+        raise problem
+
+
+def preflight(profile: Profile, host: str, port: int, token: str | None,
+              bound: float = DEFAULT_BOUND, target: str | None = None) -> None:
+    """Before a run: a fresh connection's opening (Auth with ``token`` when given, then a
+    Ping) must not be refused for authentication; raises
+    :class:`~queuewire.judge.opening.AuthProblem` (a tool stops with it instead of judging
+    refusals) or OSError (no server there). Only bunqueue has Auth."""
+    if profile.protocol != "bunqueue":
+        return
+    sock = _connect(host, port, bound)
+    try:
+        _authenticate(sock, AuthCheck(profile, token, target=target or f"{host}:{port}"), bound)
+    finally:
+        _close(sock)
 
 
 def _close(sock: socket.socket | None) -> None:
@@ -237,8 +295,13 @@ class Runner:
     """Runs cases of one protocol and profile against one server (blocking I/O)."""
 
     def __init__(self, protocol: str, profile: str, host: str, port: int, *,
-                 bound: float = DEFAULT_BOUND, reuse: bool = True):
+                 bound: float = DEFAULT_BOUND, reuse: bool = True,
+                 auth_token: str | None = None):
         self.protocol, self.profile_name = protocol, profile
+        #: every connection this runner opens authenticates with it first (bunqueue), so a
+        #: case's bytes, the sentinel and the cleanup reach a server that wants a token; the
+        #: Auth's reply is read before the case and never judged
+        self.auth_token = auth_token if protocol == "bunqueue" and auth_token else None
         self.profile: Profile = load_profile(profile)
         self.host, self.port, self.bound, self.reuse = host, port, bound, reuse
         self.judge: Any = BunqueueJudge(self.profile, WAITS) if protocol == "bunqueue" \
@@ -270,7 +333,7 @@ class Runner:
                 out.append(self.encoder.encode({"cmd": "Obliterate", "queue": name,
                                                 "reqId": f"{CLEANUP_PREFIX}{k}"}))
         try:
-            sock = _connect(self.host, self.port, self.bound)
+            sock = self._connect()
         except OSError:
             return 0
         try:
@@ -291,7 +354,20 @@ class Runner:
 
     def _open(self) -> socket.socket:
         self.connects += 1
-        return _connect(self.host, self.port, self.bound)
+        return self._connect()
+
+    def _connect(self) -> socket.socket:
+        """A connection to the target, authenticated when the runner has a token (an
+        :class:`~queuewire.judge.opening.AuthProblem` when the server refuses it)."""
+        sock = _connect(self.host, self.port, self.bound)
+        if self.auth_token is not None:
+            try:
+                _authenticate(sock, AuthCheck(self.profile, self.auth_token, auth_only=True,
+                                              target=f"{self.host}:{self.port}"), self.bound)
+            except BaseException:
+                _close(sock)
+                raise
+        return sock
 
     def close(self) -> None:
         if self._conn is not None:
@@ -559,110 +635,3 @@ class Runner:
         if res.timed_out:
             res.findings += self.alive()
         return res
-
-
-# -- shrinking, transcripts, replay -------------------------------------------------------------
-def shrink(case: Case, run: Callable[[Case], Result], rids: AbstractSet[str | None],
-           budget: int = 200) -> Case:
-    """Delta debugging: the smallest variant of ``case`` that still fails on one of ``rids``."""
-    tries = 0
-
-    def fails(c: Case) -> bool:
-        nonlocal tries
-        tries += 1
-        res = run(c)
-        return any(f.fails and f.requirement in rids for f in res.findings)
-
-    best = case
-    n = 2
-    while len(best.frames) >= 2 and tries < budget:
-        size = max(1, len(best.frames) // n)
-        reduced = False
-        for start in range(0, len(best.frames), size):
-            cand = best.drop_frames(start, size)
-            if cand.frames and fails(cand):
-                best, n, reduced = cand, max(2, n - 1), True
-                break
-            if tries >= budget:
-                break
-        if not reduced:
-            if size == 1:
-                break
-            n = min(len(best.frames), n * 2)
-    # then a simpler write plan: no pauses, one connection, one write (per connection), no
-    # half-close; each kept only while the case still fails
-    steps: list[dict[str, Any]] = [{"pauses": []}]
-    if best.conns:
-        steps.append({"conns": [], "split_conns": [], "splits": [], "pauses": []})
-    steps += [{"splits": [], "split_conns": [], "pauses": []}, {"close": False}]
-    for kw in steps:
-        if tries >= budget:
-            break
-        cand = best.replace(**kw)
-        if cand.as_dict() != best.as_dict() and fails(cand):
-            best = cand
-    return best
-
-
-def run_fresh_sync(protocol: str, profile: str, host: str, port: int, case: Case,
-                   bound: float = DEFAULT_BOUND) -> Result:
-    runner = Runner(protocol, profile, host, port, bound=bound, reuse=False)
-    try:
-        return runner.run(case)
-    finally:
-        runner.close()
-
-
-def shrink_and_save_sync(res: Result, host: str, port: int, artifacts: str | None,
-                         bound: float = DEFAULT_BOUND) -> tuple[Case, str | None]:
-    case = res.case
-    rids = {f.requirement for f in res.findings if f.fails}
-
-    def run(c: Case) -> Result:
-        return run_fresh_sync(case.protocol, case.profile, host, port, c, bound)
-
-    # a server that no longer answers cannot judge smaller cases: every one would "fail";
-    # the case is kept whole and the transcript says why
-    probe = Runner(case.protocol, case.profile, host, port, bound=bound, reuse=False)
-    dead = bool(probe.alive())
-    small = case if dead else shrink(case, run, rids)
-    path = None
-    if artifacts:
-        os.makedirs(artifacts, exist_ok=True)
-        final = res if dead else run(small)
-        findings = final.findings if final.failed else res.findings
-        path = os.path.join(artifacts, f"{case.protocol}-{case.seed}-{case.index}.json")
-        write_transcript(path, small, [f.as_dict() for f in findings],
-                         [_jsonable(r) for r in final.replies], original=case,
-                         note="not shrunk: the server stopped answering" if dead else None)
-    return small, path
-
-
-def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "as_dict"):
-        return obj.as_dict()
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (bytes, bytearray)):
-        return {"bin": bytes(obj).hex()}
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return repr(obj)
-
-
-# the async faces, for callers on an event loop (an in-process server keeps serving)
-async def run_fresh(protocol: str, profile: str, host: str, port: int, case: Case,
-                    bound: float = DEFAULT_BOUND) -> Result:
-    return await asyncio.to_thread(run_fresh_sync, protocol, profile, host, port, case, bound)
-
-
-async def shrink_and_save(res: Result, host: str, port: int, artifacts: str | None,
-                          bound: float = DEFAULT_BOUND) -> tuple[Case, str | None]:
-    return await asyncio.to_thread(shrink_and_save_sync, res, host, port, artifacts, bound)
-
-
-async def replay(case: Case, host: str, port: int, bound: float = DEFAULT_BOUND) -> Result:
-    """Run a transcript's case again on a fresh connection: FIXED when nothing fails."""
-    return await run_fresh(case.protocol, case.profile, host, port, case, bound)

@@ -70,6 +70,7 @@ from hypothesis.stateful import (
 )
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
+from ..judge.opening import AUTH, AuthProblem, auth_refusal
 from ..spec import Profile, load_profile
 from ..spec.model import StateMachine, Transition
 
@@ -200,12 +201,20 @@ class Link:
     """A blocking bunqueue connection: framed MessagePack requests, replies matched by reqId."""
 
     def __init__(self, host: str, port: int, profile: Profile,
-                 timeout: float = CONNECT_TIMEOUT_S):
+                 timeout: float = CONNECT_TIMEOUT_S, token: str | None = None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._enc = FrameEncoder(profile)
         self._dec = FrameDecoder(profile, check_depth=False)
         self._ids = itertools.count(1)
+        if token:   # authenticated first; the reply is not part of the run
+            reply = self.call(AUTH, token=token)
+            refusal = auth_refusal(profile, reply)
+            if refusal is not None:
+                self.close()
+                error = profile.model.errors[refusal]
+                raise AuthProblem(refusal, AUTH, error.message, error.requirement or "",
+                                  f"{host}:{port}")
 
     def call_many(self, requests: Iterable[Mapping[str, Any]]) -> list[dict]:
         out: list[dict] = []
@@ -326,6 +335,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     host: str = "127.0.0.1"
     port: int = 0
+    token: str | None = None   # connections authenticate with it first
     spec: SpecLifecycle
     steps_log: list[str] = []    # the steps of the latest run (after shrinking: the minimal one)
     jobs = Bundle("jobs")
@@ -333,7 +343,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.queue = f"qw-stateful-{secrets.token_hex(6)}"
-        self.link = Link(self.host, self.port, self.spec.profile)
+        self.link = Link(self.host, self.port, self.spec.profile, token=self.token)
         self.model: dict[str, ModelJob] = {}
         self.paused = False
         self._seq = itertools.count()
@@ -582,7 +592,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         for job in self.model.values():
             if job.state == row.source:
                 self._move(job, row)
-        self.link = Link(self.host, self.port, self.spec.profile)
+        self.link = Link(self.host, self.port, self.spec.profile, token=self.token)
         deadline = time.monotonic() + REQUEUE_WAIT_S
         while True:
             counts = self.link.call("GetJobCounts", queue=self.queue).get("counts") or {}
@@ -634,12 +644,15 @@ def _first(group: BaseExceptionGroup) -> BaseException:
 
 
 def lifecycle_machine(host: str, port: int,
-                      profile: Profile | str = DEFAULT_PROFILE) -> type[LifecycleMachine]:
-    """A :class:`LifecycleMachine` subclass bound to the server at ``host:port``; run it with
+                      profile: Profile | str = DEFAULT_PROFILE,
+                      token: str | None = None) -> type[LifecycleMachine]:
+    """A :class:`LifecycleMachine` subclass bound to the server at ``host:port`` (its
+    connections authenticate with ``token`` first when one is given); run it with
     ``run_state_machine_as_test`` or as ``cls.TestCase`` under pytest."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
     return type("BoundLifecycleMachine", (LifecycleMachine,),
-                {"host": host, "port": port, "spec": SpecLifecycle(prof), "steps_log": []})
+                {"host": host, "port": port, "spec": SpecLifecycle(prof), "steps_log": [],
+                 "token": token})
 
 
 # =============================================================================================
@@ -719,7 +732,7 @@ def run_stateful(target: str | EmbeddedTarget = "embedded",
                  seed: int | None = None, *, step_count: int = 25,
                  extra_settings: Mapping[str, Any] | None = None,
                  on_machine: Callable[[type[LifecycleMachine]], None] | None = None,
-                 ) -> StatefulReport:
+                 auth_token: str | None = None) -> StatefulReport:
     """Fuzz the job lifecycle of ``target`` and report the first violation, shrunk.
 
     ``target`` is ``"embedded"`` (an in-process reference server, started and stopped here),
@@ -737,7 +750,7 @@ def run_stateful(target: str | EmbeddedTarget = "embedded",
             host, port, name = server.host, server.port, str(server)
         else:
             (host, port), name = parse_target(server), server
-        machine = lifecycle_machine(host, port, prof)
+        machine = lifecycle_machine(host, port, prof, auth_token)
         if on_machine is not None:
             on_machine(machine)
         return play_machine(machine, name, prof.name, max_examples=max_examples,
