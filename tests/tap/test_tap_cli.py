@@ -40,12 +40,15 @@ def test_bad_upstream_is_a_one_line_usage_error():
 @pytest.mark.parametrize("forwarder", ["threads", "epoll", "loop"])
 def test_tap_process_reports_and_records(tmp_path, forwarder):
     json_path, html_path, record = tmp_path / "tap.json", tmp_path / "tap.html", tmp_path / "rec"
-    frames, got, _ = proxy_pings(["tap", "--protocol", "bunqueue", "--listen", "127.0.0.1:0",
+    frames, got, output = proxy_pings(["tap", "--protocol", "bunqueue", "--listen", "127.0.0.1:0",
                                   "--upstream", "127.0.0.1:{port}", "--json", str(json_path),
                                   "--html", str(html_path), "--record", str(record),
                                   "--forwarder", forwarder], 5)
     summary = json.loads(json_path.read_text())
     assert summary["verdict"] == "PASS"
+    # no --profile, and Pings do not tell the profiles apart: the default, said so
+    assert summary["profile_choice"]["line"] == "bunqueue/v2 (default: no distinguishing traffic)"
+    assert "profile: bunqueue/v2 (default: no distinguishing traffic)" in output
     assert summary["commands"]["Ping"]["paired"] == 5
     page = html_path.read_text()
     assert "Ping" in page and "<table>" in page

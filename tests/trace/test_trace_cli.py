@@ -26,6 +26,8 @@ def test_record_writes_exactly_the_bytes_that_crossed(tmp_path):
     assert streams[(1, "c2s")] == frames and streams[(1, "s2c")] == got
     assert len(trace.trace_files(out)) > 1          # rotated at 1 KiB
     assert "recorded 1 connection(s), 40 + 40 frames" in output
+    # Pings alone do not tell the bunqueue profiles apart: the default is kept, and said
+    assert "profile: bunqueue/v2 (default: no distinguishing traffic)" in output
 
 
 def test_import_pcap_cli_and_its_errors(tmp_path):
@@ -38,6 +40,7 @@ def test_import_pcap_cli_and_its_errors(tmp_path):
                                   str(tmp_path / "rec")])
     assert result.exit_code == 0, result.output
     assert trace.streams(tmp_path / "rec")[(1, "c2s")] == b"".join(frames)
+    assert "profile: bunqueue/v2 (default: no distinguishing traffic)" in result.output
     (tmp_path / "junk.pcap").write_bytes(b"not a capture at all")
     result = runner.invoke(main, ["trace", "import-pcap", str(tmp_path / "junk.pcap"),
                                   "--port", "6789", "--protocol", "bunqueue", "--out",

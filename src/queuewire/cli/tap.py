@@ -32,12 +32,13 @@ def _address(value: str, option: str, *, resolve: bool) -> tuple[str, int]:
 
 
 def proxy_setup(protocol: str, listen: str, upstream: str, profile: str | None) -> tuple:
-    """What a proxy command (`tap`, `trace record`) checks first: the profile of
-    ``protocol`` and the two addresses; (profile, listen host, port, upstream host, port)."""
+    """What a proxy command (`tap`, `trace record`) checks first: the profile given for
+    ``protocol`` (None: found from the traffic) and the two addresses; (profile, listen
+    host, port, upstream host, port)."""
     listen_host, listen_port = _address(listen, "--listen", resolve=False)
     up_host, up_port = _address(upstream, "--upstream", resolve=True)
-    prof = load(profile or default_profile(protocol))
-    if prof.protocol != protocol:
+    prof = load(profile) if profile else None
+    if prof is not None and prof.protocol != protocol:
         raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
     return prof, listen_host, listen_port, up_host, up_port
 
@@ -102,6 +103,13 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     they leave open. A frame that cannot be decoded is reported and still passed on. The
     summary is printed when the tap stops (Ctrl-C, SIGTERM or --duration); the exit status
     is 1 if any finding is a FAIL, else 0.
+
+    Without --profile the profile is found from the traffic: the analysis holds the first
+    connections back (verdicts wait, the bytes are forwarded at once) until the server's
+    frames tell the profiles apart (the Hello reply, pushed events, commands and opcodes
+    only one profile defines), or 8 MiB were held, or the tap stops; then it judges them,
+    and everything after, under the profile found, or the protocol's default when nothing
+    told them apart. The summary says which, how and why.
     """
     prof, listen_host, listen_port, up_host, up_port = proxy_setup(protocol, listen, upstream,
                                                                    profile)
@@ -111,6 +119,8 @@ def tap(protocol: str, listen: str, upstream: str, profile: str | None, record_d
     from ..tap.report import print_console, write_html, write_json
 
     print_console(summary, console)
+    console.print(f"profile: {summary['profile_choice']['line']}", highlight=False, markup=False,
+                  soft_wrap=True)
     if json_path:
         write_json(summary, json_path)
         console.print(f"JSON summary: {json_path}")
@@ -138,12 +148,20 @@ def run_tap(protocol: str, prof: Any, listen_host: str, listen_port: int, up_hos
     recorder = None
     if record_dir:
         try:
-            recorder = Recorder(record_dir, protocol=protocol, profile=prof.name,
+            recorder = Recorder(record_dir, protocol=protocol,
+                                profile=prof.name if prof else default_profile(protocol),
                                 rotate_bytes=rotate_bytes)
         except OSError as exc:
             raise click.UsageError(f"cannot record into {record_dir}: {exc.strerror}") from None
+
+    def chosen(choice: Any) -> None:   # before the first record: the files' meta names it
+        if recorder is not None:
+            recorder.profile = choice.profile
     analyzer = Analyzer(protocol, prof, sink=recorder.write if recorder else None,
-                        max_frame=max_frame_bytes or DEFAULT_MAX_FRAME, keep_events=False)
+                        max_frame=max_frame_bytes or DEFAULT_MAX_FRAME, keep_events=False,
+                        detect=prof is None, on_profile=chosen)
+    shown = prof.name if prof else f"profile from the traffic, {default_profile(protocol)} " \
+        "unless it tells"
 
     async def run() -> None:
         server = tap_server(analyzer, up_host, up_port, host=listen_host, port=listen_port,
@@ -156,7 +174,7 @@ def run_tap(protocol: str, prof: Any, listen_host: str, listen_port: int, up_hos
         if analysis_nice and forwarder != "loop":
             import os
             os.nice(analysis_nice)  # the forwarder, started above, keeps its priority
-        click.echo(f"queuewire tap ({prof.name}) listening on {server.listen}, upstream "
+        click.echo(f"queuewire tap ({shown}) listening on {server.listen}, upstream "
                    f"{up_host}:{up_port}" + (f", recording into {record_dir}" if record_dir else ""))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -179,6 +197,7 @@ def run_tap(protocol: str, prof: Any, listen_host: str, listen_port: int, up_hos
     try:
         asyncio.run(run())
     finally:
+        analyzer.settle()   # (the tap's stop settled it; a failed start did not)
         if recorder is not None:
             recorder.close()
     return analyzer.summary()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..spec import default_profile
 from ._common import PROTOCOLS, console, err_console, load, profile_option
 from .tap import (
     duration_opt,
@@ -55,6 +54,8 @@ def record(protocol: str, listen: str, upstream: str, out_dir: str, profile: str
                   f"{t['frames']['c2s']} + {t['frames']['s2c']} frames (client to server + "
                   f"server to client), {t['bytes']['c2s'] + t['bytes']['s2c']} bytes, "
                   f"{t['gaps']} gap(s) into {out_dir}")
+    console.print(f"profile: {summary['profile_choice']['line']}", highlight=False, markup=False,
+                  soft_wrap=True)
 
 
 @trace.command("import-pcap")
@@ -77,16 +78,21 @@ def import_pcap(capture: str, port: int, protocol: str, out_dir: str, host: str 
     sequence number (out of order, retransmitted and overlapping ones included), cut into
     frames as the tap cuts them, and timestamped with the capture's times. Bytes the capture
     lost are recorded as `missing` gaps (after one, that direction's framing is lost).
+
+    Without --profile the profile is found from the traffic (the Hello reply, pushed events,
+    commands and opcodes only one profile defines) and printed with its evidence; with
+    nothing to tell the profiles apart, the protocol's default is kept.
     """
     from ..trace.pcap import PcapError
     from ..trace.pcap import import_pcap as run_import
 
-    prof = load(profile or default_profile(protocol))
-    if prof.protocol != protocol:
-        raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
+    if profile is not None:
+        prof = load(profile)
+        if prof.protocol != protocol:
+            raise click.UsageError(f"profile {prof.name} is not a {protocol} profile")
     try:
         stats = run_import(capture, port=port, out_dir=out_dir, protocol=protocol,
-                           profile=prof.name, host=host, rotate_bytes=rotate_bytes)
+                           profile=profile, host=host, rotate_bytes=rotate_bytes)
     except PcapError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:
@@ -99,6 +105,8 @@ def import_pcap(capture: str, port: int, protocol: str, out_dir: str, host: str 
         f"client), {stats.gaps} gap(s), {sum(stats.missing_bytes.values())} byte(s) missing "
         f"from the capture, {stats.duplicate_bytes} retransmitted byte(s) dropped; packets "
         f"skipped: {skipped}" + ("; the file ends inside a packet" if stats.truncated else ""))
+    console.print(f"profile: {stats.profile_choice['line']}", highlight=False, markup=False,
+                  soft_wrap=True)
     console.print(f"trace files in {out_dir}; analyse with: queuewire trace analyze {out_dir} "
                   f"--out DIR")
 
@@ -127,10 +135,12 @@ def analyze(captures: tuple[str, ...], out_dir: str, engine: str, master: str | 
 
     CAPTURE is a trace directory (searched for *.qwtrace) or a trace file; give several to
     analyse them together (pcap captures: convert them first with `trace import-pcap`).
-    Frames are judged under --profile, or the profile they were recorded under, by the
-    tap's own decoder, with the conformance runner's requirement ids: FAIL for a MUST the
-    documents state, NON-STRICT for a SHOULD, INFO for what they leave open. Prints the summary;
-    the exit status is 1 when a FAIL was found, else 0.
+    Frames are judged under --profile, else the profile their traffic shows (the Hello
+    reply, pushed events, commands and opcodes only one profile defines; printed with its
+    evidence), else the one they were recorded under, by the tap's own decoder, with the
+    conformance runner's requirement ids: FAIL for a MUST the documents state, NON-STRICT
+    for a SHOULD, INFO for what they leave open. Prints the summary; the exit status is 1
+    when a FAIL was found, else 0.
     """
     from ..traffic.trace_format import TraceError
 
@@ -144,10 +154,12 @@ def analyze(captures: tuple[str, ...], out_dir: str, engine: str, master: str | 
         conf[key] = value
     if profile:
         load(profile)
+    from rich.markup import escape
+
     from ..trace.analyze import analyze as run_analyze
 
     def progress(msg: str) -> None:
-        err_console.print(f"[dim]{msg}[/]")
+        err_console.print(f"[dim]{escape(msg)}[/]")
     try:
         summary = run_analyze(list(captures), out_dir, engine=engine, master=master,
                               protocol=protocol, profile=profile, html=not no_html,
@@ -171,6 +183,10 @@ def _print(summary: dict, out_dir: str, *, html: bool) -> None:
     t = summary["totals"]
     v = t["violations"]
     colour = "red" if summary["verdict"] == "FAIL" else "green"
+    choice = summary.get("profile_choice")
+    if choice:
+        console.print(f"profile: {choice['line']}", highlight=False, markup=False,
+                  soft_wrap=True)
     console.print(f"[bold {colour}]{summary['verdict']}[/] {summary['protocol']} "
                   f"({summary['profile']}): {t['connections']} connection(s), "
                   f"{t['frames']['c2s'] + t['frames']['s2c']} frames, {t['requests']} requests, "

@@ -91,6 +91,9 @@ class ImportStats:
     files: int = 0
     records: int = 0
     summary: dict[str, Any] = field(default_factory=dict, repr=False)  # Analyzer.summary()
+    #: the profile the traffic was judged and recorded under, how it was chosen and why
+    #: (:class:`queuewire.traffic.detect.ProfileChoice` as data)
+    profile_choice: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

@@ -41,6 +41,13 @@ The rules:
   record of a few bytes each; nothing is allocated or walked in proportion to a hole.
 * **Timestamps.** ``t_ns`` is the packet's capture time, exact (microsecond or nanosecond
   pcap, any pcapng ``if_tsresol`` and ``if_tsoffset``), never through a float.
+* **Profile.** Given one (``profile``), the traffic is judged and recorded under it. Without
+  one it is found from the traffic (:mod:`queuewire.traffic.detect`: the Hello reply, pushed
+  events, the commands and opcodes only one profile defines): the analyzer holds the
+  connections back until the server's frames decide, or it has held
+  :data:`~queuewire.traffic.analyzer.DEFAULT_HOLD_BYTES`, or the capture ends, then judges
+  them under the profile found, or the protocol's default when nothing decides.
+  ``ImportStats.profile_choice`` says which, how and why, and the trace files' meta names it.
 * **Errors.** A file that is neither pcap nor pcapng, a pcap of an unsupported link type, a
   length that lies (:mod:`.capture`'s bounds), or a capture with no TCP packet on the port
   raises :class:`PcapError` with a one-line message. A capture cut short inside a packet (a
@@ -345,9 +352,10 @@ def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: s
                 max_total_buffer: int = DEFAULT_MAX_TOTAL_BUFFER,
                 run: str | None = None) -> ImportStats:
     """Import the TCP traffic of server ``port`` (and ``host``) in the capture ``path``
-    into a trace directory ``out_dir`` (see the module docstring). ``run`` names the files
-    (default: the capture's first packet time, UTC). Raises :class:`PcapError` for a capture
-    that cannot be imported; ``out_dir`` is only created once a connection is found."""
+    into a trace directory ``out_dir`` (see the module docstring). ``profile`` None: found
+    from the traffic. ``run`` names the files (default: the capture's first packet time,
+    UTC). Raises :class:`PcapError` for a capture that cannot be imported; ``out_dir`` is
+    only created once a connection is found."""
     stats = ImportStats(path=str(path), out_dir=str(out_dir))
     host_raw = None
     if host is not None:
@@ -368,7 +376,8 @@ def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: s
         recorder.write(*record)
 
     try:
-        analyzer = Analyzer(protocol, profile, sink=sink, keep_events=False)
+        analyzer = Analyzer(protocol, profile, sink=sink, keep_events=False,
+                            detect=profile is None)
     except (ValueError, SpecError) as exc:
         raise PcapError(str(exc).splitlines()[0]) from None
     imp = _Importer(analyzer, stats, port, host_raw, max_buffer, max_total_buffer)
@@ -386,6 +395,7 @@ def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: s
                     continue
                 imp.packet(t_ns, tcp)
             imp.finish(stats.last_ns or 0)
+            analyzer.settle()   # a detection still undecided chooses now
     except OSError as exc:
         raise PcapError(f"{path}: {exc.strerror or exc}") from None
     except (struct.error, IndexError) as exc:  # a header that lies about its lengths
@@ -399,6 +409,7 @@ def import_pcap(path: str | Path, *, port: int, out_dir: str | Path, protocol: s
                         f"{f' of {host}' if host else ''} in {stats.packets} packet(s)"
                         f" (link types: {kinds})")
     stats.summary = summary = analyzer.summary()
+    stats.profile_choice = dict(summary["profile_choice"])
     totals = summary["totals"]
     stats.connections = imp.next_id
     stats.bytes = dict(totals["bytes"])

@@ -11,6 +11,10 @@ id) and judge both directions with the codecs' typed errors and the validator, e
 at the level of the requirement it cites (:func:`queuewire.judge.requirement_verdict`: MUST
 -> FAIL, SHOULD -> NON-STRICT, else INFO); ``analyzer`` is the core (``feed(conn_id,
 direction, bytes, t_ns)`` -> findings and pairs, bounded aggregates per connection and per
-command); ``trace_format`` loads the recording format of ``spec/trace.yaml`` and reads trace
-files, ``record`` writes them (sharded by connection, rotated by size).
+command; with ``detect``, it holds the traffic back until the profile is known);
+``detect`` finds the profile from the traffic itself (the frames read as each profile of
+the protocol reads them: what only some allow is the evidence), for the tap, the pcap
+import and the trace analysis alike; ``trace_format`` loads the recording format of
+``spec/trace.yaml`` and reads trace files, ``record`` writes them (sharded by connection,
+rotated by size).
 """

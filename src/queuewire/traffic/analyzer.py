@@ -10,6 +10,18 @@ are folded into bounded aggregates (per connection, per command, per requirement
 chunk that completed it, and open, eof and close as they happen, so a recording is the
 exact byte stream. Findings are kept in full up to ``max_findings``; beyond that only their
 counts grow.
+
+With ``detect`` (no profile given), the profile is found from the traffic
+(:mod:`.detect`): every call is held back (open, bytes, eofs, holes, closes) while the
+frames are only cut and shown to a :class:`~.detect.Detector`; once the server's frames
+decide, or ``hold_bytes`` bytes (or :data:`MAX_HELD_CALLS` calls) are held, or the
+traffic ends (:meth:`Analyzer.close_all`,
+:meth:`Analyzer.settle`), the profile is chosen (the protocol's default when nothing
+decides) and the held calls are analysed under it, in order, as if it had been known from
+the start; the call that settled it returns their findings and pairs. The choice is made
+once and not revisited. :attr:`Analyzer.choice` (and the summary's ``profile_choice``)
+says which profile, how it was chosen and why; ``on_profile`` is told it (the recorder
+writes the profile into each file's meta, so the tap sets it there before the first file).
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from typing import Any
 from ..judge import FINDING_VERDICTS, Finding, Verdict, requirement_verdict
 from ..spec import Profile, default_profile, load_profile
 from .bunqueue import BunqueueProtocol
+from .detect import Detector, ProfileChoice, frame_stream
 from .model import CommandStats, ConnStats, Pair
 from .quicx import QuicxProtocol
 
@@ -30,6 +43,10 @@ DIRECTIONS = ("c2s", "s2c")
 #: A frame the tap buffers for analysis; a longer one is passed on as raw gap records.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024 + 64
 MAX_CLOSED_CONNECTIONS = 10_000
+#: Bytes a detecting analyzer holds back, at most, before it chooses without a decision.
+DEFAULT_HOLD_BYTES = 8 * 1024 * 1024
+#: Calls it holds, at most (many tiny chunks cost more than their bytes).
+MAX_HELD_CALLS = 200_000
 
 Sink = Callable[..., None]   # (record_type, conn_id, direction, t_ns, payload, reason)
 
@@ -48,15 +65,31 @@ class Analyzer:
 
     def __init__(self, protocol: str, profile: str | Profile | None = None, *,
                  sink: Sink | None = None, max_frame: int = DEFAULT_MAX_FRAME,
-                 max_findings: int = 1000, keep_events: bool = True):
+                 max_findings: int = 1000, keep_events: bool = True, detect: bool = False,
+                 hold_bytes: int = DEFAULT_HOLD_BYTES,
+                 on_profile: Callable[[ProfileChoice], None] | None = None):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+        if detect and profile is not None:
+            raise ValueError("detect chooses the profile: give no profile with it")
+        given = profile is not None
         if isinstance(profile, str) or profile is None:
             profile = load_profile(profile or default_profile(protocol))
         if profile.protocol != protocol:
             raise ValueError(f"profile {profile.name} is not a {protocol} profile")
         self.protocol, self.profile = protocol, profile
+        self.max_frame = max_frame
         self.proto = PROTOCOLS[protocol](profile, max_frame)
+        #: how the profile was chosen; None while a detecting analyzer holds the traffic
+        self.choice: ProfileChoice | None = (
+            None if detect else ProfileChoice.given(profile.name) if given
+            else ProfileChoice(profile.name, "default", (), "not detected"))
+        self.on_profile = on_profile
+        self.detector: Detector | None = Detector(protocol) if detect else None
+        self.hold_bytes = hold_bytes
+        self._held: list[tuple[str, tuple]] | None = [] if detect else None
+        self._held_bytes = 0
+        self._cut: dict[tuple[int, str], Any] = {}   # (conn_id, direction) -> framing Stream
         self.sink = sink
         self.max_findings = max_findings
         self.keep_events = keep_events
@@ -76,8 +109,13 @@ class Analyzer:
 
     # -- events the shell reports ----------------------------------------------------------
     def open(self, conn_id: int, t_ns: int, *, client: str = "", upstream: str = "",
-             listen: str = "") -> None:
+             listen: str = "") -> list:
         """A client connected and the tap reached the upstream."""
+        if self._held is not None:
+            return self._hold("open", (conn_id, t_ns, client, upstream, listen))
+        return self._open(conn_id, t_ns, client, upstream, listen)
+
+    def _open(self, conn_id: int, t_ns: int, client: str, upstream: str, listen: str) -> list:
         if self.started_ns is None:
             self.started_ns = t_ns
         stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns)
@@ -87,9 +125,15 @@ class Analyzer:
         if self.sink is not None:
             self.sink("open", conn_id, "none", t_ns, json.dumps(
                 {"client": client, "upstream": upstream, "listen": listen}).encode())
+        return []
 
-    def refused(self, conn_id: int, t_ns: int, *, client: str, upstream: str, error: str) -> None:
+    def refused(self, conn_id: int, t_ns: int, *, client: str, upstream: str, error: str) -> list:
         """The upstream could not be reached for a new client (the shell closed the client)."""
+        if self._held is not None:
+            return self._hold("refused", (conn_id, t_ns, client, upstream, error))
+        return self._refused(conn_id, t_ns, client, upstream, error)
+
+    def _refused(self, conn_id: int, t_ns: int, client: str, upstream: str, error: str) -> list:
         if self.started_ns is None:
             self.started_ns = t_ns
         stats = ConnStats(conn_id, client=client, upstream=upstream, opened_ns=t_ns,
@@ -98,9 +142,12 @@ class Analyzer:
                                      f"the upstream {upstream} refused the connection: {error}",
                                      conn_id=conn_id, direction="none", t_ns=t_ns))
         self._keep_closed(stats)
+        return []
 
     def feed(self, conn_id: int, direction: str, data: bytes, t_ns: int) -> list:
         """Bytes that crossed the tap; returns the findings and pairs they completed."""
+        if self._held is not None:
+            return self._hold_feed(conn_id, direction, data, t_ns)
         conn = self._conns.get(conn_id)
         if conn is None:  # bytes after the connection was closed (the tap stopping)
             return []
@@ -148,6 +195,9 @@ class Analyzer:
 
     def eof(self, conn_id: int, direction: str, t_ns: int) -> list:
         """The side ``direction`` comes from closed its half (the shell passed the EOF on)."""
+        if self._held is not None:
+            self._cut.pop((conn_id, direction), None)
+            return self._hold("eof", (conn_id, direction, t_ns))
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
@@ -165,6 +215,9 @@ class Analyzer:
         did not cut it), then a ``missing`` gap record (payload JSON ``{"missing_bytes": n}``)
         and an INFO ``capture_gap`` finding; the direction's framing cannot be trusted after
         it, so every later chunk is a ``framing_lost`` gap."""
+        if self._held is not None:
+            self._cut[(conn_id, direction)] = None   # its frames can no longer be cut
+            return self._hold("hole", (conn_id, direction, missing_bytes, t_ns))
         conn = self._conns.get(conn_id)
         if conn is None:
             return []
@@ -197,6 +250,12 @@ class Analyzer:
 
     def close(self, conn_id: int, t_ns: int, reason: str = "eof") -> list:
         """The connection ended (both halves closed, a reset, or the tap stopping)."""
+        if self._held is not None:
+            for d in DIRECTIONS:
+                self._cut.pop((conn_id, d), None)
+            if self.detector is not None:
+                self.detector.closed(conn_id)
+            return self._hold("close", (conn_id, t_ns, reason))
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return []
@@ -220,8 +279,68 @@ class Analyzer:
         return events
 
     def close_all(self, t_ns: int, reason: str = "tap_stopped") -> None:
+        """The traffic ends: every open connection is closed (``reason``); a detection still
+        undecided chooses now."""
+        if self._held is not None:
+            open_ids = {a[0] for name, a in self._held if name == "open"} - \
+                {a[0] for name, a in self._held if name == "close"}
+            for conn_id in sorted(open_ids):
+                self.close(conn_id, t_ns, reason)
+            self.settle()
+            return
         for conn_id in list(self._conns):
             self.close(conn_id, t_ns, reason)
+
+    # -- detection ------------------------------------------------------------------------
+    def _hold(self, name: str, args: tuple) -> list:
+        assert self._held is not None
+        self._held.append((name, args))
+        return []
+
+    def _hold_feed(self, conn_id: int, direction: str, data: bytes, t_ns: int) -> list:
+        assert self._held is not None and self.detector is not None
+        data = data if type(data) is bytes else bytes(data)
+        key = (conn_id, direction)
+        stream = self._cut.get(key, False)
+        if stream is False:
+            stream = self._cut[key] = frame_stream(self.profile, self.max_frame)
+        if stream is not None:
+            frame = self.detector.frame
+            for item in stream.feed(data):
+                if item.gap is None:   # (a gap here is an oversized frame: not read)
+                    frame(conn_id, direction, item.raw)
+        self._held_bytes += len(data)
+        self._held.append(("feed", (conn_id, direction, data, t_ns)))
+        if self.detector.decided or self._held_bytes >= self.hold_bytes \
+                or len(self._held) >= MAX_HELD_CALLS:
+            return self.settle()
+        return []
+
+    def settle(self) -> list:
+        """Choose the profile now (a detecting analyzer: from what it saw; else nothing to
+        do) and analyse the held traffic under it; returns the findings and pairs it made."""
+        held = self._held
+        if held is None or self.detector is None:
+            return []
+        limited = ""
+        if not self.detector.decided and (self._held_bytes >= self.hold_bytes
+                                          or len(held) >= MAX_HELD_CALLS):
+            limited = f"in the first {self._held_bytes:,} bytes"
+        choice = self.detector.choice(limited=limited)
+        self._held = None
+        self._cut.clear()
+        self.choice = choice
+        if choice.profile != self.profile.name:
+            self.profile = load_profile(choice.profile)
+            self.proto = PROTOCOLS[self.protocol](self.profile, self.max_frame)
+        if self.on_profile is not None:
+            self.on_profile(choice)
+        out: list[Any] = []
+        for name, args in held:
+            done = getattr(self, "_" + name if name in ("open", "refused") else name)(*args)
+            if done:
+                out.extend(done)
+        return out
 
     # -- aggregation ----------------------------------------------------------------------
     def _keep_closed(self, stats: ConnStats) -> None:
@@ -302,8 +421,11 @@ class Analyzer:
             "events": sum(c.events for c in conns),
             "findings": dict(self.levels),
         }
+        self.settle()
+        choice = self.choice
         return {
             "protocol": self.protocol, "profile": self.profile.name,
+            "profile_choice": choice.as_dict() if choice is not None else None,
             "started_ns": self.started_ns, "last_ns": self.last_ns,
             "verdict": Verdict.FAIL if self.levels[Verdict.FAIL] else Verdict.PASS,
             "totals": totals,
