@@ -7,6 +7,7 @@ refused; together they show the table is the only source of the session's transi
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import shutil
@@ -19,6 +20,7 @@ from queuewire.client.bunqueue_session import (
     SESSION_TRANSITIONS,
     SPEC_STATES,
     BunqueueAuthError,
+    BunqueueConnectError,
     BunqueueConnectionLost,
     BunqueueEncodeError,
     BunqueueProtocolViolation,
@@ -38,7 +40,7 @@ from queuewire.client.bunqueue_session import (
     session_mermaid,
 )
 from queuewire.client.options import ClientConfigError, ConnectionOptions
-from queuewire.client.session import Closed, RequestState, Settled
+from queuewire.client.session import ClientConnectError, Closed, RequestState, Settled
 from queuewire.codecs.bunqueue import FrameDecoder, FrameEncoder
 from queuewire.codecs.errors import ProtocolError
 from queuewire.spec import clear_cache, load_profile, spec_dir
@@ -897,8 +899,26 @@ def test_a_failed_connect_names_the_address_or_keeps_a_client_error():
     session.start()
     (down,) = session.connect_failed("refused")
     o = session.options
-    assert type(down.error) is BunqueueConnectionLost
+    assert type(down.error) is BunqueueConnectError
+    assert isinstance(down.error, BunqueueConnectionLost) and isinstance(down.error, ClientConnectError)
     assert str(down.error) == down.reason == f"cannot connect to {o.host}:{o.port}: refused"
+    assert down.error.__cause__ is None
+    # what the socket raised: said in words, and chained as the cause
+    session, _, _ = make()
+    session.start()
+    refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 6789)")
+    (down,) = session.connect_failed(refused)
+    assert type(down.error) is BunqueueConnectError and down.error.__cause__ is refused
+    assert str(down.error) == (f"cannot connect to 127.0.0.1:6789: connection refused "
+                               f"([Errno {errno.ECONNREFUSED}] Connect call failed ('127.0.0.1', 6789))")
+    assert (down.error.host, down.error.port) == ("127.0.0.1", 6789)
+    # the connect timeout in the words is connect_timeout, else command_timeout (seconds)
+    for options, seconds in (({}, "30"), ({"connect_timeout": 1500}, "1.5")):
+        session, _, _ = make(**options)
+        session.start()
+        (down,) = session.connect_failed(TimeoutError())
+        assert down.reason == (f"cannot connect to 127.0.0.1:6789: no connection within the "
+                               f"connect timeout ({seconds} s)")
     session, _, _ = make()
     session.start()
     mine = BunqueueTimeout("connect timed out")
@@ -1156,3 +1176,87 @@ def test_a_ping_held_back_by_a_full_window_is_not_due_until_a_slot_frees():
     assert session.next_tick() <= clock.t  # the slot is free: the Ping is due
     session.tick()
     assert [f["cmd"] for f in peer.read(session)] == ["Ping"]
+
+
+# ----------------------------------- issue 24: the first connect fails fast and loud
+
+def _refused() -> ConnectionRefusedError:
+    return ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 6789)")
+
+
+def test_until_ready_once_a_failed_connect_fails_the_waiting_commands_with_it():
+    session, clock, _ = make(ping_interval=0)
+    assert session.ready_once is False and session.fails_fast is True
+    session.start()
+    early = session.send({"cmd": "Count", "queue": "a"}, timeout=0.5)
+    waiting = session.send({"cmd": "Count", "queue": "b"})
+    clock.t += 0.6
+    assert _settled(session.tick()) == [early]  # timed out in the backlog: stays a timeout
+    refused = _refused()
+    events = session.connect_failed(refused)
+    error = waiting.error
+    assert type(error) is BunqueueConnectError and error.__cause__ is refused
+    assert "connection refused" in str(error) and "127.0.0.1:6789" in str(error)
+    assert events == [Settled(waiting), LinkDown(str(error), error, events[-1].retry_at)]
+    assert waiting.state is RequestState.LOST
+    assert isinstance(early.error, BunqueueTimeout) and early.state is RequestState.TIMED_OUT
+    assert session.pending == 0 and session.state is S.RECONNECTING  # and it keeps trying
+    assert events[-1].retry_at > clock.t
+
+
+def test_a_command_during_the_first_backoff_asks_for_a_connect_now_and_fails_with_it():
+    session, clock, _ = make(ping_interval=0, reconnect_base_delay=20000, reconnect_jitter=0)
+    session.start()
+    (down,) = session.connect_failed(_refused())
+    assert session.next_tick() == down.retry_at == clock.t + 20.0
+    clock.t += 1.0
+    command = session.send({"cmd": "Count", "queue": "q"})
+    assert session.next_tick() == clock.t  # the backoff is over: this command wants a connect
+    assert session.tick() == [ConnectNow(1)] and session.state is S.CONNECTING
+    events = session.connect_failed(_refused())
+    assert _settled(events) == [command] and type(command.error) is BunqueueConnectError
+    # a caller waiting without a command (entering a Queue) cuts the backoff short the same way
+    clock.t += 1.0
+    session.connect_soon()
+    assert session.next_tick() == clock.t and session.tick() == [ConnectNow(2)]
+
+
+def test_once_ready_a_failed_reconnect_keeps_the_backoff_and_the_waiting_commands():
+    session, clock, peer = make(ping_interval=0, reconnect_base_delay=20000, reconnect_jitter=0)
+    ready(session, peer)
+    assert session.ready_once is True and session.fails_fast is False
+    (down,) = session.receive_eof()
+    clock.t += 1.0
+    command = session.send({"cmd": "Count", "queue": "q"})
+    session.connect_soon()
+    assert session.next_tick() == down.retry_at  # document 000's backoff, not cut short
+    clock.t = down.retry_at
+    assert session.tick() == [ConnectNow(1)]
+    events = session.connect_failed(_refused())
+    assert _settled(events) == [] and command.state is RequestState.QUEUED  # waits on
+    assert [type(e) for e in events] == [LinkDown]
+
+
+def test_retry_first_connect_treats_the_first_connect_like_a_reconnect():
+    session, clock, peer = make(ping_interval=0, reconnect_base_delay=20000, reconnect_jitter=0,
+                                retry_first_connect=True)
+    assert session.ready_once is False and session.fails_fast is False
+    session.start()
+    command = session.send({"cmd": "Count", "queue": "q"})
+    (down,) = session.connect_failed(_refused())
+    assert command.state is RequestState.QUEUED
+    clock.t += 1.0
+    session.send({"cmd": "Count", "queue": "r"})
+    session.connect_soon()
+    assert session.next_tick() == down.retry_at
+    clock.t = down.retry_at
+    assert session.tick() == [ConnectNow(1)]
+    session.connected()
+    hello = peer.read(session)[0]
+    session.receive_data(peer.reply(hello, protocolVersion=2, capabilities=["pipelining"]))
+    assert [f["queue"] for f in peer.read(session)] == ["q", "r"]  # the server came: sent
+
+
+def test_retry_first_connect_must_be_a_bool():
+    with pytest.raises(ClientConfigError, match="retry_first_connect must be True or False, got 'yes'"):
+        ConnectionOptions.from_profile(PROFILE, {"retry_first_connect": "yes"})

@@ -4,10 +4,13 @@ closing without any codec, as a bunqueue session would."""
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from queuewire.client.session import (
     CLIENT_TRANSITIONS,
+    ClientConnectError,
     ClientConnectionLost,
     ClientEvent,
     ClientSessionStopped,
@@ -20,6 +23,7 @@ from queuewire.client.session import (
     RequestState,
     Session,
     Settled,
+    connect_failure,
     mermaid,
     step,
 )
@@ -208,3 +212,50 @@ def test_the_history_keeps_the_last_64_transitions():
         s.start()
     assert len(s.history) == 64
     assert list(s.history)[-1] == (ClientState.CREATED, ClientEvent.START, ClientState.CREATED)
+
+
+# ------------------------------------------- issue 24: a failed connect says why, loudly
+
+REFUSED = f"[Errno {errno.ECONNREFUSED}] Connect call failed ('127.0.0.1', 6789)"
+
+
+@pytest.mark.parametrize(("error", "timeout", "words"), [
+    # a refusal, however the socket spells it
+    (ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 6789)"), None,
+     f"connection refused ({REFUSED})"),
+    (ConnectionRefusedError("Connect call failed"), 5.0, "connection refused (Connect call failed)"),
+    # asyncio's one OSError for a host name whose addresses all failed: one refusal is enough
+    (OSError(f"Multiple exceptions: [Errno {errno.EADDRNOTAVAIL}] Cannot assign requested "
+             f"address, {REFUSED}"), None,
+     f"connection refused (Multiple exceptions: [Errno {errno.EADDRNOTAVAIL}] Cannot assign "
+     f"requested address, {REFUSED})"),
+    # asyncio.timeout's bare TimeoutError is the connect timeout ...
+    (TimeoutError(), 30.0, "no connection within the connect timeout (30 s)"),
+    (TimeoutError(), 2.5, "no connection within the connect timeout (2.5 s)"),
+    # ... but not without a timeout, nor a timeout the OS reported with its own words
+    (TimeoutError(), None, "TimeoutError"),
+    (TimeoutError(errno.ETIMEDOUT, "Connect call failed"), 2.5,
+     f"[Errno {errno.ETIMEDOUT}] Connect call failed"),
+    # anything else in the socket's own words, or its type when it has none
+    (OSError(errno.EHOSTUNREACH, "No route to host"), 2.5,
+     f"[Errno {errno.EHOSTUNREACH}] No route to host"),
+    (OSError(), 2.5, "OSError"),
+])
+def test_a_failed_connect_is_put_in_words(error, timeout, words):
+    assert connect_failure(error, timeout) == words
+
+
+def test_a_connect_error_names_the_address_says_why_and_chains_the_cause():
+    cause = ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 6789)")
+    error = ClientConnectError("127.0.0.1", 6789, cause, 4.0)
+    assert str(error) == f"cannot connect to 127.0.0.1:6789: connection refused ({REFUSED})"
+    assert (error.host, error.port, error.reason) == ("127.0.0.1", 6789, f"connection refused ({REFUSED})")
+    assert error.__cause__ is cause
+    assert isinstance(error, ClientConnectionLost) and isinstance(error, ConnectionError)
+    timed_out = TimeoutError()
+    error = ClientConnectError("db.internal", 7000, timed_out, 4.0)  # the timeout reaches the words
+    assert str(error) == "cannot connect to db.internal:7000: no connection within the connect timeout (4 s)"
+    assert error.__cause__ is timed_out
+    error = ClientConnectError("h", 1, "refused")  # a reason given in words has no cause
+    assert str(error) == "cannot connect to h:1: refused" and error.reason == "refused"
+    assert error.__cause__ is None

@@ -16,12 +16,15 @@ shared pool), ``transport`` (TCP or embedded), and the SDK of document 002 on to
 ``queue`` (:class:`Queue`), ``worker`` (:class:`Worker`), ``flow`` (:class:`FlowProducer`,
 :class:`QueueGroup`, :class:`QueueEvents`), ``job`` and ``sync`` (a blocking facade);
 ``quicx`` is the quicx shell. Options and their defaults come from the spec (``options``).
-Every error a caller meets is a :class:`ClientError`.
+Every error a caller meets is a :class:`ClientError`; a server that cannot be reached is a
+:class:`ClientConnectError` that says why ("connection refused") with the OSError as its cause,
+raised on entering a Queue or Worker or by the first command, within the connect timeout.
 """
 
 from .bunqueue_session import (
     BunqueueAuthError,
     BunqueueClientError,
+    BunqueueConnectError,
     BunqueueConnectionLost,
     BunqueueEncodeError,
     BunqueueProtocolViolation,
@@ -36,6 +39,7 @@ from .job import Job
 from .options import ClientConfigError, ConnectionOptions, WorkerOptions
 from .queue import Queue
 from .session import (
+    ClientConnectError,
     ClientConnectionLost,
     ClientError,
     ClientSessionStopped,
@@ -45,10 +49,10 @@ from .session import (
 from .worker import Worker
 
 __all__ = [
-    "BunqueueAuthError", "BunqueueClientError", "BunqueueConnectionLost", "BunqueueEncodeError",
-    "BunqueueProtocolViolation", "BunqueueRefused", "BunqueueReplyInvalid", "BunqueueSessionStopped",
-    "BunqueueStateError", "BunqueueTimeout", "ClientConfigError", "ClientConnectionLost",
-    "ClientError", "ClientSessionStopped", "ClientStateError", "ClientTimeout",
-    "ConnectionOptions", "FlowProducer", "Job", "Queue", "QueueEvents", "QueueGroup", "Worker",
-    "WorkerOptions",
+    "BunqueueAuthError", "BunqueueClientError", "BunqueueConnectError", "BunqueueConnectionLost",
+    "BunqueueEncodeError", "BunqueueProtocolViolation", "BunqueueRefused", "BunqueueReplyInvalid",
+    "BunqueueSessionStopped", "BunqueueStateError", "BunqueueTimeout", "ClientConfigError",
+    "ClientConnectError", "ClientConnectionLost", "ClientError", "ClientSessionStopped",
+    "ClientStateError", "ClientTimeout", "ConnectionOptions", "FlowProducer", "Job", "Queue",
+    "QueueEvents", "QueueGroup", "Worker", "WorkerOptions",
 ]

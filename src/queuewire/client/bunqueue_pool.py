@@ -15,10 +15,16 @@ subclasses. Pushed frames go to the link's subscribers; a subscriber's exception
 never raised into the reader (document 003: errors are channelled, not thrown).
 
 A :class:`Pool` holds ``pool_size`` links to one address and picks one per command
-round-robin, preferring READY links (BQ-CLIENT-5). Pools are shared: :func:`acquire_pool`
-returns the running pool for the same event loop, profile and connection options, counting
-references, and :func:`release_pool` stops it when the last user lets go, so every Queue and
-Worker of a process on one address shares ``pool_size`` sockets.
+round-robin, preferring READY links (BQ-CLIENT-5). :meth:`Pool.connect` is what entering a
+Queue or Worker awaits: it returns once a link is connected (TCP is up; negotiation goes on
+and commands wait for it) and raises when every link failed its first connect (the session's
+fail-fast rule: a closed port raises :class:`~.bunqueue_session.BunqueueConnectError`
+"connection refused" within the connect timeout, not a command timeout later); with
+``retry_first_connect`` it returns at once.
+Pools are shared: :func:`acquire_pool` returns the running pool for the same event loop,
+profile and connection options, counting references, and :func:`release_pool` stops it when
+the last user lets go, so every Queue and Worker of a process on one address shares
+``pool_size`` sockets.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class Link:
         self._flush_soon = False
         self._ready = asyncio.Event()
         self._stopped = asyncio.Event()
+        self._waiters: list[asyncio.Future] = []  # connect(): woken by TCP up, LinkDown, Closed
         self.subscribers: list[Subscriber] = []
         self.on_ready: list[Callable[[], Any]] = []
 
@@ -90,6 +97,12 @@ class Link:
     def stopped(self) -> bool:
         return self.session.stopped
 
+    @property
+    def connected(self) -> bool:
+        """TCP is up (negotiating, READY or draining)."""
+        return self.session.state in (SessionState.NEGOTIATING, SessionState.READY,
+                                      SessionState.STOPPING)
+
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Whether the link became READY within ``timeout`` s; False at once once stopped."""
         ready = asyncio.ensure_future(self._ready.wait())
@@ -104,6 +117,38 @@ class Link:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    async def connect(self) -> None:
+        """Return once TCP is up. While the first connect fails fast (``session.fails_fast``),
+        a backoff in progress is cut short and a failed attempt raises its
+        :class:`~.bunqueue_session.BunqueueConnectError`; a stopped link raises why. A link
+        that does not fail fast (it was up once, or ``retry_first_connect``) returns at once:
+        its commands wait for the reconnect."""
+        if self.connected or not (self.stopped or self.session.fails_fast):
+            return
+        if self.stopped:
+            raise self._stop_error()
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        self.session.connect_soon()
+        self._arm()
+        try:
+            await waiter
+        finally:
+            self._waiters.remove(waiter)
+
+    def _stop_error(self) -> BunqueueClientError:
+        error = self.session.error
+        return error if isinstance(error, BunqueueClientError) else BunqueueSessionStopped(
+            "Session stopped")
+
+    def _wake(self, error: BaseException | None) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Graceful stop: pending commands drain (for at most ``grace`` s), then close."""
@@ -170,16 +215,14 @@ class Link:
     async def _connect(self) -> None:
         options = self.options
         host, port = options.address
-        timeout = (options.connect_timeout or options.command_timeout) / 1000.0
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(options.connect_seconds):
                 transport, protocol = await self._loop.create_connection(
                     lambda: _LinkProtocol(self), host, port)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - OSError, a timeout, a bad host name, ...
-            why = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-            self._dispatch(self.session.connect_failed(why))
+            self._dispatch(self.session.connect_failed(exc))  # the error's __cause__
             return
         if self.session.state is not SessionState.CONNECTING:  # stopped meanwhile
             transport.abort()
@@ -193,6 +236,7 @@ class Link:
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._protocol = protocol
         self._dispatch(self.session.connected())
+        self._wake(None)
 
     # what the protocol reports (only while it is the link's current one)
     def _received(self, protocol: _LinkProtocol, data: bytes) -> None:
@@ -247,6 +291,8 @@ class Link:
                         log.exception("%s: an on-ready callback failed", self.name)
             elif type(event) is LinkDown:
                 self._ready.clear()
+                if self.session.fails_fast:  # the first connect failed: connect() raises
+                    self._wake(event.error or BunqueueConnectionLost("Connection lost"))
                 log.info("%s: link down (%s)%s", self.name, event.reason,
                          "" if event.retry_at is None else
                          f"; reconnecting in {max(0.0, event.retry_at - self._loop.time()):.2f} s")
@@ -258,6 +304,7 @@ class Link:
                 self._ready.clear()
                 self._close_socket()
                 self._stopped.set()
+                self._wake(self._stop_error())
         self._flush()
         self._arm()
 
@@ -369,6 +416,29 @@ class Pool:
         finally:
             for w in waits:
                 w.cancel()
+
+    async def connect(self) -> None:
+        """Return once a link is connected, or at once when one does not fail fast (the pool
+        was up before, or ``retry_first_connect``: commands wait for the server); raise the
+        first error when every link failed its first connect."""
+        if any(link.connected or not (link.stopped or link.session.fails_fast)
+               for link in self.links):
+            return
+        waits = [asyncio.ensure_future(link.connect()) for link in self.links]
+        errors: list[BaseException] = []
+        try:
+            for attempt in asyncio.as_completed(waits):
+                try:
+                    await attempt
+                    return
+                except BunqueueClientError as exc:
+                    errors.append(exc)
+        finally:
+            for wait in waits:
+                if wait.done() and not wait.cancelled():
+                    wait.exception()  # retrieved: the first error is the one raised
+                wait.cancel()
+        raise errors[0]
 
     def pick(self) -> Link:
         """The next link round-robin, preferring READY ones (BQ-CLIENT-5)."""

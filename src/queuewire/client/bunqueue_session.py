@@ -44,6 +44,11 @@ The rules, each citing the requirement it implements:
   written survive a reconnect (they were never sent, so sending them later cannot run them
   twice) until their own deadline; written ones do not (BQ-CLIENT-6), and bytes queued for a
   socket that went down are dropped with it. ``reconnect=False`` gives up instead.
+* The first connect fails fast (after document 003's ``start()``, which rejects): until the
+  link has been READY once, a failed connect fails the waiting commands at once with
+  :class:`BunqueueConnectError` (the address, "connection refused", the OSError as
+  ``__cause__``) and a command sent during the backoff ends it, so each command fails within
+  the connect timeout; the link keeps reconnecting. ``retry_first_connect=True`` waits.
 * Graceful stop (document 003's order): ``stop()`` refuses new commands; READY drains what is
   pending (STOPPING) and then STOPPED; any other state stops at once. Whatever is still
   pending when the session stops is settled with :class:`BunqueueSessionStopped`.
@@ -66,7 +71,7 @@ import re
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +81,7 @@ from ..spec import Profile, load_profile
 from .options import ConnectionOptions
 from .replies import ReplyShapes
 from .session import (
+    ClientConnectError,
     ClientConnectionLost,
     ClientError,
     ClientSessionStopped,
@@ -96,6 +102,7 @@ __all__ = [
     "SPEC_STATES",
     "BunqueueAuthError",
     "BunqueueClientError",
+    "BunqueueConnectError",
     "BunqueueConnectionLost",
     "BunqueueEncodeError",
     "BunqueueProtocolViolation",
@@ -136,6 +143,10 @@ class BunqueueTimeout(BunqueueClientError, ClientTimeout):
 
 class BunqueueConnectionLost(BunqueueClientError, ClientConnectionLost):
     """The link went down (closed, reset or concluded dead) before the answer came."""
+
+
+class BunqueueConnectError(BunqueueConnectionLost, ClientConnectError):
+    """The TCP connect failed (refused, unreachable, timed out); ``__cause__`` is why."""
 
 
 class BunqueueSessionStopped(BunqueueClientError, ClientSessionStopped):
@@ -359,6 +370,8 @@ class BunqueueSession(Session):
         self._ping: Command | None = None
         self._next_ping: float | None = None
         self._attempt = 0                          # reconnect attempts since the last READY
+        #: the link has been READY (the first connect fails fast until then)
+        self.ready_once = False
         self._retry_at: float | None = None
         self.protocol_version: int | None = None
         self.capabilities: tuple[str, ...] = ()
@@ -391,6 +404,11 @@ class BunqueueSession(Session):
     def window(self) -> int:
         return self._window
 
+    @property
+    def fails_fast(self) -> bool:
+        """Never READY and no ``retry_first_connect``: a failed connect fails what waits."""
+        return not (self.ready_once or self.options.retry_first_connect)
+
     # -- lifecycle input
     def connected(self) -> list[Event]:
         """TCP is up: negotiate (Auth first when a token is set, then Hello)."""
@@ -403,13 +421,23 @@ class BunqueueSession(Session):
             self._internal(self._hello(), "hello")
         return []
 
-    def connect_failed(self, error: Exception | str) -> list[Event]:
-        """The TCP connect failed (refused, unreachable, timed out)."""
+    def connect_failed(self, error: BaseException | str) -> list[Event]:
+        """The TCP connect failed: ``error`` is what the socket raised (the ``__cause__`` of
+        the :class:`BunqueueConnectError`), a reason, or a client error used as it is."""
         events: list[Event] = []
-        err = error if isinstance(error, BunqueueClientError) else BunqueueConnectionLost(
-            f"cannot connect to {self.options.host}:{self.options.port}: {error}")
+        o = self.options
+        err = error if isinstance(error, BunqueueClientError) else BunqueueConnectError(
+            o.host, o.port, error, o.connect_seconds)
+        if self.fails_fast:
+            waiting, self._backlog = self._backlog, deque()
+            self._settle(waiting, err, events)
         self._link_down(_E.CONNECT_FAILED, str(err), err, events)
         return events
+
+    def connect_soon(self) -> None:
+        """Someone waits for the link: while :attr:`fails_fast`, a backoff ends now."""
+        if self.state is _S.RECONNECTING and self.fails_fast:
+            self._retry_at = self._clock()
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Bytes from the server: the answers and pushed frames they complete."""
@@ -495,6 +523,7 @@ class BunqueueSession(Session):
         else:
             self._check_encodable(command)
             self._backlog.append(command)
+            self.connect_soon()
         self._watch(command)
         return command
 
@@ -618,6 +647,7 @@ class BunqueueSession(Session):
         self._window = 1 if sequential else self.options.max_in_flight
         self._fire(_E.NEGOTIATED)
         self._attempt = 0
+        self.ready_once = True
         interval = self.options.ping_interval
         self._next_ping = self._clock() + interval / 1000.0 if interval else None
         events.append(Ready(self.protocol_version, self.capabilities, self._window,
@@ -750,13 +780,18 @@ class BunqueueSession(Session):
         pending = list(self._inflight.values()) + list(self._backlog)
         self._inflight, self._backlog = {}, deque()
         self._deadlines = []
-        for command in pending:
+        self._settle(pending, failure, events)
+        events.append(Closed(reason, error))
+
+    @staticmethod
+    def _settle(commands: Iterable[Command], error: Exception, events: list[Event]) -> None:
+        """Fail the commands still waiting (queued or written) with ``error``."""
+        for command in commands:
             if command.state in (RequestState.QUEUED, RequestState.SENT):
-                command.error = failure
+                command.error = error
                 command.fire(RequestEvent.CLOSED)
                 if not command.internal:
                     events.append(Settled(command))
-        events.append(Closed(reason, error))
 
 
 class ErrorMatcher:

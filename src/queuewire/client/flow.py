@@ -52,7 +52,12 @@ class FlowProducer:
         return self._transport
 
     async def __aenter__(self) -> FlowProducer:
-        self.transport  # noqa: B018
+        """Open the transport and wait for the server (as entering a Queue does)."""
+        try:
+            await self.transport.connect()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -162,6 +167,11 @@ class QueueEvents:
             return self
         options = ConnectionOptions.coerce(self.profile, connection).replace(pool_size=1)
         self._pool = pool = acquire_pool(self.profile, options, shared=False)
+        try:
+            await pool.connect()  # a server that cannot be reached raises (BunqueueConnectError)
+        except BaseException:
+            await self.close()
+            raise
         link = pool.links[0]
         link.subscribers.append(self._frame)
         first: asyncio.Future = asyncio.get_running_loop().create_future()

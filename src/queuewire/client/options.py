@@ -91,6 +91,12 @@ class ConnectionOptions:
     reconnect: bool = True
     #: milliseconds a TCP connect may take before it counts as failed (default: command_timeout)
     connect_timeout: float | None = None
+    #: False (the default): until a link has been READY once, a failed connect fails the
+    #: commands waiting for it at once with a ClientConnectError (a command sent later tries
+    #: to connect again), and entering a Queue or Worker raises it. True: the first connect
+    #: is retried with the reconnect backoff like a later one, commands wait for the server
+    #: until their own timeout, and entering returns at once
+    retry_first_connect: bool = False
     #: SO_KEEPALIVE on the socket (BQ-CLIENT-7)
     keepalive: bool = True
 
@@ -124,10 +130,18 @@ class ConnectionOptions:
             raise ClientConfigError(f"port must be an integer in 1..65535, got {self.port!r}")
         if self.token is not None and not isinstance(self.token, str):
             raise ClientConfigError("token must be a string or None")
+        if not isinstance(self.retry_first_connect, bool):
+            raise ClientConfigError(f"retry_first_connect must be True or False, got "
+                                    f"{self.retry_first_connect!r}")
 
     @property
     def address(self) -> tuple[str, int]:
         return self.host, int(self.port or 0)
+
+    @property
+    def connect_seconds(self) -> float:
+        """Seconds a TCP connect may take (``connect_timeout``, else ``command_timeout``)."""
+        return (self.connect_timeout or self.command_timeout) / 1000.0
 
     def replace(self, **changes: Any) -> ConnectionOptions:
         return dataclasses.replace(self, **changes)

@@ -5,8 +5,10 @@ its connection options (document 000), or the embedded reference engine (``embed
 Each method sends one command and returns the reply's meaningful field; a refusal raises
 :class:`~.bunqueue_session.BunqueueRefused` (with the spec's name of the error when the
 message is one of the profile's), a timeout :class:`~.bunqueue_session.BunqueueTimeout`, a lost
-link :class:`~.bunqueue_session.BunqueueConnectionLost`, an answer of the wrong shape (a
-field of the wrong type, or one a method needs missing)
+link :class:`~.bunqueue_session.BunqueueConnectionLost` (a server that cannot be reached:
+:class:`~.bunqueue_session.BunqueueConnectError`, raised by ``async with`` or by the first
+command within the connect timeout, unless ``retry_first_connect``), an answer of the wrong
+shape (a field of the wrong type, or one a method needs missing)
 :class:`~.bunqueue_session.BunqueueReplyInvalid`: all :class:`ClientError`. Commands
 the methods do not cover are reachable through :meth:`Queue.command`. The method names are
 the official client's in snake_case (``addBulk`` is ``add_bulk``, ``getJobCounts`` is
@@ -84,7 +86,13 @@ class Queue:
         return self.transport.embedded
 
     async def __aenter__(self) -> Queue:
-        self.transport  # noqa: B018 - opens the pool now
+        """Open the transport and wait for the server: a server that cannot be reached raises
+        (:class:`~.bunqueue_session.BunqueueConnectError`, with the OSError as its cause)."""
+        try:
+            await self.transport.connect()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -100,7 +108,8 @@ class Queue:
             await transport.close()
 
     async def wait_until_ready(self, timeout: float | None = None) -> None:
-        """Return once the server answers a Ping."""
+        """Return once the server answers a Ping (a server that cannot be reached raises at
+        once unless ``retry_first_connect``: then the Ping waits up to ``timeout`` s)."""
         await self.command("Ping", timeout=timeout)
 
     async def command(self, cmd: str, *, timeout: float | None = None, **fields: Any) -> dict:

@@ -20,8 +20,12 @@ task type and may be plain or ``async`` callables taking the
 :class:`~.quicx_session.Assignment`; an exception (or a type without a handler) becomes
 MSG_FAILED with the exception text as the reason. If a worker's connection drops while a
 handler runs, the handler is cancelled: the daemon requeues that task (QX-WORKER-1), so
-letting it finish would run it twice. Lost connections are re-established with an
-exponential backoff when ``reconnect`` is true, also after a protocol violation (the
+letting it finish would run it twice; a handler's exception is logged (ERROR, with the task
+id and type and the traceback). A connect that fails (refused, or no connection within
+``connect_timeout`` s) raises :class:`~.quicx_session.QuicxConnectError`, which says why
+("connection refused") and has the OSError as its cause: ``connect()`` and ``start()`` raise
+it at once (a worker's first connection must succeed). Lost connections are re-established
+with an exponential backoff when ``reconnect`` is true, also after a protocol violation (the
 daemon's broken frame closes that connection, QX-DIR-2; the next one starts clean), whose
 backoff keeps growing until a connection ends without one.
 """
@@ -46,6 +50,7 @@ from .quicx_session import (
     Event,
     MonitorSession,
     ProducerSession,
+    QuicxConnectError,
     QuicxConnectionLost,
     QuicxProtocolViolation,
     QuicxRefused,
@@ -64,6 +69,7 @@ from .quicx_session import (
 __all__ = [
     "Assignment",
     "Handler",
+    "QuicxConnectError",
     "QuicxConnectionLost",
     "QuicxMonitor",
     "QuicxProducer",
@@ -91,9 +97,11 @@ def _default_port(profile: Profile | str, port: int | None) -> tuple[Profile, in
 class _Link:
     """One session over one TCP connection."""
 
-    def __init__(self, session: Any, host: str, port: int, on_events: Callable[[list[Event]], None]):
+    def __init__(self, session: Any, host: str, port: int, on_events: Callable[[list[Event]], None],
+                 connect_timeout: float | None = None):
         self.session = session
         self.host, self.port = host, port
+        self.connect_timeout = connect_timeout
         self.on_events = on_events
         self.writer: asyncio.StreamWriter | None = None
         self.closed = asyncio.Event()
@@ -102,12 +110,13 @@ class _Link:
     async def open(self) -> None:
         self.session.start()
         try:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as exc:
-            error = QuicxConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}")
+            async with asyncio.timeout(self.connect_timeout):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+        except OSError as exc:  # refused, unreachable, a bad host name, the connect timeout
+            error = QuicxConnectError(self.host, self.port, exc, self.connect_timeout)
             self.session.connection_lost(error)
             self.closed.set()
-            raise error from None
+            raise error from exc
         self.writer = writer
         self.dispatch(self.session.connected())
         self._tasks = [asyncio.create_task(self._read(reader)),
@@ -220,13 +229,13 @@ class QuicxProducer:
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, *,
                  profile: Profile | str = "quicx/v1", timeout: float | None = 10.0,
                  result_timeout: float | None = None, heartbeat_interval: float | None = None,
-                 pong_timeout: float = 10.0):
+                 pong_timeout: float = 10.0, connect_timeout: float | None = 10.0):
         self.profile, self.port = _default_port(profile, port)
         self.host = host
         self.timeout, self.result_timeout = timeout, result_timeout
         self.session = ProducerSession(self.profile, heartbeat_interval=heartbeat_interval,
                                        pong_timeout=pong_timeout)
-        self._link = _Link(self.session, host, self.port, self._on_events)
+        self._link = _Link(self.session, host, self.port, self._on_events, connect_timeout)
         self._waiters: dict[Submission, _Waiter] = {}
         self.errors: list[Exception] = []
 
@@ -312,11 +321,12 @@ class QuicxMonitor:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, *,
-                 profile: Profile | str = "quicx/v1", timeout: float | None = 10.0):
+                 profile: Profile | str = "quicx/v1", timeout: float | None = 10.0,
+                 connect_timeout: float | None = 10.0):
         self.profile, self.port = _default_port(profile, port)
         self.host, self.timeout = host, timeout
         self.session = MonitorSession(self.profile)
-        self._link = _Link(self.session, host, self.port, self._on_events)
+        self._link = _Link(self.session, host, self.port, self._on_events, connect_timeout)
         self._futures: dict[StatsRequest, asyncio.Future] = {}
 
     async def connect(self) -> QuicxMonitor:
@@ -375,7 +385,8 @@ class QuicxWorker:
                  profile: Profile | str = "quicx/v1", handlers: Mapping[str, Handler] | None = None,
                  concurrency: int = 1, backoff_min: float = 0.05, backoff_max: float = 1.0,
                  heartbeat_interval: float | None = 15.0, pong_timeout: float = 10.0,
-                 reconnect: bool = True, reconnect_min: float = 0.1, reconnect_max: float = 2.0):
+                 reconnect: bool = True, reconnect_min: float = 0.1, reconnect_max: float = 2.0,
+                 connect_timeout: float | None = 10.0):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.profile, self.port = _default_port(profile, port)
@@ -387,6 +398,7 @@ class QuicxWorker:
             "heartbeat_interval": heartbeat_interval, "pong_timeout": pong_timeout}
         self.reconnect = reconnect
         self.reconnect_min, self.reconnect_max = reconnect_min, reconnect_max
+        self.connect_timeout = connect_timeout
         self.done = 0
         self.failed = 0
         self.errors: list[Exception] = []
@@ -404,8 +416,9 @@ class QuicxWorker:
         return register
 
     async def start(self) -> QuicxWorker:
-        """Open the connections; returns once each has connected (or raises the first
-        connection error when ``reconnect`` is false)."""
+        """Open the connections; returns once each has connected, or raises the first
+        connection's error (a :class:`~.quicx_session.QuicxConnectError`: the first
+        connection must succeed; ``reconnect`` applies to the ones after it)."""
         if self._slots:
             raise QuicxStateError("the worker is already started")
         self._stopping = False
@@ -462,7 +475,7 @@ class QuicxWorker:
         delay = self.reconnect_min
         while not self._stopping:
             session = WorkerSession(self.profile, **self._session_args)
-            link = _Link(session, self.host, self.port, lambda events: None)
+            link = _Link(session, self.host, self.port, lambda events: None, self.connect_timeout)
             link.on_events = functools.partial(self._on_events, link)
             self._links.add(link)
             try:
@@ -538,6 +551,8 @@ class QuicxWorker:
         except asyncio.CancelledError:
             return
         except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
+            log.error("worker: the handler of task %s (%s) raised; failing the task",
+                      task.task_id, task.task_type, exc_info=exc)
             error = str(exc) or type(exc).__name__
         finally:
             if self._running.get(link) is asyncio.current_task():

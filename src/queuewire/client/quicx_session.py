@@ -57,6 +57,7 @@ from ..spec.quicx import DAEMON, QuicxSpec
 from .session import (
     CLIENT_TRANSITIONS,
     REQUEST_TRANSITIONS,
+    ClientConnectError,
     ClientConnectionLost,
     ClientError,
     ClientEvent,
@@ -89,6 +90,7 @@ __all__ = [
     "MonitorSession",
     "ProducerSession",
     "QuicxClientError",
+    "QuicxConnectError",
     "QuicxConnectionLost",
     "QuicxProtocolViolation",
     "QuicxRefused",
@@ -136,6 +138,10 @@ class QuicxTimeout(QuicxClientError, ClientTimeout):
 
 class QuicxConnectionLost(QuicxClientError, ClientConnectionLost):
     """The connection closed (or stopped answering heartbeats) before the answer came."""
+
+
+class QuicxConnectError(QuicxConnectionLost, ClientConnectError):
+    """The TCP connect failed (refused, unreachable, timed out); ``__cause__`` is why."""
 
 
 class QuicxSessionStopped(QuicxClientError, ClientSessionStopped):

@@ -19,12 +19,16 @@ the outbox, and heartbeats (one is sent when the socket has been idle for
 ``heartbeat_interval`` seconds; no answer within ``pong_timeout`` closes the session). A
 protocol's session subclasses :class:`Session` and adds decoding, encoding and what each
 message means; it raises its own error subclasses by overriding ``state_error``,
-``lost_error`` and ``stopped_error``. Nothing here imports a codec or the spec.
+``lost_error`` and ``stopped_error``. A TCP connect that fails is a
+:class:`ClientConnectError` (a :class:`ClientConnectionLost` that names the address and says
+why, :func:`connect_failure`, with what the socket raised as its ``__cause__``). Nothing here
+imports a codec or the spec.
 """
 
 from __future__ import annotations
 
 import enum
+import errno
 import itertools
 import time
 from collections import deque
@@ -35,6 +39,7 @@ from typing import Any, ClassVar
 __all__ = [
     "CLIENT_TRANSITIONS",
     "REQUEST_TRANSITIONS",
+    "ClientConnectError",
     "ClientConnectionLost",
     "ClientError",
     "ClientEvent",
@@ -51,6 +56,7 @@ __all__ = [
     "RequestState",
     "Session",
     "Settled",
+    "connect_failure",
     "step",
 ]
 
@@ -71,6 +77,34 @@ class ClientTimeout(ClientError, TimeoutError):
 
 class ClientConnectionLost(ClientError, ConnectionError):
     """The connection closed (or stopped answering heartbeats) before the answer came."""
+
+
+class ClientConnectError(ClientConnectionLost):
+    """The TCP connect failed: refused, unreachable, a host name that does not resolve, or no
+    connection within the connect timeout (``timeout`` s). ``host`` and ``port`` name the
+    address and ``reason`` says why: ``why`` itself when it is a string, else
+    :func:`connect_failure` of what the socket raised, which becomes the ``__cause__``."""
+
+    def __init__(self, host: str, port: int | None, why: BaseException | str,
+                 timeout: float | None = None):
+        self.host, self.port = host, port
+        self.reason = why if isinstance(why, str) else connect_failure(why, timeout)
+        if not isinstance(why, str):
+            self.__cause__ = why
+        super().__init__(f"cannot connect to {host}:{port}: {self.reason}")
+
+
+def connect_failure(error: BaseException, timeout: float | None = None) -> str:
+    """Why a TCP connect failed, in words: ``connection refused (...)`` when the port was
+    refused (asyncio tries every address of a host name and raises one OSError listing them
+    all: a refusal among them is a refusal), the connect timeout when ``asyncio.timeout``
+    (``timeout`` seconds) ran out, else the socket's own message."""
+    text = str(error)
+    if isinstance(error, ConnectionRefusedError) or f"[Errno {errno.ECONNREFUSED}]" in text:
+        return f"connection refused ({text})"
+    if not text and isinstance(error, TimeoutError) and timeout is not None:
+        return f"no connection within the connect timeout ({timeout:g} s)"
+    return text or type(error).__name__
 
 
 class ClientSessionStopped(ClientError):

@@ -2,7 +2,10 @@
 
 Both transports offer one coroutine, ``call(payload, timeout)``, that returns the reply map
 of an ``ok`` answer and raises a typed :class:`~.bunqueue_session.BunqueueClientError`
-otherwise, plus ``subscribe`` / ``unsubscribe`` for frames the server pushes (job events).
+otherwise, plus ``subscribe`` / ``unsubscribe`` for frames the server pushes (job events),
+and ``connect()``, which a Queue or Worker awaits on entering: over TCP it returns once a
+link of the pool is connected and raises why none could be (a closed port:
+:class:`~.bunqueue_session.BunqueueConnectError`, "connection refused").
 The SDK classes (:mod:`.queue`, :mod:`.worker`, :mod:`.flow`) are written against that and
 cannot tell the two apart. :class:`TcpTransport` holds a reference on a shared
 :class:`~.bunqueue_pool.Pool`. :class:`EmbeddedTransport` talks to the reference server's
@@ -53,6 +56,9 @@ class Transport:
     async def call(self, payload: Mapping[str, Any], timeout: float | None = None) -> dict:
         raise NotImplementedError
 
+    async def connect(self) -> None:
+        """Return once the server can be reached; raise why it cannot (here: nothing to wait for)."""
+
     def subscribe(self, subscriber: Subscriber) -> None:
         raise NotImplementedError
 
@@ -74,6 +80,10 @@ class TcpTransport(Transport):
 
     async def call(self, payload: Mapping[str, Any], timeout: float | None = None) -> dict:
         return await self.pool.pick().call(payload, timeout)
+
+    async def connect(self) -> None:
+        """Return once a link of the pool is connected (:meth:`~.bunqueue_pool.Pool.connect`)."""
+        await self.pool.connect()
 
     def subscribe(self, subscriber: Subscriber) -> None:
         self.pool.subscribe(subscriber)

@@ -9,13 +9,16 @@ acknowledged (BQ-WORKER-4); the :class:`AckBatcher` gathers completions and send
 results, tokens}`` when ``ack_batch_size`` are waiting or ``ack_batch_delay`` ms after the
 first (BQ-WORKER-2), retrying a batch that met a lost link or timed out (an ACK of a job
 already acknowledged is refused harmlessly, a lost ACK costs a second run of the job). A
-processor's exception FAILs the job with its message. ``on_completed(job, result)`` runs once
-the job's ACK was accepted, ``on_failed(job, error)`` once its FAIL was; ``on_error(error)``
-gets what went wrong in the loops. Callbacks never break the worker: their exceptions are
-logged. A pull error backs off ``min(100 * 2 ** (n - 1), 30000)`` ms, as the official worker
-does. ``close()`` follows document 002's order (BQ-WORKER-3): stop the pull loop, stop the
-heartbeat, wait for the active jobs, flush the pending ACKs, wait for the flushes in flight,
-close the transport.
+processor's exception FAILs the job with its message and is logged (ERROR, with the queue,
+the job id and the traceback, on the ``queuewire.client.worker`` logger). ``run()`` (and
+``async with``) waits for the server first: one that cannot be reached raises
+:class:`~.bunqueue_session.BunqueueConnectError` (unless ``retry_first_connect``).
+``on_completed(job, result)`` runs once the job's ACK was accepted, ``on_failed(job, error)``
+once its FAIL was; ``on_error(error)`` gets what went wrong in the loops. Callbacks never
+break the worker: their exceptions are logged. A pull error backs off
+``min(100 * 2 ** (n - 1), 30000)`` ms, as the official worker does. ``close()`` follows
+document 002's order (BQ-WORKER-3): stop the pull loop, stop the heartbeat, wait for the
+active jobs, flush the pending ACKs, wait for the flushes in flight, close the transport.
 """
 
 from __future__ import annotations
@@ -171,10 +174,20 @@ class Worker:
         await self.close()
 
     async def run(self) -> Worker:
-        """Start the pull and heartbeat loops (returns at once)."""
+        """Wait for the server (:meth:`~.transport.Transport.connect`: a server that cannot be reached
+        raises, and the worker's transport is released), then start the pull and heartbeat
+        loops and return."""
         if self.running or self.closed:
             return self
         self.running = True
+        try:
+            await self.transport.connect()
+        except BaseException:
+            self.running = False
+            transport, self._transport = self._transport, None
+            if transport is not None and self._owns_transport:
+                await transport.close()
+            raise
         options = self.options
         self._acks = AckBatcher(self.transport, options.ack_batch_size,
                                 options.ack_batch_delay / 1000.0, self._acked)
@@ -271,6 +284,8 @@ class Worker:
             self._pulled.pop(job.id, None)  # forced close: the lock lapses, the server requeues
             raise
         except Exception as exc:  # noqa: BLE001 - the job failed: FAIL it with the message
+            log.error("worker %s: the processor raised on job %s (%s); failing the job",
+                      self.queue, job.id, job.name, exc_info=exc)
             await self._fail(job, exc)
             return
         assert self._acks is not None
