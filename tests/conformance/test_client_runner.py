@@ -36,6 +36,15 @@ async def test_queuewire_client_passes_every_bunqueue_scenario(profile: str) -> 
         assert any(e.direction == "recv" and e.data for e in r.transcript.events), r.case.id
         assert r.checks and all(c.requirement for c in r.checks)
     assert run.coverage.exercised and "BQ-PIPE-4" in run.coverage.exercised
+    # the capability table: the wire shows every capability a scenario gives the chance to
+    cells = {r["capability"]: r for r in run.server_info["capabilities"]}
+    assert {k: c["state"] for k, c in cells.items()} == {
+        "pipelining": "used", "heartbeats": "used", "reconnect": "used",
+        "dead-link detection": "used", "auth": "used",
+        "events": "not observable"}     # bunqueue/v2 has no command of the events category
+    assert cells["dead-link detection"]["scenarios"] == ["bunqueue.client.dead-link"]
+    assert cells["auth"]["scenarios"] == ["bunqueue.client.auth"]
+    assert "bunqueue.client.replies-out-of-order" in cells["pipelining"]["scenarios"]
 
 
 async def broken(mode: str, *globs: str):

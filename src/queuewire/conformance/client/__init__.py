@@ -29,14 +29,17 @@ that scenario's ERROR, never the run's end. :mod:`.fuzzing` is the
 fuzz mode's half (``queuewire fuzz --client``): one request played with the server's replies
 replaced by a caller's plan, and whether the testee answered, crashed or hung. Dependencies
 point one way: scenarios -> (quicx_)judges -> (quicx_)server -> checker -> records; runner and
-fuzzing on top.
+fuzzing on top. :mod:`.capabilities` reads a scenario's records (beside the judgements) into
+the run's capability table: per capability used, not used (a scenario gave the chance) or not
+observable, so that a run with no failing scenario is not mistaken for full support.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConformanceServer", "Testee", "load_scenarios", "run_client", "select_scenarios"]
+__all__ = ["ConformanceServer", "Testee", "load_scenarios", "run_client", "select_scenarios",
+           "summary_lines"]
 
 
 def __getattr__(name: str) -> Any:
@@ -49,6 +52,9 @@ def __getattr__(name: str) -> Any:
     if name == "ConformanceServer":
         from .server import ConformanceServer
         return ConformanceServer
+    if name == "summary_lines":
+        from .capabilities import summary_lines
+        return summary_lines
     if name == "Testee":
         from .testee import Testee
         return Testee

@@ -1,10 +1,14 @@
 """A Markdown page of client conformance runs (``conform client --markdown``), for docs/.
 
-It reads only the model (:class:`~..model.TargetRun`): a matrix of scenario x client, then per
-client every scenario that did not pass with its failing checks (requirement id, level and
-text from the spec, what was expected and seen) and the wire evidence: the frames the check
-names, or else the scenario's last frames, each as hex and decoded. The HTML and JSON reports
-carry the full transcripts; this page is what a reader of the docs needs to see a deviation.
+It reads only the model (:class:`~..model.TargetRun`): a matrix of scenario x client, the
+capability table (per client, each capability used, not used or not observable; then in each
+client's section every capability's evidence; and for a client without a failing case that did
+not use a capability a scenario gave it the chance to use, the sentence saying that this is not
+full support), then per client every scenario that did not pass with its failing checks
+(requirement id, level and text from the spec, what was expected and seen) and the wire
+evidence: the frames the check names, or else the scenario's last frames, each as hex and
+decoded. The HTML and JSON reports carry the full transcripts; this page is what a reader of
+the docs needs to see a deviation.
 
 Every string that comes from the testee or the peer (the testee's name and command, its
 stderr quoted in an ERROR, its error messages and results, the frames the client sent, the
@@ -26,7 +30,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import CaseResult, TargetRun, Verdict
-from ..report.common import label, requirement_info
+from ..report.common import (
+    CAPABILITY_LEGEND,
+    capability_names,
+    capability_rows,
+    capability_state,
+    label,
+    requirement_info,
+    support_note,
+)
 from .records import clip
 
 __all__ = ["code", "render", "text"]
@@ -107,6 +119,33 @@ def _evidence(r: CaseResult) -> list[str]:
     return out
 
 
+def _capabilities(runs: Sequence[TargetRun]) -> list[str]:
+    """The capability table, one list item per client (a list, not a table: the page keeps
+    one table, the scenario matrix)."""
+    shown = [run for run in runs if capability_rows(run)]
+    if not shown:
+        return []
+    lines = [f"Capabilities ({text(CAPABILITY_LEGEND)}):", ""]
+    for run in shown:
+        cells = ", ".join(f"{name} {capability_state(run, name) or '-'}"
+                          for name in capability_names(shown))
+        lines.append(f"- {text(label(run))}: {text(cells)}")
+    lines.append("")
+    note = support_note(shown)
+    if note:
+        lines += [f"**{text(note)}**", ""]
+    return lines
+
+
+def _evidence_rows(run: TargetRun) -> list[str]:
+    rows = capability_rows(run)
+    if not rows:
+        return []
+    return ["Capabilities:", "",
+            *(f"- {text(r['capability'])}: **{text(r['state'])}** ({text(r.get('evidence', ''))})"
+              for r in rows), ""]
+
+
 def render(runs: Sequence[TargetRun], *, title: str = "Client conformance") -> str:
     lines = [f"# {title}", ""]
     if runs:
@@ -123,10 +162,12 @@ def render(runs: Sequence[TargetRun], *, title: str = "Client conformance") -> s
     for cid in ids:
         lines.append(f"| {_id(cid)} | " + " | ".join(_cell(run, cid) for run in runs) + " |")
     lines.append("")
+    lines += _capabilities(runs)
     for run in runs:
         counts = ", ".join(f"{n} {v}" for v, n in run.counts().items() if n)
         lines += [f"## {text(label(run))}", "", f"{len(run.results)} scenarios: {counts}; "
                   f"testee {code((run.server_info or {}).get('testee', ''))}.", ""]
+        lines += _evidence_rows(run)
         bad = [r for r in run.results if r.verdict is not Verdict.PASS]
         if not bad:
             lines += ["Every scenario passed.", ""]

@@ -12,6 +12,10 @@ to judge and nothing failed. Results are the server runner's ``CaseResult`` (the
 ``Case`` citing every requirement its checks cite), so the report package renders them
 unchanged; coverage counts the profile's client and peer requirements.
 
+Each scenario also says what it showed of the client's capabilities (pipelining, heartbeats,
+reconnect, dead-link detection, auth, events: :mod:`.capabilities`); the run folds them into
+its capability table, ``server_info["capabilities"]``, which the reports render.
+
 What a scenario records is bounded (:mod:`.records`): its transcript is a
 :class:`~.records.BoundedTranscript` (head and tail events, a note counting what was
 omitted), the testee's answer is recorded whole only up to ``RECORD_ANSWER_CHARS`` of JSON,
@@ -34,6 +38,7 @@ from typing import Any
 from ...spec import Profile
 from ..model import Case, CaseResult, Check, Coverage, TargetRun, Verdict, verdict_of
 from ..reproduce import client_argv, line
+from .capabilities import Observation, Sighting, observe, table
 from .judges import JUDGES, JudgeContext
 from .quicx_judges import QUICX_JUDGES
 from .quicx_server import QuicxConformanceServer
@@ -124,7 +129,9 @@ def reproduction(scenario: Scenario, testee: Testee, profile: str) -> str:
 
 
 async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
-                       profile: Profile) -> CaseResult:
+                       profile: Profile, sightings: list[Sighting] | None = None) -> CaseResult:
+    """One scenario against ``testee``; what it showed of the client's capabilities
+    (:mod:`.capabilities`) is appended to ``sightings``."""
     short = scenario.id.rsplit(".", 1)[-1][:20]
     queue = f"cc-{short}-{uuid.uuid4().hex[:6]}"
     token = f"qw-{uuid.uuid4().hex[:12]}"
@@ -138,6 +145,7 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
     start = time.monotonic()
     error: str | None = None
     results: list[dict[str, Any]] = []
+    answered_at: float | None = None
     try:
         answer = await testee.run(request, scenario_limit(actions, options))
         raw = answer.get("results")
@@ -145,6 +153,7 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
             raise TesteeError(f"the testee's answer has no results list: {answer!r}"[:300])
         results = [r if isinstance(r, dict) else {"ok": False, "error": repr(r)} for r in raw]
         transcript.add(0, "note", decoded=_recorded(answer), note="the testee answered")
+        answered_at = session.now()
         await asyncio.sleep(SETTLE)
     except TesteeError as exc:
         error = str(exc)
@@ -155,6 +164,10 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
         checks += [_expect(e, results) for e in scenario.expect]
         for j in scenario.judge:
             checks += await ALL_JUDGES[j.check](ctx, j)
+    if sightings is not None:
+        sightings += observe(Observation(
+            scenario.id, scenario.protocol, profile, behaviour, options, actions, session.events,
+            checker, session.now(), answered_at if error is None and not unsupported else None))
     server.end()
     checks += checker.checks()
     unseen = {name: getattr(getattr(checker, name, None), "omitted", 0)
@@ -197,9 +210,10 @@ async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Pro
     if progress:
         progress("start", len(scenarios))
     results: list[CaseResult] = []
+    sightings: list[Sighting] = []
     try:
         for scenario in scenarios:
-            result = await run_scenario(server, testee, scenario, profile)
+            result = await run_scenario(server, testee, scenario, profile, sightings)
             results.append(result)
             if progress:
                 progress("case", result)
@@ -210,7 +224,8 @@ async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Pro
     run = TargetRun(testee.label, profile.protocol,
                     profile.name, results, client_coverage(profile, results), started,
                     time.monotonic() - t0, server_info={"listen": server.target,
-                                                        "testee": testee.command},
+                                                        "testee": testee.command,
+                                                        "capabilities": table(sightings, profile)},
                     rerun=client_argv(profile.protocol, profile.name, testee.command, testee.cwd),
                     select_flag="--scenario")
     if progress:

@@ -40,6 +40,14 @@ def requirement_info(profile: str, rid: str) -> dict[str, Any]:
             "cite": req.cite}
 
 
+def out_of_scope_subjects(run: TargetRun) -> str:
+    """Who a run's out-of-scope requirements bind, from their subject in the spec: "client"
+    for a server run, "server" for a client run ("client and peer" when both occur)."""
+    subjects = {requirement_info(run.profile, rid)["subject"] for rid in run.coverage.out_of_scope}
+    known = sorted(s for s in subjects if s)
+    return " and ".join(known) if known else "other"
+
+
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -94,7 +102,8 @@ def areas(results: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
 def requirement_rows(run: TargetRun) -> list[dict[str, Any]]:
     """Every requirement of the run's profile, in the profile's order, with its level, subject,
     source (document, section, basis if the spec gives one), quote and the cases that cite
-    it with their verdicts; ``in_scope`` is False for a client requirement."""
+    it with their verdicts; ``in_scope`` is False for a requirement the run does not judge
+    (a client requirement in a server run, a server requirement in a client run)."""
     try:
         from ...spec import load_profile
 
@@ -117,3 +126,64 @@ def requirement_rows(run: TargetRun) -> list[dict[str, Any]]:
                      "in_scope": rid not in out_of_scope,
                      "cases": [(r.case.id, r.verdict.value) for r in cited.get(rid, [])]})
     return rows
+
+
+# -- the capability table of a client run ---------------------------------------------------
+#: the states of a capability cell (``conformance.client.capabilities`` derives them): the
+#: wire shows the client using it; a scenario gave the client the chance and the wire does not
+#: show it; no scenario gave the chance
+USED, NOT_USED, NOT_OBSERVABLE = "used", "not used", "not observable"
+CAPABILITY_STATES = (USED, NOT_USED, NOT_OBSERVABLE)
+CAPABILITY_LEGEND = (f"{USED}: the wire shows it; {NOT_USED}: a scenario gave the client the "
+                     f"chance and it did not; {NOT_OBSERVABLE}: no scenario gave the chance")
+
+
+def capability_rows(run: TargetRun) -> list[dict[str, Any]]:
+    """The capability table a client run carries (``server_info["capabilities"]``: rows of
+    ``capability``, ``state``, ``evidence``, ``scenarios``); empty for a server run."""
+    info = run.server_info if isinstance(run.server_info, dict) else {}
+    rows = info.get("capabilities")
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, dict) and r.get("state") in CAPABILITY_STATES]
+
+
+def capability_names(runs: Sequence[TargetRun]) -> list[str]:
+    """The capabilities any of ``runs`` has a cell for, in their table order."""
+    names: list[str] = []
+    for run in runs:
+        names += [str(r["capability"]) for r in capability_rows(run)
+                  if str(r["capability"]) not in names]
+    return names
+
+
+def capability_state(run: TargetRun, name: str) -> str | None:
+    return next((str(r["state"]) for r in capability_rows(run) if r["capability"] == name), None)
+
+
+def support_note(runs: Sequence[TargetRun]) -> str | None:
+    """What a client run without a failing case does not show: the capabilities the client
+    did not use though a scenario gave it the chance (None when no such run has one)."""
+    parts = []
+    for run in runs:
+        unused = [str(r["capability"]) for r in capability_rows(run) if r["state"] == NOT_USED]
+        if unused and not run.failing():
+            parts.append(f"{label(run)} has no failing case, which is not full support: it did "
+                         f"not use {', '.join(unused)} though a scenario gave it the chance")
+    return "; ".join(parts) + " (see the capability table)" if parts else None
+
+
+def capability_lines(runs: Sequence[TargetRun]) -> list[str]:
+    """The capability table of client runs as plain text lines (none for server runs): one
+    line per run naming each capability's state, then :func:`support_note`."""
+    shown = [run for run in runs if capability_rows(run)]
+    if not shown:
+        return []
+    lines = [f"capabilities ({CAPABILITY_LEGEND}):"]
+    for run in shown:
+        cells = ", ".join(f"{r['capability']} {r['state']}" for r in capability_rows(run))
+        lines.append(f"  {label(run)}: {cells}")
+    note = support_note(shown)
+    if note:
+        lines.append(note)
+    return lines

@@ -8,7 +8,10 @@ table of counts per verdict and the requirement coverage, then every case that d
 (FAIL, ERROR, NON-STRICT, UNIMPLEMENTED, stale known-failing) with its requirement id, a
 one-line reason and the one-line reproduction, and the cases whose transcript the runner cut;
 with several runs it adds a matrix of case x run showing only the rows where the runs differ or
-something did not pass.
+something did not pass. Client runs add their capability table (capability x client: used, not
+used, not observable; :func:`~.common.capability_rows`) and, for a client without a failing
+case that did not use a capability a scenario gave it the chance to use, the sentence saying
+that this is not full support (:func:`~.common.support_note`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,23 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model import NEEDS_TOKEN, VERDICT_ORDER, CaseResult, TargetRun, Verdict, transcript_cut
-from .common import label, reproduction
+from .common import (
+    CAPABILITY_LEGEND,
+    NOT_OBSERVABLE,
+    NOT_USED,
+    USED,
+    capability_names,
+    capability_rows,
+    capability_state,
+    label,
+    reproduction,
+    support_note,
+)
 from .junit import reason
 
 STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.ERROR: "magenta",
          Verdict.NON_STRICT: "yellow", Verdict.UNIMPLEMENTED: "cyan", Verdict.INFO: "blue"}
+CAPABILITY_STYLE = {USED: "green", NOT_USED: "yellow", NOT_OBSERVABLE: "dim"}
 SHORT = {Verdict.PASS: "pass", Verdict.FAIL: "FAIL", Verdict.ERROR: "ERROR",
          Verdict.NON_STRICT: "non-strict", Verdict.UNIMPLEMENTED: "unimpl", Verdict.INFO: "info"}
 
@@ -202,9 +217,26 @@ def matrix(runs: Sequence[TargetRun], *, only_interesting: bool = True) -> Table
     return table
 
 
+def capability_table(runs: Sequence[TargetRun]) -> Table | None:
+    """Capability x client run (the client runs' capability tables), or None without one."""
+    shown = [run for run in runs if capability_rows(run)]
+    if not shown:
+        return None
+    table = Table(title="capabilities", title_justify="left", caption=CAPABILITY_LEGEND,
+                  caption_justify="left")
+    table.add_column("capability", no_wrap=True)
+    for run in shown:
+        table.add_column(escape(label(run)), no_wrap=True)
+    for name in capability_names(shown):
+        cells = [capability_state(run, name) for run in shown]
+        table.add_row(Text(name), *[Text(c or "-", style=CAPABILITY_STYLE.get(c or "", "dim"))
+                                    for c in cells])
+    return table
+
+
 def print_summary(console: Console, runs: Sequence[TargetRun]) -> None:
-    """Everything after the runs: per run summary and cases, the matrix, reproductions and
-    the overall result line."""
+    """Everything after the runs: per run summary and cases, the matrix, the capability
+    table of client runs, reproductions and the overall result line."""
     for run in runs:
         print_run(console, run)
     if len(runs) > 1:
@@ -214,9 +246,15 @@ def print_summary(console: Console, runs: Sequence[TargetRun]) -> None:
             console.print(table)
         else:
             console.print("matrix: every case passed on every target")
+    capabilities = capability_table(runs)
+    if capabilities is not None:
+        console.print(capabilities)
     print_reproductions(console, runs)
     failing = sum(len(run.failing()) for run in runs)
     if failing:
         console.print(f"[bold red]conformance: {failing} case(s) fail the run[/bold red]")
     else:
         console.print("[bold green]conformance: no failing case[/bold green]")
+    note = support_note(runs)
+    if note:
+        console.print(f"[yellow]{escape(note)}[/yellow]", highlight=False)

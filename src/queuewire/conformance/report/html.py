@@ -1,12 +1,16 @@
 """The HTML report: one static, self-contained file (inline CSS and a few lines of JS).
 
-Sections: a summary matrix (one column per run: counts per verdict, coverage, result), the
+Sections: a summary matrix (one column per run: counts per verdict, coverage, result), for
+client runs the capability table (capability x client: used, not used, not observable, each
+cell with its evidence; and for a client without a failing case that did not use a capability
+a scenario gave it the chance to use, the sentence saying that this is not full support), the
 verdict counts per area of each run (the area is the second part of a case id,
 ``bunqueue.frame.*`` -> ``frame``: :func:`~.common.area_of`), the requirement coverage of each
 run with the ids not exercised, the requirement view (every requirement of the profile with
 its level, source, quote and the cases citing it with their verdicts; requirements no case
-cites are marked so), a case x run verdict matrix linking to the details, and per run, area by
-area, every case as a ``<details>`` element: title, verdict,
+cites are marked so, and those out of scope say whom they bind: client requirements in a
+server run, server requirements in a client run), a case x run verdict matrix linking to the
+details, and per run, area by area, every case as a ``<details>`` element: title, verdict,
 requirement ids with their level and text from the spec, expected vs actual of every check,
 the error and reproduction line, and the wire transcript of every connection (time since the
 case started, connection, direction, a hex dump and the decoded view, both directions).
@@ -37,13 +41,21 @@ from ..model import (
     transcript_cut,
 )
 from .common import (
+    CAPABILITY_LEGEND,
+    NOT_OBSERVABLE,
+    NOT_USED,
+    USED,
     area_of,
     areas,
+    capability_names,
+    capability_rows,
     exit_status,
     label,
+    out_of_scope_subjects,
     reproduction,
     requirement_info,
     requirement_rows,
+    support_note,
 )
 from .junit import reason
 
@@ -53,6 +65,7 @@ EVENTS_CAP = 400  # events shown per case
 
 COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "ERROR": "#8250df", "NON-STRICT": "#bf8700",
          "UNIMPLEMENTED": "#0969da", "INFO": "#57606a", "STALE": "#cf222e"}
+CAPABILITY_COLOR = {USED: "#1a7f37", NOT_USED: "#bf8700", NOT_OBSERVABLE: "#8c959f"}
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;
@@ -163,8 +176,8 @@ def _coverage(i: int, run: TargetRun) -> str:
     observed = set(cov.observed)
     body = (f"<p>{len(cov.exercised)} of {len(cov.applicable)} applicable requirement ids "
             f"exercised, i.e. judged ({cov.ratio:.1%}); {len(observed)} observed only (cited by "
-            f"INFO cases alone); {len(cov.out_of_scope)} out of scope (client "
-            f"requirements).</p>")
+            f"INFO cases alone); {len(cov.out_of_scope)} out of scope "
+            f"({e(out_of_scope_subjects(run))} requirements).</p>")
     unseen = [item for rid, item in zip(missing, items) if rid not in observed]
     seen = [item for rid, item in zip(missing, items) if rid in observed]
     if unseen:
@@ -177,6 +190,33 @@ def _coverage(i: int, run: TargetRun) -> str:
         body += (f'<details><summary>out of scope ({len(cov.out_of_scope)})</summary><p class="idlist">'
                  + "".join(f"<code>{e(x)}</code>" for x in cov.out_of_scope) + "</p></details>")
     return f'<h3 id="cov{i}">{e(label(run))}</h3>{body}'
+
+
+def _capabilities(runs: Sequence[TargetRun]) -> str:
+    """Capability x client run, each cell its state and evidence; empty without client runs."""
+    shown = [run for run in runs if capability_rows(run)]
+    if not shown:
+        return ""
+    head = "".join(f"<th>{e(label(r))}</th>" for r in shown)
+    rows = []
+    for name in capability_names(shown):
+        cells = []
+        for run in shown:
+            row = next((r for r in capability_rows(run) if r["capability"] == name), None)
+            if row is None:
+                cells.append('<td class="dim">-</td>')
+                continue
+            color = CAPABILITY_COLOR.get(str(row["state"]), "#57606a")
+            cells.append(f'<td data-state="{e(row["state"])}"><span class="v" '
+                         f'style="background:{color}">{e(row["state"])}</span>'
+                         f'<div class="dim">{e(row.get("evidence", ""))}</div></td>')
+        rows.append(f'<tr class="capability" data-capability="{e(name)}"><th>{e(name)}</th>'
+                    f'{"".join(cells)}</tr>')
+    note = support_note(shown)
+    return (f'<h2>Capabilities</h2><p>What each client was seen to do ({e(CAPABILITY_LEGEND)})'
+            f'.</p><table class="capabilities"><tr><th>capability</th>{head}</tr>'
+            f'{"".join(rows)}</table>'
+            + (f'<p class="bad" id="support-note">{e(note)}</p>' if note else ""))
 
 
 def _area_anchor(i: int, area: str) -> str:
@@ -216,7 +256,8 @@ def _requirements(i: int, run: TargetRun) -> str:
                              f"<code>{e(cid)}</code><br>" for cid, v in req["cases"])
             status = "cited"
         elif not req["in_scope"]:
-            cited, status = '<span class="dim">out of scope (client requirement)</span>', "client"
+            status = req["subject"] or "other"
+            cited = f'<span class="dim">out of scope ({e(status)} requirement)</span>'
         else:
             cited, status = '<span class="bad">cited by no case</span>', "uncited"
             uncited += 1
@@ -354,6 +395,7 @@ def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance rep
  if status else badge("PASS") + " exit status 0"}.</p>
 <h2>Summary</h2>
 {_summary(runs)}
+{_capabilities(runs)}
 <h2>Areas</h2>
 {"".join(_areas(i, run) for i, run in enumerate(runs))}
 <h2>Requirement coverage</h2>

@@ -3,14 +3,17 @@
 The document is plain JSON built from the model alone: each case is
 :func:`~queuewire.conformance.model.jsonable_result` (checks, transcript with bytes as hex),
 each run carries its verdict counts (in all and per area), its requirement coverage (exercised, not exercised,
-observed-only and out-of-scope ids, and the ratio) and the cases that fail it. ``exit_status`` at the top is
-what ``queuewire conform server`` exits with, so a CI job can read one field. Nothing is
-lost or reformatted (``json.loads(dumps(runs)) == build(runs)``) except the bytes of very
-large events: an event's hex is cut at ``EVENT_BYTES_CAP`` bytes (``bytes`` keeps the full
-length, ``truncated`` says it was cut), and a decoded view or check value whose JSON is
-longer than ``VALUE_CHARS_CAP`` becomes ``{"$truncated": n, "head": ...}``, so the framing
-and limit probes (up to 64 MiB) do not make a report of hundreds of MB. The per-case
-replay files keep every recorded byte.
+observed-only and out-of-scope ids, and the ratio) and the cases that fail it; a client run
+also its capability table (``capabilities``: rows of capability, state, evidence and the
+scenarios it rests on; ``support_note``: the sentence a run without a failing case gets when
+its client did not use a capability a scenario gave it the chance to use, else null).
+``exit_status`` at the top is what ``queuewire conform server`` exits with, so a CI job can
+read one field. Nothing is lost or reformatted (``json.loads(dumps(runs)) == build(runs)``)
+except the bytes of very large events: an event's hex is cut at ``EVENT_BYTES_CAP`` bytes
+(``bytes`` keeps the full length, ``truncated`` says it was cut), and a decoded view or check
+value whose JSON is longer than ``VALUE_CHARS_CAP`` becomes ``{"$truncated": n, "head":
+...}``, so the framing and limit probes (up to 64 MiB) do not make a report of hundreds of
+MB. The per-case replay files keep every recorded byte.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ..model import TargetRun, jsonable_result
-from .common import areas, exit_status, label, reproduction
+from .common import areas, capability_rows, exit_status, label, reproduction, support_note
 
 FORMAT = "queuewire-conformance-report/1"
 EVENT_BYTES_CAP = 64 * 1024  # bytes of one transcript event kept in the report
@@ -53,10 +56,17 @@ def build_run(run: TargetRun) -> dict[str, Any]:
                 ev["hex"] = ev["hex"][:2 * EVENT_BYTES_CAP]
                 ev["truncated"] = True
         results.append(doc)
+    info = run.server_info
+    capabilities = capability_rows(run)
+    extra: dict[str, Any] = {}
+    if capabilities:
+        info = {k: v for k, v in info.items() if k != "capabilities"}  # shown below, once
+        extra = {"capabilities": capabilities,
+                 "support_note": support_note([run])}
     return {
         "label": label(run), "target": run.target, "protocol": run.protocol,
         "profile": run.profile, "strict": run.strict, "started_at": run.started_at,
-        "duration": round(run.duration, 6), "server_info": run.server_info,
+        "duration": round(run.duration, 6), "server_info": info, **extra,
         "counts": run.counts(), "total": len(run.results),
         "failing": [r.case.id for r in run.failing()],
         "areas": areas(run.results),  # verdict counts per area (report.common.area_of)
