@@ -84,21 +84,22 @@ bench: $(STAMP)
 
 # The site (Sphinx, furo, MyST; -W: a warning fails the build) into docs/_build/html. The
 # protocol reference is generated from spec/ at build time (queuewire.docs). Mermaid diagrams
-# render in the browser from mermaid's ES module build, unpacked from the npm tarball (pinned:
-# sphinxcontrib-mermaid's default version) into docs/_vendor/mermaid, so the site needs no
-# CDN; without npm the site falls back to the CDN. The docs tests (tests/docs/) build the site
-# and open it in headless Chromium: `docs-browser` installs Debian's chromium where missing.
+# are drawn in the browser by mermaid's classic build (dist/mermaid.min.js, one file, a plain
+# <script>: ES modules do not load from file://, so the site works opened from disk too),
+# unpacked from the npm tarball (pinned: sphinxcontrib-mermaid's default version) into
+# docs/_vendor/mermaid, so the site needs no CDN; without npm the site falls back to the CDN.
+# The docs tests (tests/docs/) build the site and open it in headless Chromium, over HTTP and
+# from file://: `docs-browser` installs Debian's chromium where missing.
 MERMAID_VERSION := 11.12.1
-MERMAID_JS      := docs/_vendor/mermaid/mermaid.esm.min.mjs
+MERMAID_JS      := docs/_vendor/mermaid/mermaid.min.js
 DOCS_STAMP      := $(VENV)/.docs-installed
 
 $(MERMAID_JS):
 	@if command -v npm >/dev/null 2>&1; then \
 		tmp=$$(mktemp -d); \
 		( cd $$tmp && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null && \
-		  tar xzf mermaid-$(MERMAID_VERSION).tgz --wildcards package/dist/mermaid.esm.min.mjs \
-			'package/dist/chunks/mermaid.esm.min/*.mjs' ) && \
-		mkdir -p docs/_vendor/mermaid && cp -r $$tmp/package/dist/. docs/_vendor/mermaid/ || \
+		  tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js ) && \
+		mkdir -p docs/_vendor/mermaid && cp $$tmp/package/dist/mermaid.min.js $(MERMAID_JS) || \
 		echo "could not fetch mermaid $(MERMAID_VERSION) from npm: the docs load it from its CDN"; \
 		rm -rf $$tmp; \
 	else \

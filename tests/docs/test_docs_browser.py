@@ -1,8 +1,11 @@
 """The built site in a real browser: headless Chromium (Debian's ``chromium``; ``make
-docs-deps`` installs it where missing) loads pages over HTTP from the site ``sphinx -W``
-built, runs their JavaScript (mermaid draws its diagrams client side) and the test reads the
-resulting DOM: the command reference, an annotated hex dump and a rendered packet diagram
-must be on the page. Screenshots of those pages go to ``docs/_build/screenshots/``.
+docs-deps`` installs it where missing) loads pages over HTTP and from ``file://`` (the site
+opened from disk) from the site ``sphinx -W`` built, runs their JavaScript (mermaid's
+classic build draws the diagrams client side) and the test reads the resulting DOM: the
+command reference, an annotated hex dump, every diagram drawn as an SVG and the typical
+session must be on the page. The packet diagrams' layout is measured through the DevTools
+protocol (:mod:`chromium_devtools`): what the reader sees, not what the SVG declares.
+Screenshots of those pages go to ``docs/_build/screenshots/``.
 
 Nothing here skips: without Chromium, the docs extra or the vendored mermaid the tests fail
 and say what to install."""
@@ -18,6 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from chromium_devtools import evaluate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BUILD = DOCS / "_build"
@@ -43,6 +47,13 @@ def _chromium() -> str:
                 "docs-deps`, or `apt-get install chromium` (Debian), then run the tests again")
 
 
+def _vendored() -> None:
+    if not (DOCS / "_vendor" / "mermaid" / "mermaid.min.js").is_file():
+        pytest.fail("docs/_vendor/mermaid/mermaid.min.js is missing, so the site loads mermaid "
+                    "from a CDN this machine cannot reach: run `make docs-deps` (it unpacks "
+                    "mermaid's classic build from npm)")
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):  # noqa: D401 - keep the test output clean
         pass
@@ -50,10 +61,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def served(site):
-    """The built site on an ephemeral loopback port (ES modules do not load from file://)."""
-    if not (DOCS / "_vendor" / "mermaid" / "mermaid.esm.min.mjs").is_file():
-        pytest.fail("docs/_vendor/mermaid is missing, so the site loads mermaid from a CDN this "
-                    "machine cannot reach: run `make docs-deps` (it unpacks mermaid from npm)")
+    """The built site on an ephemeral loopback port."""
+    _vendored()
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -146,3 +155,95 @@ def test_site_keeps_every_generated_hex_dump(site, generated):
     built = sum(p.read_text(encoding="utf-8").count('class="qw-hexdump"')
                 for p in (site / "protocols").rglob("*.html"))
     assert written and built == written, (built, written)
+
+
+# -- from disk --------------------------------------------------------------------------------
+# Pages with every kind of diagram the reference draws: the header and frame packet diagrams
+# and state machines (overviews), the payload packet diagrams (messages pages).
+DISK_PAGES = ("protocols/quicx_v1/index.html", "protocols/quicx_v1/messages.html",
+              "protocols/quicx_1_0_3/messages.html", "protocols/bunqueue_v2/index.html",
+              "protocols/bunqueue_2_9_5/index.html")
+PRE = re.compile(r'<pre class="mermaid"[^>]*>(.*?)</pre>', re.S)
+SVG_ELEMENT = re.compile(r"<svg\b.*?</svg>", re.S)
+
+
+def _fences(generated, page: str) -> int:
+    return generated[page.replace(".html", ".md")].count("```mermaid")
+
+
+def test_site_opened_from_disk_draws_every_diagram(site, generated, tmp_path):
+    """Issue 24: opened from file://, every mermaid block becomes an <svg> and none is left
+    as its source (the classic build loads where an ES module would not)."""
+    _vendored()
+    for page in DISK_PAGES:
+        url = (site / page).as_uri()
+        dom = _dom(url, tmp_path, _mermaid_done)
+        assert 'type="module"' not in dom, f"{page}: an ES module does not load from file://"
+        blocks = PRE.findall(dom)
+        assert len(blocks) == _fences(generated, page) > 0, (page, len(blocks))
+        for i, block in enumerate(blocks):
+            assert SVG_ELEMENT.search(block), f"{page}: diagram {i} was not drawn:\n{block[:300]}"
+            left = SVG_ELEMENT.sub("", block).strip()
+            assert not left, f"{page}: diagram {i} left source text beside its SVG: {left[:200]}"
+            assert "Syntax error" not in block, f"{page}: mermaid could not parse diagram {i}"
+        kinds = set(SVG.findall(dom))
+        assert "packet" in kinds, (page, kinds)
+    _screenshot((site / DISK_PAGES[0]).as_uri(), "quicx-overview-from-disk", tmp_path, height=1600)
+
+
+# Readable packet diagrams, measured in a 1280 x 900 window: each field's box at least
+# MIN_ROW_PX tall on screen and its label's line box at least MIN_LABEL_PX (mermaid draws rows
+# of 32 px and labels of 12 px, a 14-px line box, at the diagram's own size), and every label
+# inside its field. Before issue 24 the 48-bit header was one 1538-px row that the 736-px
+# article column scaled down: measured the same way, 15.3-px rows and 6-px label boxes.
+MIN_ROW_PX = 24
+MIN_LABEL_PX = 12
+READY = ("document.querySelectorAll('pre.mermaid').length > 0 && Array.from("
+         "document.querySelectorAll('pre.mermaid')).every(p => p.querySelector('svg'))")
+MEASURE = """
+Array.from(document.querySelectorAll('svg[aria-roledescription="packet"]')).map(svg => ({
+  title: (svg.querySelector('.packetTitle') || {}).textContent || '',
+  fields: Array.from(svg.querySelectorAll('rect.packetBlock')).map(rect => {
+    const box = rect.getBoundingClientRect();
+    const label = rect.nextElementSibling.getBoundingClientRect();
+    return {label: rect.nextElementSibling.textContent, row: box.height, width: box.width,
+            labelWidth: label.width, labelHeight: label.height};
+  }),
+}))
+"""
+
+
+def test_packet_diagrams_are_readable(site, generated, tmp_path):
+    _vendored()
+    problems, seen = [], 0
+    for page in ("protocols/quicx_v1/index.html", "protocols/quicx_v1/messages.html",
+                 "protocols/quicx_1_0_3/messages.html", "protocols/bunqueue_v2/index.html"):
+        profile_dir = tmp_path / page.replace("/", "_")
+        profile_dir.mkdir()
+        diagrams = evaluate(_chromium(), (site / page).as_uri(), ready=READY,
+                            expression=MEASURE, profile_dir=profile_dir)
+        assert len(diagrams) == generated[page.replace(".html", ".md")].count("packet-beta")
+        for d in diagrams:
+            assert d["fields"], f"{page}: {d['title']} has no fields"
+            for f in d["fields"]:
+                seen += 1
+                where = f"{page}: {d['title']}: {f['label']}"
+                if f["row"] < MIN_ROW_PX:
+                    problems.append(f"{where}: row {f['row']:.1f} px tall (< {MIN_ROW_PX})")
+                if f["labelHeight"] < MIN_LABEL_PX:
+                    problems.append(f"{where}: label {f['labelHeight']:.1f} px (< {MIN_LABEL_PX})")
+                if f["labelWidth"] > f["width"]:
+                    problems.append(f"{where}: label {f['labelWidth']:.0f} px wide in a "
+                                    f"{f['width']:.0f}-px field")
+    assert seen >= 20, f"only {seen} packet fields measured"
+    assert not problems, "\n".join(problems)
+
+
+def test_typical_session_page_from_disk(site, tmp_path):
+    url = (site / "protocols/bunqueue_v2/session.html").as_uri()
+    dom = _dom(url, tmp_path, lambda d: "qw-hexdump" in d)
+    assert dom.count('class="qw-hexdump"') == 12
+    for step in ("1. Auth", "2. Hello", "3. PUSH", "4. PULL", "5. JobHeartbeat", "6. ACK"):
+        assert step in dom, step
+    assert "<code>token (key)</code>" in dom and "<code>owner (key)</code>" in dom
+    _screenshot(url, "bunqueue-typical-session", tmp_path, height=3000)

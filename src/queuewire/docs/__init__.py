@@ -4,8 +4,8 @@ Design: the docs are generated, like the codecs, so the published pages cannot d
 the spec; ``docs/conf.py`` calls :func:`render` and :func:`render_cases` at build time and
 Sphinx (``make docs``, with ``-W``) renders the Markdown (MyST). This package sits at the top
 of the layers beside ``cli``: it reads the spec, the codecs, the test vectors, the client's
-transition tables and the conformance cases, and nothing imports it but ``docs/conf.py`` and
-the tests. A module per job:
+transition tables and the conformance cases, runs the reference server's request path (the
+typical session), and nothing imports it but ``docs/conf.py`` and the tests. A module per job:
 
 * ``text``: Markdown building blocks (tables, labels, links to requirement entries);
 * ``schema``: a bunqueue JSON Schema as field rows (type, limits, default, doc, requirement);
@@ -16,9 +16,15 @@ the tests. A module per job:
 * ``examples``: which test vector (``vectors/``) illustrates which command or message;
 * ``machines``: state machines from the tables the code steps through (spec lifecycles,
   the client sessions), as Mermaid diagrams beside their tables;
+* ``diagrams``: packet diagrams of the spec's layouts, sized to be read (32 bits a row);
+* ``errors``: the error replies of each command or message, derived from the spec's error
+  descriptions (and the conformance cases), never listed by hand;
+* ``session``: the typical session page of a bunqueue profile, its replies those of the
+  reference server's request path run sans-IO at build time (script: ``session.yaml``);
 * ``bunqueue_pages`` and ``quicx_pages``: one directory per profile (overview with framing,
-  limits, errors and state machines; commands or messages with fields, requirements,
-  examples and packet diagrams; the requirements page written by ``requirements``);
+  limits, errors and state machines; commands or messages with fields, requirements, error
+  replies, examples and packet diagrams; the typical session of a bunqueue profile; the
+  requirements page written by ``requirements``);
 * ``compare``: the profile comparison page, computed from the merged spec trees;
 * ``reqindex``: the requirements index (cases, client scenarios, fuzz oracles, tests);
 * ``cases``: the conformance case catalogue.

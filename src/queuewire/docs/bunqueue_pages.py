@@ -1,23 +1,25 @@
 """The bunqueue reference of one profile: an overview page (framing, MessagePack rules,
 envelope, limits, error strings, decoder errors, state machines), a page per command
-category (every command with its requirements, request and reply fields, and the request and
-reply examples of the test vectors, decoded and as annotated hex dumps) and the requirements
-page."""
+category (every command with its requirements, request and reply fields, error replies
+(:mod:`.errors`), and the request and reply examples of the test vectors, decoded and as
+annotated hex dumps), the typical session (:mod:`.session`) and the requirements page."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from . import examples
+from . import diagrams, examples
+from .errors import ErrorLinks, bunqueue_links
 from .machines import bunqueue_machines
 from .requirements import requirements_page
 from .schema import all_requirements, fields
+from .session import session_page
 from .text import (
     code,
     esc,
-    fence,
     limits_table,
+    ref,
     req_ref,
     requirement_table,
     stem,
@@ -39,19 +41,16 @@ def field_table(profile: Any, schema: Any) -> list[str]:
 
 
 def _frame_packet(profile: Any) -> list[str]:
-    framing = profile.tree["framing"]
-    lines = ['%%{init: {"packet": {"bitsPerRow": 96}}}%%', "packet-beta", "title bunqueue frame"]
-    bit = 0
-    for f in framing["fields"]:
+    """The frame's packet diagram (:mod:`.diagrams`): the fixed-width prefix, then the
+    payload, whose size is the prefix's value."""
+    fields: list[tuple[str, int | None]] = []
+    for f in profile.tree["framing"]["fields"]:
         if f["type"].startswith("u") and f["type"][1:].rstrip("be").isdigit():
-            width = 8 * int(f["type"][1:].rstrip("be"))
-            lines.append(f'{bit}-{bit + width - 1}: "{f["id"]} ({f["type"]})"')
-            bit += width
+            fields.append((f'{f["id"]} ({f["type"]})', 8 * int(f["type"][1:].rstrip("be"))))
         else:
-            lines.append(f'{bit}-{bit + 63}: "{f["id"]} ({f.get("size", "rest")} bytes, '
-                         f'{f.get("encoding", f["type"])})"')
-            bit += 64
-    return fence("mermaid", "\n".join(lines))
+            fields.append((f'{f["id"]} ({f.get("size", "rest")} bytes, '
+                           f'{f.get("encoding", f["type"])})', None))
+    return diagrams.packet("bunqueue frame", fields)
 
 
 def _overview(profile: Any, categories: list[str]) -> list[str]:
@@ -67,7 +66,8 @@ def _overview(profile: Any, categories: list[str]) -> list[str]:
         ["protocol version", model.protocol_version],
         ["capabilities", ", ".join(code(c) for c in model.capabilities)],
         ["commands", len(model.commands)], ["requirements", len(profile.requirements)]])
-    lines += toctree([f"commands-{c}" for c in categories] + ["requirements"], "Reference")
+    lines += toctree(["session"] + [f"commands-{c}" for c in categories] + ["requirements"],
+                     "Reference")
     framing = tree["framing"]
     lines += [target(name, "section", "framing"), "## Framing", "", esc(framing.get("doc", "")),
               f"({req_ref(profile, framing.get('requirement'))})", ""]
@@ -138,7 +138,25 @@ def _job_states(profile: Any) -> list[str]:
         ["state", "about"], [[code(k), esc(v)] for k, v in profile.model.job_states.items()])
 
 
-def command_entry(profile: Any, cmd: Any) -> list[str]:
+def error_replies(profile: Any, links: ErrorLinks, cmd: Any) -> list[str]:
+    """The error replies ``cmd`` can get (:mod:`.errors` derives them from the spec)."""
+    errors = profile.model.errors
+    specific, general = links.of(cmd.name)
+    lines = ["**Error replies**", ""]
+    if specific:
+        lines += table(["error", "message", "requirement", "about"],
+                       [[code(n), code(errors[n].message), req_ref(profile, errors[n].requirement),
+                         esc(errors[n].doc)] for n in specific])
+    else:
+        lines += ["None of its own: no error of the spec names this command.", ""]
+    if general:
+        lines += [f"Like any request, it can also be refused before the command runs with "
+                  f"{', '.join(code(n) for n in general)} (see "
+                  f"{ref(profile.name, 'section', 'errors', 'error strings')}).", ""]
+    return lines
+
+
+def command_entry(profile: Any, cmd: Any, links: ErrorLinks | None = None) -> list[str]:
     lines = [target(profile.name, "cmd", cmd.name), f"## {cmd.name}", "", esc(cmd.doc), ""]
     if cmd.doc_ref:
         lines += [f"Source: {code(cmd.doc_ref)}.", ""]
@@ -147,6 +165,7 @@ def command_entry(profile: Any, cmd: Any) -> list[str]:
     lines += ["**Requirements**", ""] + requirement_table(profile, reqs)
     lines += ["**Request fields**", ""] + field_table(profile, cmd.request)
     lines += ["**Reply fields**", ""] + field_table(profile, cmd.response)
+    lines += error_replies(profile, links or bunqueue_links(profile), cmd)
     for direction in ("request", "reply"):
         vec = examples.bunqueue_example(profile, cmd.name, direction)
         lines += [f"**{direction.capitalize()} example** (vector `bq.cmd.{cmd.name}.{direction}`)", ""]
@@ -163,12 +182,17 @@ def render_profile(profile: Any, out: Path, written: list[Path]) -> Path:
     by_cat: dict[str, list] = {}
     for cmd in profile.model.commands.values():
         by_cat.setdefault(cmd.category or "other", []).append(cmd)
+    links = bunqueue_links(profile)
     for cat, cmds in by_cat.items():
         lines = [f"# {profile.name}: {cat} commands", "",
                  f"The {cat} commands of {profile.name}; the framing and envelope they share "
-                 f"are on the {{doc}}`overview <index>`.", ""]
+                 f"are on the {{doc}}`overview <index>`. A command's error replies are the "
+                 "errors of the spec whose description names it (or, where that list is left "
+                 "open, whose requirement does), and those a conformance case expects of it.",
+                 ""]
         for cmd in cmds:
-            lines += command_entry(profile, cmd)
+            lines += command_entry(profile, cmd, links)
         write(base / f"commands-{cat}.md", lines, written)
+    write(base / "session.md", session_page(profile), written)
     write(base / "requirements.md", requirements_page(profile), written)
     return write(base / "index.md", _overview(profile, list(by_cat)), written)

@@ -1,8 +1,9 @@
 """The quicx reference of one profile: an overview page (the 6-byte header with its packet
 diagram, versions, roles, error codes, decoder errors, semantics flags, limits, state
 machines), the messages page (every message type with its opcode, directions, payload rule,
-layout fields, requirements, packet diagram and the examples of the test vectors, decoded
-and as annotated hex dumps) and the requirements page."""
+layout fields, requirements, packet diagram (:mod:`.diagrams`), the MSG_ERROR replies it can
+get (:mod:`.errors`) and the examples of the test vectors, decoded and as annotated hex
+dumps) and the requirements page."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..spec.quicx import DAEMON
-from . import examples
+from . import diagrams, examples
+from .errors import ErrorLinks, error_message, quicx_links
 from .machines import quicx_machines
 from .requirements import requirements_page
 from .text import (
     code,
     esc,
-    fence,
     limits_table,
     ref,
     req_ref,
@@ -28,27 +29,18 @@ from .text import (
     write,
 )
 
-VARIABLE_BITS = 32  # how wide a packet diagram draws a field whose size depends on the data
 
-
-def packet(title: str, layout: Any, bits_per_row: int = 64) -> list[str]:
-    """A Mermaid ``packet-beta`` diagram of a header or payload layout (bit ranges), with
-    ``bits_per_row`` bits a row (an init directive: MyST would read a YAML front matter as
-    the directive's options)."""
-    lines = [f'%%{{init: {{"packet": {{"bitsPerRow": {bits_per_row}}}}}}}%%', "packet-beta",
-             f"title {title}"]
-    bit = 0
+def packet(title: str, layout: Any) -> list[str]:
+    """The packet diagram of a header or payload layout (:mod:`.diagrams`): integers to
+    scale, a byte string longer than a row (or sized by the data) to the end of its row."""
+    fields: list[tuple[str, int | None]] = []
     for f in layout:
-        if f.width is not None:
-            bits = 8 * f.width
-            label = f"{f.id} ({f.type})"
-        else:
-            bits = VARIABLE_BITS
+        if f.width is not None and (f.is_int or 8 * f.width <= diagrams.BITS_PER_ROW):
+            fields.append((f"{f.id} ({f.type})", 8 * f.width))
+        else:  # sized by the data, or a byte string longer than a row: drawn to the row's end
             size = "rest of frame" if f.size_eos else f"{f.size} bytes"
-            label = f"{f.id} ({f.type}, {size})"
-        lines.append(f'{bit}-{bit + bits - 1}: "{label}"')
-        bit += bits
-    return fence("mermaid", "\n".join(lines))
+            fields.append((f"{f.id} ({f.type}, {size})", None))
+    return diagrams.packet(title, fields)
 
 
 def _size(f: Any) -> str:
@@ -85,7 +77,32 @@ def _directions(msg: Any) -> str:
     return "; ".join(parts)
 
 
-def message_entry(profile: Any, msg: Any) -> list[str]:
+def error_replies(profile: Any, links: ErrorLinks, msg: Any) -> list[str]:
+    """The MSG_ERROR replies ``msg`` can get (:mod:`.errors` derives them from the spec)."""
+    model = profile.model
+    carrier = error_message(model)
+    kinds = model.protocol_errors
+    specific, general = links.of(msg.name)
+    lines = ["**Error replies**", ""]
+    if msg.name in links.unanswered:
+        name = carrier.name if carrier else "an error message"
+        lines += [f"None in its own direction: the {DAEMON} does not receive it, and {name} "
+                  f"goes only from the {DAEMON}. Sent to the {DAEMON} anyway, it is refused"
+                  + (" with:" if specific else " as below."), ""]
+    elif not specific:
+        lines += ["None of its own: no decoder error of the spec names this message.", ""]
+    if specific:
+        lines += table(["decoder error", "error code", "requirement", "about"],
+                       [[code(n), code(kinds[n].error_code), req_ref(profile, kinds[n].requirement),
+                         esc(kinds[n].doc)] for n in specific])
+    if general:
+        lines += [f"Like any frame sent to the {DAEMON}, it can also be refused for its header "
+                  f"or layout: {', '.join(code(n) for n in general)} (see "
+                  f"{ref(profile.name, 'section', 'errors', 'error codes')}).", ""]
+    return lines
+
+
+def message_entry(profile: Any, msg: Any, links: ErrorLinks | None = None) -> list[str]:
     name = profile.name
     lines = [target(name, "msg", msg.name), f"## 0x{msg.code:02X} {msg.name}", "", esc(msg.doc), ""]
     facts = [["opcode", f"`0x{msg.code:02X}`"], ["directions", _directions(msg)],
@@ -106,6 +123,7 @@ def message_entry(profile: Any, msg: Any) -> list[str]:
         lines += packet(f"{msg.name} payload", msg.layout)
     else:
         lines += ["**Payload layout**: none (the header's `len_payload` is 0).", ""]
+    lines += error_replies(profile, links or quicx_links(profile), msg)
     found = examples.quicx_examples(profile, msg.name)
     if not found:
         why = ("it is reserved: never sent" if msg.reserved else
@@ -136,8 +154,7 @@ def _overview(profile: Any) -> list[str]:
     hdr = tree["header"]
     lines += [target(name, "section", "framing"), "## Framing: the frame header", "",
               esc(hdr.get("doc", "")), f"({req_ref(profile, hdr.get('requirement'))})", ""]
-    lines += packet("quicx frame header", model.header,
-                    bits_per_row=8 * model.header_size)
+    lines += packet("quicx frame header", model.header)
     lines += layout_table(profile, model.header)
     versions = tree.get("versions") or {}
     lines += [esc(versions.get("doc", "")), f"({req_ref(profile, versions.get('requirement'))})", ""]
@@ -175,8 +192,9 @@ def render_profile(profile: Any, out: Path, written: list[Path]) -> Path:
     lines = [f"# {profile.name}: messages", "",
              "Every message type of the profile in opcode order. Each frame is the 6-byte "
              "header of the {doc}`overview <index>` followed by the payload below.", ""]
+    links = quicx_links(profile)
     for msg in sorted(profile.model.messages.values(), key=lambda m: m.code):
-        lines += message_entry(profile, msg)
+        lines += message_entry(profile, msg, links)
     write(base / "messages.md", lines, written)
     write(base / "requirements.md", requirements_page(profile), written)
     return write(base / "index.md", _overview(profile), written)
