@@ -268,7 +268,7 @@ def _known_requirements(path: str, protocol: str, profile: str) -> set[str]:
         entries = read_known_failing(path)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--known-failing") from None
-    requirements = load(profile).model.requirements
+    requirements = load(profile).requirements
     cases = load_cases(protocol, profile)
     out: set[str] = set()
     for entry in entries:

@@ -167,8 +167,19 @@ def confirm_saved_sync(saved: Iterable[tuple[Case, Saved]], host: str, port: int
     """Replay every saved transcript once more (at the end of a run, after its residue was
     removed) and return the failures as they now stand: a transcript whose case passes is
     rewritten with the unshrunk case when that still fails, else moved into
-    ``unconfirmed/`` beside it and reported as not reproducible."""
+    ``unconfirmed/`` beside it and reported as not reproducible. A server that no longer
+    answers confirms nothing: the transcripts are left as they are, each with a note."""
+    saved = list(saved)
     out: list[tuple[Case, Saved]] = []
+    if saved:
+        first = saved[0][0]
+        probe = Runner(first.protocol, first.profile, host, port, bound=bound, reuse=False,
+                       auth_token=auth_token)
+        if probe.alive():
+            note = "not confirmed after the run: the server stopped answering"
+            return [(case, Saved(entry.case, entry.path,
+                                 f"{entry.note}; {note}" if entry.note else note,
+                                 entry.reproduced)) for case, entry in saved]
     for original, entry in saved:
         if entry.path is None or not os.path.exists(entry.path):
             out.append((original, entry))

@@ -106,6 +106,7 @@ def write_html(summary: dict[str, Any], path: str | Path) -> None:
              f"{e(summary['protocol'])}</title><style>{_CSS}</style></head><body>",
              f"<h1>queuewire tap: {e(summary['protocol'])} ({e(summary['profile'])}) "
              f"<span class='{verdict}'>{verdict}</span></h1>",
+             f"<p>Profile: {e((summary.get('profile_choice') or {}).get('line') or summary['profile'])}.</p>",
              f"<p>From {_when(summary['started_ns'])} to {_when(summary['last_ns'])}. "
              f"{t['connections']} connection(s); frames {t['frames']['c2s']} client&rarr;server, "
              f"{t['frames']['s2c']} server&rarr;client; {t['requests']} requests, {t['paired']} "

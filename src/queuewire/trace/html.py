@@ -471,7 +471,10 @@ def _header(summary: dict) -> str:
     elapsed = _num(summary.get("elapsed_s"))
     opened = [_int(c.get("opened_ns")) for c in _list(summary.get("connections")) if c.get("opened_ns")]
     closed = [_int(c.get("closed_ns")) for c in _list(summary.get("connections")) if c.get("closed_ns")]
-    meta = [("protocol", f"<code>{_e(protocol)}</code>"), ("profile", f"<code>{_e(profile)}</code>"),
+    choice = summary.get("profile_choice") or {}
+    picked = f"<code>{_e(profile)}</code>" + (
+        f'<br><span class="dim">{_e(choice["line"])}</span>' if choice.get("line") else "")
+    meta = [("protocol", f"<code>{_e(protocol)}</code>"), ("profile", picked),
             ("engine", _e(engine)),
             ("inputs", f"{_n(summary.get('files'))} file(s) from {len(inputs)} input(s)"
                        + (f"<ul>{shown}</ul>" if shown else "")),
