@@ -59,6 +59,21 @@ def test_reference_server_passes_every_must_case(embedded_run: TargetRun) -> Non
     assert len(embedded_run.results) >= MIN_CASES
 
 
+def _residue_problems(run: TargetRun) -> list[str]:
+    """What the run left on the server (the cases' own cleanup must remove it all: nothing
+    appears between the inventories) or broke, as report lines; [] for a clean run."""
+    assert run.residue is not None, "a bunqueue run takes an inventory of the server"
+    res = run.residue
+    assert "queues" in res.kinds and "webhooks" in res.kinds and "Prometheus" in res.probes
+    if res.clean and not res.residue.appeared:
+        return []
+    return res.lines()
+
+
+def test_the_suite_leaves_the_reference_server_as_it_found_it(embedded_run: TargetRun) -> None:
+    assert not _residue_problems(embedded_run), "\n".join(_residue_problems(embedded_run))
+
+
 def test_requirement_coverage(embedded_run: TargetRun) -> None:
     cov = embedded_run.coverage
     assert cov.ratio >= MIN_COVERAGE, f"not exercised: {cov.not_exercised}"
@@ -231,6 +246,7 @@ def test_parallel_run_gives_the_serial_verdicts(embedded_run: TargetRun) -> None
               f"{(p.error or '; '.join(c.message for c in p.failed_checks))[:200]}"
               for s, p in zip(embedded_run.results, parallel.results) if s.verdict != p.verdict]
     assert not differ, "\n".join(differ)
+    assert not _residue_problems(parallel), "\n".join(_residue_problems(parallel))
 
 
 class _LookupNamesServer(BunqueueServer):

@@ -376,8 +376,9 @@ async def test_select_skip_known_failing_progress_and_coverage():
                        known_failing=["t.a.one"],
                        progress=lambda kind, value: seen.append((kind, value)))
     assert [r.case.id for r in run.results] == ["t.a.one", "t.b.three"]
-    assert [k for k, _ in seen] == ["start", "case", "case", "done"]
-    assert seen[0][1] == 2 and seen[-1][1] is run
+    # the server's residue is reported once, after the last case and before "done"
+    assert [k for k, _ in seen] == ["start", "case", "case", "residue", "done"]
+    assert seen[0][1] == 2 and seen[-1][1] is run and seen[-2][1] is run.residue
     first = run.results[0]
     assert first.known_failing and first.verdict is Verdict.PASS
     assert run.failing() == [first]  # a known failure that passes makes the list stale

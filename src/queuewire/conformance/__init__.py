@@ -13,7 +13,9 @@ Python cases (:mod:`.bunqueue_logic`, :mod:`.quicx_logic`) get a
 :class:`.context.CaseContext`; subset and error-string matching, which the interpreters and
 the HTTP checks share, is :mod:`.matching`, below them all. :mod:`.replay` sends a saved
 case's bytes again, :mod:`.rejudge` re-runs a saved case and compares its checks with the
-saved ones, :mod:`.detect` probes a server for the profile it speaks, :mod:`.pytest_plugin`
+saved ones, :mod:`.residue` leaves a server as the run found it (inventories before and after,
+removal of what appeared, health probes after each case), :mod:`.detect` probes a server for
+the profile it speaks, :mod:`.pytest_plugin`
 runs cases as pytest items, and the reports (:mod:`.report`) read only the result classes.
 Imports here are lazy so that ``queuewire.conformance`` stays cheap for tools that only need
 the model.

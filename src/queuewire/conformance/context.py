@@ -263,6 +263,8 @@ class CaseContext:
         self.cleaning = False  # running the case's cleanup: checks become transcript notes
         self._reqs = 0
         self._queues = 3
+        # variables of an optional save (path ending in ?) whose reply lacked the path
+        self.unsaved: dict[str, str] = {}
         slug = re.sub(r"[^a-zA-Z0-9_.:-]", "-", case.id)[:60]
         tag = uuid.uuid4().hex[:8]
         self.vars: dict[str, Any] = {
@@ -286,6 +288,9 @@ class CaseContext:
         try:
             return self.vars[name]
         except KeyError:
+            if name in self.unsaved:
+                raise StepError(f"variable ${{{name}}} is not set: the reply had no "
+                                f"{self.unsaved[name]} (an optional save:)") from None
             raise StepError(f"variable ${{{name}}} is not set (a save: that failed, or a typo)") \
                 from None
 
@@ -296,6 +301,7 @@ class CaseContext:
 
     def set_var(self, name: str, value: Any) -> None:
         self.vars[name] = value
+        self.unsaved.pop(name, None)
 
     def subst(self, node: Any, extra: Mapping[str, Any] | None = None) -> Any:
         """``node`` with every ``${name}`` replaced (a whole-string reference keeps its type)."""

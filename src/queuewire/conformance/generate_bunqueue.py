@@ -9,9 +9,10 @@ say is *which state* a command needs its job in (ACK needs an active job, Promot
 one): that is the small :data:`JOB_STATE` table below (with ``NAMED`` and ``LISTS``), whose
 recipes are written in the case language (``cases/README.md``) with the spec's field names
 looked up where the recipe sends an option. Each generated case isolates itself in ``${queue}``
-and its ``cleanup`` (run
-whatever the steps did, never judged) removes the worker, webhook or schedule it made and
-obliterates the queue, so it can run against a shared server.
+(every field typed ``QueueName`` or ``QueueRef`` names it) and its ``cleanup`` (run
+whatever the steps did, never judged) removes the worker, webhook or schedule it made (also
+one an invalid probe made on a server that accepted it) and obliterates every queue it named,
+so it can run against a shared server.
 
 * :func:`command_shapes`: every command but Auth (its cases need a token, see
   ``bunqueue_logic``) is sent once with a minimal valid request after the setup its job needs;
@@ -37,6 +38,9 @@ from .model import Case
 
 PROTOCOL = "bunqueue"
 JOB_DEF, QUEUE_DEF, TOKEN_DEF = "JobId", "QueueName", "LockToken"
+# every definition a queue name is sent as: QueueName (commands that add jobs) and QueueRef
+# (commands that only look a queue up); a case points both at its own ${queue}
+QUEUE_DEFS = (QUEUE_DEF, "QueueRef")
 DEF_PREFIX = "#/$defs/"
 
 # -- setup recipes (behaviour, not spec facts) ---------------------------------------------------
@@ -162,10 +166,16 @@ def _named_setup(profile: Profile, kind: str) -> tuple[list[dict], list[dict]]:
     raise KeyError(kind)
 
 
-def _set_queues(cmd: Any, request: dict) -> None:
-    """Point every QueueName field (and list of them) of ``request`` at ``${queue}``."""
+def _queue_fields(cmd: Any) -> set[tuple]:
+    """The request paths of ``cmd`` that carry a queue name (QUEUE_DEFS)."""
     schema = dict(cmd.request)
-    for path in def_uses(schema, QUEUE_DEF):
+    return {path for d in QUEUE_DEFS for path in def_uses(schema, d)}
+
+
+def _set_queues(cmd: Any, request: dict) -> None:
+    """Point every queue name field (and list of them) of ``request`` at ``${queue}``, so that
+    a case never touches a queue it did not make (a server's own ``emails``)."""
+    for path in sorted(_queue_fields(cmd)):
         if len(path) == 1 and path[0] in request:
             request[path[0]] = "${queue}"
         elif len(path) == 2 and path[1] == "*" and path[0] in request:
@@ -341,6 +351,11 @@ def limit_cases(profile: Profile | str) -> list[Case]:
                 undo = UNDO.get(cname)
                 if undo is not None and valid:
                     step["save"] = {f"u{n}": undo[1]}
+                elif undo is not None:
+                    # a server that accepts the invalid value made the thing all the same: its
+                    # id is kept when the reply has one (a "?" path) and the cleanup removes it
+                    step["save"] = {f"u{n}": undo[1] + "?"}
+                    cleanup.append({"send": {"cmd": undo[0], undo[2]: f"${{u{n}}}"}})
                 steps.append(step)
                 if undo is not None and valid:
                     steps.append(_forget({"cmd": undo[0], undo[2]: f"${{u{n}}}"}))
@@ -398,7 +413,7 @@ def _pull(profile: Profile) -> dict:
 
 
 def _is_queue_field(cmd: Any, field: tuple) -> bool:
-    return field in set(def_uses(dict(cmd.request), QUEUE_DEF))
+    return field in _queue_fields(cmd)
 
 
 def _base_request(profile: Profile, cmd: Any, named: tuple | None) -> dict:

@@ -44,11 +44,14 @@ import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 # the judge's vocabulary: a case's verdict and a requirement's level are named once, there
 from ..judge import Verdict, verdict_for
 from ..spec.model import Level
+
+if TYPE_CHECKING:  # RunResidue's parts; the model stays cheap to import
+    from ..traffic.inventory import Break, Residue
 
 #: The level of a :class:`Check`: its requirement's, or ``INFO`` for a note that never fails
 #: (a reply field the documents do not define).
@@ -398,6 +401,79 @@ class Coverage:
 
 
 @dataclass
+class RunResidue:
+    """What the run did to the server beside its verdicts (the profile's ``resources``
+    section; ``conformance/residue.py``). Observations, never verdicts.
+
+    ``residue``: what the cases left (``appeared``), what the run then removed (``removed``,
+    when ``removing``) and what is still there with the reason (``left``), and what could not
+    be listed (``unlisted``). ``breaks``: probes (``probes``, command names) that answered ok
+    before the run and failed after a case, with the cases running in between; those in
+    ``still_broken`` failed in the last round too (after the removals). ``failing_before``:
+    probes that already failed before the first case (not watched)."""
+
+    residue: Residue
+    removing: bool = True
+    kinds: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    breaks: list[Break] = field(default_factory=list)
+    failing_before: dict[str, str] = field(default_factory=dict)
+    still_broken: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """The server holds nothing the run made, all could be listed, and no probe broke."""
+        return self.residue.clean and not self.breaks
+
+    def summary(self) -> str:
+        """One console line."""
+        res = self.residue
+        kinds = ", ".join(self.kinds)
+        if self.clean and not res.appeared:
+            return f"server left as found ({kinds} listed before and after the run)"
+        parts = []
+        if res.appeared:
+            parts.append(f"the cases left {len(res.appeared)} thing(s) on the server")
+        if res.removed:
+            parts.append(f"{len(res.removed)} removed by the run")
+        if res.left:
+            parts.append(f"{len(res.left)} still there (see below)")
+        if res.unlisted:
+            parts.append(f"{len(res.unlisted)} list(s) could not be read")
+        if self.breaks:
+            parts.append(f"{len(self.breaks)} probe(s) broke during the run")
+        return "server residue: " + "; ".join(parts)
+
+    def lines(self) -> list[str]:
+        """The summary, then one line per thing removed, left, unlisted or broken."""
+        res = self.residue
+        out = [self.summary()]
+        out += [f"  removed: {item.text()}" for item in res.removed]
+        out += [f"  left: {left.text()}" for left in res.left]
+        out += [f"  not listed: {what}: {why}" for what, why in res.unlisted.items()]
+        out += [f"  {brk.text()}" for brk in self.breaks]
+        out += [f"  still failing after the run: {name}" for name in self.still_broken]
+        out += [f"  failing before the run (not watched): {name}: {err}"
+                for name, err in self.failing_before.items()]
+        return out
+
+    def jsonable(self) -> dict[str, Any]:
+        """Plain JSON data for the JSON report."""
+        res = self.residue
+        return {
+            "clean": self.clean, "removing": self.removing, "kinds": list(self.kinds),
+            "probes": list(self.probes), "summary": self.summary(),
+            "appeared": [i.jsonable() for i in res.appeared],
+            "removed": [i.jsonable() for i in res.removed],
+            "left": [dict(left.item.jsonable(), reason=left.reason) for left in res.left],
+            "unlisted": dict(res.unlisted),
+            "breaks": [b.jsonable() for b in self.breaks],
+            "still_broken": list(self.still_broken),
+            "failing_before": dict(self.failing_before),
+        }
+
+
+@dataclass
 class TargetRun:
     """Every case result of one target (one protocol and profile)."""
 
@@ -413,6 +489,9 @@ class TargetRun:
     #: the command that reruns this run (no case selected; reproduce.py), and its selector
     rerun: tuple[str, ...] = ()
     select_flag: str = "--select"
+    #: what the run left on the server and whether a case broke it (None: the profile lists
+    #: no resources, e.g. quicx, or the target was unreachable)
+    residue: RunResidue | None = None
 
     def counts(self) -> dict[str, int]:
         out = {v.value: 0 for v in VERDICT_ORDER}

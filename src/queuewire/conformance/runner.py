@@ -16,8 +16,14 @@ keeps the reply as ``server_info``. ``http_target`` (or the embedded bunqueue se
 API) is where ``http:`` steps go; without one they make their case INFO. Coverage counts the
 profile's requirement ids whose subject is not a client role (those are out of scope for a
 server) and, among them, those cited by a case that ran and was judged (PASS, FAIL, NON-STRICT,
-UNIMPLEMENTED) as *exercised*, and those cited only by INFO cases as *observed*. ``progress``
-receives ``("start", n)``, ``("case", CaseResult)`` per case and ``("done", TargetRun)``.
+UNIMPLEMENTED) as *exercised*, and those cited only by INFO cases as *observed*. Where the
+profile has a ``resources`` section (bunqueue), a :class:`~.residue.Housekeeper` takes an
+inventory of the server before the first case and after the last, probes its health after
+each case (outside the gate, a round shared by the cases that finish meanwhile), removes what
+appeared and lists again: ``TargetRun.residue``, an observation beside the verdicts. ``progress``
+receives ``("start", n)``, ``("case", CaseResult)`` per case, ``("break", Break)`` when a probe
+that answered ok starts failing, ``("residue", RunResidue)`` after the last case, and
+``("done", TargetRun)``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from ..spec import Profile, default_profile, load_profile
-from . import reproduce, steps_bunqueue, steps_quicx
+from . import reproduce, residue, steps_bunqueue, steps_quicx
 from .context import CaseAbort, CaseContext, StepError
 from .httpapi import parse_http_target
 from .loader import CaseError, load_dir, resolve_function
@@ -298,7 +304,8 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
                      known_failing: Iterable[str] = (), timeout: float = 5.0,
                      progress: Progress | None = None,
                      cases: Sequence[Case] | None = None, jobs: int = 1,
-                     http_target: str | None = None) -> TargetRun:
+                     http_target: str | None = None, remove_residue: bool = True,
+                     probe_health: bool = True) -> TargetRun:
     """Run the suite (or ``cases``) against ``target`` ("HOST:PORT" or "embedded").
 
     ``http_target`` ("HOST:PORT"): the server's HTTP API, for the ``http:`` cases; the
@@ -307,7 +314,12 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     ``jobs`` > 1 runs that many cases at once (each still has its own connections and
     transcript; results keep the suite's order, progress reports them as they finish). A case
     marked ``exclusive`` (it reads or changes server-wide state) runs with no other case at
-    once, so the verdicts are those of a serial run."""
+    once, so the verdicts are those of a serial run.
+
+    Where the profile has a ``resources`` section (:mod:`.residue`), the run takes an
+    inventory of the server before the first case and after the last, removes what appeared
+    (``remove_residue``; else it only reports it), lists again, and with ``probe_health``
+    probes the server after each case; ``TargetRun.residue`` holds what it found."""
     prof = profile if isinstance(profile, Profile) else load_profile(
         profile or default_profile(protocol))
     if prof.protocol != protocol:
@@ -324,6 +336,8 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     notify("start", len(chosen))
     label = EMBEDDED if where == EMBEDDED else f"{where[0]}:{where[1]}"
 
+    keeper: residue.Housekeeper | None = None
+
     async def run_one(case: Case, host: str, port: int, unreachable: str | None) -> CaseResult:
         repro = reproduction(case, protocol, label, prof.name, auth_token=auth_token,
                              strict=strict, timeout=timeout, http_target=http_target)
@@ -331,38 +345,66 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
             res = CaseResult(case, Verdict.ERROR, [], Transcript(), 0.0, unreachable, repro,
                              case.id in known)
         else:
-            res = await run_case(case, prof, host, port, timeout=timeout, auth_token=auth_token,
-                                 reproduction_line=repro, known_failing=case.id in known,
-                                 http_target=http_addr)
+            if keeper is not None:
+                keeper.started(case.id)
+            try:
+                res = await run_case(case, prof, host, port, timeout=timeout,
+                                     auth_token=auth_token, reproduction_line=repro,
+                                     known_failing=case.id in known, http_target=http_addr)
+            finally:
+                if keeper is not None:
+                    keeper.finished(case.id)
         notify("case", res)
         return res
 
-    async def run_all(host: str, port: int) -> tuple[list[CaseResult], Any]:
-        unreachable = await preflight(host, port, timeout)
-        info = None if unreachable else await _server_info(prof, host, port, timeout, auth_token)
-        if jobs <= 1 or unreachable:
-            return [await run_one(c, host, port, unreachable) for c in chosen], info
-        gate = _Gate(jobs)
+    async def probed(case: Case, host: str, port: int) -> CaseResult:
+        """The case, then (outside the gate) a health probe round begun after it."""
+        res = await run_one(case, host, port, None)
+        if keeper is not None:
+            await keeper.checkpoint()
+        return res
 
-        async def gated(c: Case) -> CaseResult:
-            async with gate.hold(c.exclusive):
-                return await run_one(c, host, port, None)
-        return list(await asyncio.gather(*(gated(c) for c in chosen))), info
+    async def run_all(host: str, port: int) -> tuple[list[CaseResult], Any, Any]:
+        nonlocal keeper
+        unreachable = await preflight(host, port, timeout)
+        if unreachable:
+            return [await run_one(c, host, port, unreachable) for c in chosen], None, None
+        info = await _server_info(prof, host, port, timeout, auth_token)
+        keeper = await residue.housekeeper(prof, host, port, timeout=timeout,
+                                           auth_token=auth_token, remove=remove_residue,
+                                           watch=probe_health, notify=notify)
+        if jobs <= 1:
+            results = [await probed(c, host, port) for c in chosen]
+        else:
+            gate = _Gate(jobs)
+
+            async def gated(c: Case) -> CaseResult:
+                async with gate.hold(c.exclusive):
+                    res = await run_one(c, host, port, None)
+                if keeper is not None:
+                    await keeper.checkpoint()
+                return res
+            results = list(await asyncio.gather(*(gated(c) for c in chosen)))
+        left = await keeper.end() if keeper is not None else None
+        if left is not None and auth_token:
+            left = residue.redact_residue(left, auth_token)
+        return results, info, left
 
     if where == EMBEDDED:
         tokens = (auth_token,) if auth_token else ()
         async with embedded_target(protocol, prof, auth_tokens=tokens) as emb:
             if http_addr is None:
                 http_addr = emb.http
-            results, info = await run_all(emb.host, emb.port)
+            results, info, left = await run_all(emb.host, emb.port)
     else:
-        results, info = await run_all(*where)
+        results, info, left = await run_all(*where)
     run = TargetRun(target=label, protocol=protocol, profile=prof.name, results=results,
                     coverage=coverage_of(prof, results), started_at=started_at,
                     duration=time.monotonic() - t0, strict=strict, server_info=info,
                     rerun=server_argv(protocol, label, prof.name, auth=bool(auth_token),
                                       strict=strict, timeout=timeout, http_target=http_target,
-                                      embedded=label == EMBEDDED))
+                                      embedded=label == EMBEDDED),
+                    residue=left)
     notify("done", run)
     return run
 

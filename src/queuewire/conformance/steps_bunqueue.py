@@ -9,7 +9,8 @@ check citing the matched outcome's requirement and level, or, when none matched,
 check at the strongest level among them. Every reply to a documented command is also validated
 against the spec's schemas (``schema``, ``missing-field`` and ``extra-field`` checks). A reply
 that is the spec's ``unknown_command`` error to the case's ``command`` makes the case
-UNIMPLEMENTED. A failed MUST check (or a ``save`` that finds no value) stops the case; a
+UNIMPLEMENTED. A failed MUST check (or a ``save`` that finds no value, unless its path ends
+in ``?``: then the variable stays unset) stops the case; a
 failed SHOULD lets it go on. ``http:`` steps go to the run's HTTP target through
 :mod:`.httpapi` and are judged the same way (an :class:`Observation` holding the HTTP reply).
 The runner also drives :func:`run_step` for a case's ``cleanup`` steps, with the context in
@@ -541,10 +542,15 @@ def save_vars(ctx: CaseContext, step: dict, obs: Observation) -> None:
         value = obs.http.json if obs.http.is_json else None
     else:
         value = obs.reply.value if obs.reply is not None else None
-    for name, path in save.items():
+    for name, written in save.items():
+        optional = written.endswith("?")  # a thing the request may have made: kept if there
+        path = written[:-1] if optional else written
         try:
             ctx.set_var(name, get_path(value, path))
         except KeyError:
+            if optional:
+                ctx.unsaved[name] = path
+                continue
             ctx.check(False, f"step {ctx.step}: the reply has no {path} to save as {name}",
                       kind="save", expected=path, actual=obs.actual())
             raise CaseAbort() from None

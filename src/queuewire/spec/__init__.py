@@ -8,9 +8,10 @@ builds frozen dataclasses: the requirements, limits and sources common to both p
 ``Profile.model``. The rooms: ``_load`` knows the files (YAML, merge patches, ``$limit``),
 ``model`` the shared shapes and how to build them, ``bunqueue`` and ``quicx`` one protocol's
 model each (loaded lazily by :func:`load_profile`, and never importing this ``__init__``
-back), ``instances`` minimal valid instances of a schema, and ``lint`` the rules every
-profile must satisfy (a consumer of this package's API). Profiles are cached; they are
-values. Nothing in Python restates what ``spec/`` says.
+back), ``resources`` the inventory section (what a server keeps and how a tool lists and
+removes it, built into the bunqueue model), ``instances`` minimal valid instances of a schema,
+and ``lint`` the rules every profile must satisfy (a consumer of this package's API).
+Profiles are cached; they are values. Nothing in Python restates what ``spec/`` says.
 """
 
 from __future__ import annotations

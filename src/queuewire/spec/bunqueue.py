@@ -24,6 +24,8 @@ from .model import (
     frozen_map,
     state_machine,
 )
+from .resources import Resources
+from .resources import build as build_resources
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFS_PREFIX = "#/$defs/"
@@ -76,6 +78,8 @@ class BunqueueSpec:
     webhook_events: tuple[str, ...] = ()  # event types AddWebhook may subscribe to
     # The server's own bounds (protocol.yaml safeguards, BQ-SAFE-1): value by name.
     safeguards: Mapping[str, int] = field(default_factory=dict)
+    # What the server keeps and how a tool lists and removes it (resources.yaml), or None.
+    resources: Resources | None = None
 
     def command(self, name: str) -> Command:
         try:
@@ -193,4 +197,5 @@ def build(profile: Profile) -> BunqueueSpec:
         webhook_events=tuple((tree.get("webhook_events") or {}).get("events") or ()),
         safeguards=frozen_map({k: v["value"] for k, v in (tree.get("safeguards") or {}).items()
                                if isinstance(v, dict) and "value" in v}),
+        resources=build_resources(tree.get("resources")),
     )

@@ -6,7 +6,8 @@ a requirement without level, text or a resolvable source, or citing a seed docum
 verbatim ``quote`` (an uncited requirement); a quote not found in its document (checked when
 the documents are reachable); a requirement id cited but not defined; a JSON Schema invalid
 under draft 2020-12; a value that is not plain JSON data; two messages sharing an opcode or two
-error codes sharing a value; and ``trace.yaml``, the recording format (every field and code
+error codes sharing a value; a ``resources`` section naming a command, request field or reply path
+the profile does not have; and ``trace.yaml``, the recording format (every field and code
 documented, codes unique, layouts loadable). The interpreted ``jsonschema`` package is used here, where
 thoroughness matters more than speed.
 """
@@ -30,7 +31,7 @@ DOC_KEYS = ("doc", "description")
 # Maps whose every entry is a named spec element that needs a doc line.
 DOCUMENTED_MAPS = {"limits", "errors", "protocol_errors", "definitions", "messages",
                    "error_codes", "semantics", "commands", "job_states", "extensions", "rules",
-                   "events", "safeguards"}
+                   "events", "safeguards", "lists", "probes"}
 # Lists whose every item is a field that needs a doc line.
 DOCUMENTED_LISTS = {"layout", "fields"}
 SEED_SOURCES = {"000", "001", "002", "003", "004", "N1"}
@@ -214,6 +215,18 @@ def _check_codes(profile: Any) -> Iterable[LintIssue]:
                 seen[code] = item_name
 
 
+def _check_resources(profile: Any) -> Iterable[LintIssue]:
+    """The ``resources`` section names commands, request fields and reply paths the profile
+    has (spec/README.md, "resources"), so that an inventory built from it can run."""
+    from .resources import problems
+
+    resources = getattr(profile.model, "resources", None)
+    if resources is None:
+        return
+    for path, message in problems(resources, profile.model.commands):
+        yield LintIssue(profile.name, path, message)
+
+
 TRACE_FILE = "trace.yaml"
 #: The code tables of trace.yaml: each entry needs a doc line and a code unique in its table.
 TRACE_TABLES = ("record_types", "directions", "gap_reasons")
@@ -298,6 +311,7 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         issues.extend(_check_requirements(profile))
         issues.extend(_check_schemas(profile))
         issues.extend(_check_codes(profile))
+        issues.extend(_check_resources(profile))
     if names is None:
         issues.extend(_check_trace())
     return issues
