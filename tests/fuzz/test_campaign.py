@@ -100,10 +100,36 @@ async def test_workers_clean_up_the_queues_their_cases_named(monkeypatch):
         monkeypatch.setattr(campaign_module, "CLEANUP_EVERY", every)
         async with target("embedded", "bunqueue", "bunqueue/v2") as (host, port):
             stats = await campaign("bunqueue", "bunqueue/v2", host, port, seed=5,
-                                   max_examples=100)
+                                   max_examples=100, housekeeping=False)
             res = await run_fresh("bunqueue", "bunqueue/v2", host, port, listing)
         assert stats.cases == 100 and stats.failures == 0
         left[every] = (len(res.replies[0]["queues"]), stats.setup)
     (cleaned, setup), (kept, none) = left[25], left[10**9]
     assert setup > 0 and none == 0
     assert cleaned < kept / 2, left
+
+
+@pytest.mark.asyncio
+async def test_a_run_leaves_the_server_as_it_found_it():
+    """Housekeeping: what the cases made (queues, webhooks, crons, workers) is removed at the
+    end; the lists are those from before the run, and the run says so."""
+    from queuewire.fuzz.residue import Housekeeping
+    from queuewire.spec import load_profile
+    from queuewire.traffic.inventory import take
+
+    profile = load_profile("bunqueue/v2")
+    async with target("embedded", "bunqueue", "bunqueue/v2") as (host, port):
+        house = Housekeeping(profile, host, port)
+        mine = await asyncio.to_thread(house.exchange, [
+            {"cmd": "PUSH", "queue": "users-own", "data": {"n": 1}},
+            {"cmd": "Cron", "name": "users-cron", "queue": "users-own", "repeatEvery": 60000,
+             "data": {}}])
+        assert all(r and r.get("ok") for r in mine), mine
+        before = await asyncio.to_thread(take, house.resources, house.exchange)
+        stats = await campaign("bunqueue", "bunqueue/v2", host, port, seed=5,
+                               max_examples=400)
+        after = await asyncio.to_thread(take, house.resources, house.exchange)
+    assert stats.residue is not None and stats.residue.appeared, "the cases made nothing?"
+    assert stats.residue.clean and not stats.breaks, stats.residue
+    assert set(after.items) == set(before.items) and not after.new_since(before)
+    assert any(i.key == "users-own" for i in after.items.values())   # what was there stays

@@ -73,6 +73,14 @@ def conform() -> None:
               type=click.Path(exists=True, dir_okay=False), default=None, help=KNOWN_FAILING_HELP)
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
               metavar="S", help="Seconds to wait for each expected reply or close.")
+@click.option("--keep-residue", is_flag=True,
+              help="Do not remove what the cases left on the server (queues, webhooks, crons, "
+                   "workers): only list and report it. By default the run lists what the "
+                   "server keeps before the first case and after the last, removes what "
+                   "appeared and lists again.")
+@click.option("--no-health-probes", "no_health_probes", is_flag=True,
+              help="Do not probe the server's health (Ping, Stats, Prometheus, the lists) "
+                   "after each case; a case that breaks the server is then not named.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               metavar="N",
               help="Run up to N cases at once against each target (each case keeps its own "
@@ -94,7 +102,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
                    skip: tuple[str, ...], known_failing: str | None, timeout: float,
                    report_dir: str | None, junit: str | None, json_out: str | None,
                    html: str | None, http_targets: tuple[str, ...] = (),
-                   jobs: int = 1) -> None:
+                   jobs: int = 1, keep_residue: bool = False,
+                   no_health_probes: bool = False) -> None:
     """Run the conformance suite against each --target and report.
 
     Prints a live progress bar, then per target the count of each verdict, the requirement
@@ -150,7 +159,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
                                           strict=strict, select=select, skip=skip,
                                           known_failing=tuple(known), timeout=timeout,
                                           progress=progress, http_target=http_of.get(target),
-                                          jobs=jobs)
+                                          jobs=jobs, remove_residue=not keep_residue,
+                                          probe_health=not no_health_probes)
                 except ValueError as exc:  # a case file or option the runner refused
                     raise click.ClickException(str(exc)) from None
                 runs.append(run)

@@ -99,13 +99,13 @@ def _progress_table(stats: Any, protocol: str) -> Any:
                                 "seen before; each shrunk and saved once, its repeats "
                                 "counted); a larger N surveys a server that deviates in many "
                                 "places.")
-@click.option("--known-failing", "known_failing", metavar="FILE",
+@click.option("--known-failing", "known_failing", metavar="FILE", multiple=True,
               type=click.Path(exists=True, dir_okay=False),
               help="The target's known deviations, in the file format of `conform server "
                    "--known-failing`: a line may name a requirement id (BQ-LIMIT-3) or a "
                    "conformance case id or glob (its requirement ids are taken). FAILs on "
                    "those requirements are counted and shown as KNOWN, never shrunk, and do "
-                   "not stop the run.")
+                   "not stop the run. May be given more than once.")
 @auth_token_option("Token every connection authenticates with first (bunqueue Auth); the "
                    "Auth and its reply are not judged. Without one, a server that answers "
                    "'Not authenticated' stops the run with an error instead of being judged.")
@@ -129,7 +129,7 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
          profile: str | None, duration: float | None, max_examples: int | None,
          seed: int | None, start: int, artifacts: str | None, workers: int,
          connect_per_case: bool, bound: float | None, diff_spec: str | None, quiet: bool,
-         max_failures: int, known_failing: str | None, auth_token: str | None,
+         max_failures: int, known_failing: tuple[str, ...], auth_token: str | None,
          client_mode: bool, testee: str | None, testee_cwd: str | None, stateful: bool,
          steps: int) -> None:
     """Fuzz a server: spec-driven cases over TCP, judged by oracles citing requirement ids.
@@ -176,7 +176,8 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     if target_spec != "embedded":
         _address(target_spec, "--target")
     diff = _address(diff_spec, "--diff") if diff_spec else None
-    known = _known_requirements(known_failing, protocol, profile) if known_failing else set()
+    known = set().union(*(_known_requirements(path, protocol, profile)
+                          for path in known_failing))
     err_console.print(f"fuzz {protocol} ({profile}) against {target_spec}, seed {seed}"
                       + (f"; {len(known)} known failing requirement ids" if known else ""),
                       markup=False, highlight=False)
@@ -234,7 +235,29 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     for index, error in stats.errors[:10]:
         console.print(Text.assemble(("GENERATOR ERROR", "red"), f" case {index}: {error}"))
     console.print(f"stop: {stats.stop_reason}", markup=False, highlight=False)
+    _print_residue(stats)
     ctx.exit(1 if stats.failures or stats.errors else 0)
+
+
+def _print_residue(stats: Any) -> None:
+    """What the run left on the server, and the probes its cases broke."""
+    for brk in stats.breaks:
+        console.print(Text.assemble(("BROKEN", "red"), " ", brk.text("window")), soft_wrap=True)
+    residue = stats.residue
+    if residue is None:
+        return
+    if residue.clean:
+        console.print(f"residue: none ({len(residue.appeared)} things the run made were "
+                      f"removed; the server's lists are as before the run)", markup=False,
+                      highlight=False)
+        return
+    console.print(Text.assemble(("RESIDUE", "yellow"),
+                                f" {len(residue.left)} of {len(residue.appeared)} things the "
+                                f"run made could not be removed:"))
+    for left in residue.left[:20]:
+        console.print(f"  {left.text()}", markup=False, highlight=False)
+    for what, why in residue.unlisted.items():
+        console.print(f"  not listed: {what}: {why}", markup=False, highlight=False)
 
 
 def _target_args(target_spec: str, auth_token: str | None) -> str:

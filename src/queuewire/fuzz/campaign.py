@@ -42,8 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..judge import Verdict
+from ..spec import load_profile
+from ..traffic.inventory import Break, Residue
 from .case import Case
 from .oracles import Finding
+from .residue import PROBE_EVERY, Housekeeping
 from .runner import DEFAULT_BOUND, Runner
 from .shrink import Saved, confirm_saved_sync, shrink_and_save_sync, signature
 from .strategies import make_case, warm
@@ -94,6 +97,8 @@ class Stats:
     diffs: list[tuple[int, list, list]] = field(default_factory=list)
     errors: list[tuple[int, str]] = field(default_factory=list)  # cases the generator broke on
     stop_reason: str = ""
+    residue: Residue | None = None   # what the run left on the server (None: not taken)
+    breaks: list[Break] = field(default_factory=list)   # probes the run's cases broke
 
     @property
     def elapsed(self) -> float:
@@ -151,6 +156,7 @@ class _Plan:
     max_failures: int
     auth_token: str | None = None
     known: frozenset[str] = frozenset()   # requirement ids whose FAILs are known deviations
+    probe: bool = False                   # health probes every PROBE_EVERY cases
 
 
 def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
@@ -172,6 +178,9 @@ def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
     next_tick = time.monotonic() + REPORT_EVERY
     next_cleanup = CLEANUP_EVERY
     known = plan.known
+    house = Housekeeping(runner.profile, plan.host, plan.port, bound=plan.bound,
+                         auth_token=plan.auth_token) if plan.probe else None
+    window_first, window_began, window_left = plan.start + w, time.monotonic(), PROBE_EVERY
 
     def tick() -> None:
         nonlocal cases, nonstrict, setup, failing
@@ -205,6 +214,13 @@ def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
                 continue
             res = runner.run(case)
             cases += 1
+            window_left -= 1
+            if house is not None and window_left <= 0:
+                probed = time.monotonic()
+                emit(("health", f"cases {window_first}-{index}", window_began, probed,
+                      house.probe(), probed))
+                window_first, window_began, window_left = index + plan.stride, probed, \
+                    PROBE_EVERY
             commands.update(lab[4:] for lab in case.labels if lab[:4] in ("cmd:", "msg:"))
             reqs |= res.covered
             if res.findings:
@@ -265,29 +281,35 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
                    max_failures: int = 5, prewarm: bool | None = None,
                    auth_token: str | None = None,
                    known: AbstractSet[str] = frozenset(),
-                   before_confirm: Callable[[], Any] | None = None) -> Stats:
+                   housekeeping: bool = True) -> Stats:
     """Cases ``start, start+1, ...`` of ``seed`` until ``max_examples`` or ``duration``
     (counted from after the warm-up), or until ``max_failures`` distinct failures were found.
     ``prewarm`` (default: when forking workers) fills the seed's valid-message corpus before
     the clock starts. ``auth_token``: every connection authenticates with it first.
     ``known``: requirement ids whose FAILs are the target's known deviations (counted and
-    grouped, never shrunk, not failures). ``before_confirm``: called (in a thread) after the
-    cases and before the saved transcripts are replayed once more
-    (:func:`~.shrink.confirm_saved_sync`): the place to remove what the run left on the
-    server.
-    :attr:`Stats.stop_reason` says why the run stopped."""
+    grouped, never shrunk, not failures). ``housekeeping`` (bunqueue): list what the server
+    keeps before the first case, probe its health every :data:`~.residue.PROBE_EVERY` cases
+    of a worker, and after the last case remove what appeared (:mod:`.residue`;
+    :attr:`Stats.residue`, :attr:`Stats.breaks`), before the saved transcripts are replayed
+    once more (:func:`~.shrink.confirm_saved_sync`). :attr:`Stats.stop_reason` says why the
+    run stopped."""
     workers = max(1, workers)
     stats = Stats(workers=workers)
     if prewarm if prewarm is not None else workers > 1:
         t0 = time.monotonic()
         await asyncio.to_thread(warm, protocol, profile, seed)
         stats.warmup = time.monotonic() - t0
+    house = Housekeeping(load_profile(profile), host, port, bound=bound,
+                         auth_token=auth_token) if housekeeping else None
+    if house is not None:
+        await asyncio.to_thread(house.begin)
     cpu0 = _cpu()
     stats.started = time.monotonic()
     plan = _Plan(protocol, profile, host, port, seed, start,
                  start + max_examples if max_examples is not None else None,
                  stats.started + duration if duration else None, workers, artifacts, reuse,
-                 bound, diff, max_failures, auth_token, frozenset(known))
+                 bound, diff, max_failures, auth_token, frozenset(known),
+                 probe=house is not None and house.active)
 
     def absorb(msg: tuple) -> None:
         kind = msg[0]
@@ -308,6 +330,8 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
             for f in findings:   # the group's example is the case that was saved
                 group = stats.groups.setdefault((f.requirement, str(f.level), f.kind), Group())
                 group.example_case, group.example, group.path = case.index, f.message, saved.path
+        elif kind == "health" and house is not None:
+            stats.breaks += house.window(*msg[1:])
         elif kind == "diff":
             stats.diffs.append(msg[1:])
         elif kind == "error":
@@ -322,8 +346,9 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
     stats.ended = time.monotonic()
     stats.cpu = _cpu() - cpu0
     stats.stop_reason = _stop_reason(stats, plan, max_examples, duration)
-    if before_confirm is not None:
-        await asyncio.to_thread(before_confirm)
+    if house is not None:
+        stats.residue = await asyncio.to_thread(house.end)
+        stats.breaks = list(house.watch.breaks)
     if stats.failed and artifacts:
         saved = await asyncio.to_thread(
             confirm_saved_sync, [(case, entry) for case, entry, _ in stats.failed], host, port,

@@ -333,7 +333,7 @@ class Runner:
                 out.append(self.encoder.encode({"cmd": "Obliterate", "queue": name,
                                                 "reqId": f"{CLEANUP_PREFIX}{k}"}))
         try:
-            sock = self._connect()
+            sock = self.connect()
         except OSError:
             return 0
         try:
@@ -354,9 +354,9 @@ class Runner:
 
     def _open(self) -> socket.socket:
         self.connects += 1
-        return self._connect()
+        return self.connect()
 
-    def _connect(self) -> socket.socket:
+    def connect(self) -> socket.socket:
         """A connection to the target, authenticated when the runner has a token (an
         :class:`~queuewire.judge.opening.AuthProblem` when the server refuses it)."""
         sock = _connect(self.host, self.port, self.bound)

@@ -16,5 +16,8 @@ command; with ``detect``, it holds the traffic back until the profile is known);
 the protocol reads them: what only some allow is the evidence), for the tap, the pcap
 import and the trace analysis alike; ``trace_format`` loads the recording format of
 ``spec/trace.yaml`` and reads trace files, ``record`` writes them (sharded by connection,
-rotated by size).
+rotated by size); ``inventory`` is the bookkeeping of what a server keeps (the profile's
+``resources``: list requests, what a run made, the removals, what is left, health probes and
+the breaks they show), used by ``conform server`` and ``fuzz`` to leave a server as they
+found it.
 """

@@ -140,6 +140,9 @@ def _status(run: TargetRun, r: CaseResult) -> Text:
 
 def print_run(console: Console, run: TargetRun) -> None:
     console.print(_summary_table(run))
+    if run.residue is not None:   # what the run left on the server, and the probes it broke
+        for line in run.residue.lines():
+            console.print(escape(line), highlight=False)
     cov = run.coverage
     observed = set(cov.observed)
     for what, ids in (("not exercised", tuple(r for r in cov.not_exercised if r not in observed)),

@@ -66,7 +66,8 @@ def build_run(run: TargetRun) -> dict[str, Any]:
     return {
         "label": label(run), "target": run.target, "protocol": run.protocol,
         "profile": run.profile, "strict": run.strict, "started_at": run.started_at,
-        "duration": round(run.duration, 6), "server_info": info, **extra,
+        "duration": round(run.duration, 6), "server_info": info,
+        "residue": run.residue.jsonable() if run.residue is not None else None, **extra,
         "counts": run.counts(), "total": len(run.results),
         "failing": [r.case.id for r in run.failing()],
         "areas": areas(run.results),  # verdict counts per area (report.common.area_of)
