@@ -6,8 +6,8 @@ Rules
 * Before the first case the run lists what the server keeps (the profile's ``resources``:
   queues, webhooks, crons, workers, and what queues hold) and asks the health probes; after
   the last case it lists again, removes what appeared (a webhook before the queue it names),
-  lists a third time and reports what it could not remove (:class:`~queuewire.traffic.
-  inventory.Residue`).
+  lists a third time and reports what it could not remove
+  (:class:`~queuewire.traffic.inventory.Residue`).
 * A probe that answered ok before the run and fails after a window of cases is a
   :class:`~queuewire.traffic.inventory.Break` naming the window (``cases 7000-7999``): an
   observation of the server's state, never a verdict. Workers probe every
@@ -17,7 +17,8 @@ Rules
 
 Design
 ------
-:class:`Housekeeping` is blocking (the fuzzer's workers are plain loops): :meth:`exchange`
+:class:`Housekeeping` is blocking (the fuzzer's workers are plain loops):
+:meth:`Housekeeping.exchange`
 writes a batch of requests on a fresh connection and reads one reply per request, by reqId,
 within the bound; the inventory module does the rest, sans-IO.
 """

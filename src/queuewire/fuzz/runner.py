@@ -74,6 +74,7 @@ from .strategies import SENTINEL_PREFIX, WAITS
 DEFAULT_BOUND = 2.0    # seconds a reply may take before it counts as lost (hang oracle)
 CLEANUP_PREFIX = "qw-clean-"   # reqIds of the cleanup's commands
 READ_SIZE = 64 * 1024
+AUTH_READ_LIMIT = 1 << 20   # bytes a server may send before it answers the opening's Auth
 
 
 @dataclass
@@ -162,7 +163,10 @@ def _authenticate(sock: socket.socket, check: AuthCheck, bound: float) -> None:
     sock.settimeout(bound)
     sock.sendall(check.data)
     deadline = time.monotonic() + bound
+    total = 0
     while not check.done:
+        if total >= AUTH_READ_LIMIT:
+            raise ConnectionError(f"the server sent {total} bytes without answering Auth")
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no answer to Auth within {bound:g} s")
@@ -170,6 +174,7 @@ def _authenticate(sock: socket.socket, check: AuthCheck, bound: float) -> None:
         data = sock.recv(READ_SIZE)
         if not data:
             raise ConnectionResetError("the server closed the connection during Auth")
+        total += len(data)
         check.feed(data)
     problem = check.problem()
     if problem is not None:
