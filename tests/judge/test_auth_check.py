@@ -84,3 +84,17 @@ def test_a_refused_token_is_named_before_the_probe_it_caused():
 ])
 def test_auth_refusal_is_exactly_the_profiles_two_errors(reply, refusal):
     assert auth_refusal(BQ, reply) == refusal
+
+
+def test_a_server_that_floods_instead_of_answering_is_given_up_on():
+    from queuewire.judge.opening import READ_LIMIT
+    check = AuthCheck(BQ, "tok")
+    noise = _reply("flood", ok=True, pad="x" * 1000)
+    while check.received + len(noise) < READ_LIMIT:
+        check.feed(noise)
+        assert not check.flooded
+    check.feed(noise)
+    assert check.flooded and not check.done and check.problem() is None
+    answered = AuthCheck(BQ, None)
+    answered.feed(_reply(PROBE_REQ_ID, ok=True) + noise * (READ_LIMIT // len(noise) + 1))
+    assert answered.done and not answered.flooded   # answered: nothing to give up on

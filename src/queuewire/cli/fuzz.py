@@ -185,9 +185,9 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     async def main() -> Any:
         async with runner.target(target_spec, protocol, profile,
                                  auth_token=auth_token) as (host, port):
-            await _preflight(runner, profile, host, port, auth_token, target_spec, bound)
+            await _preflight(profile, host, port, auth_token, target_spec, bound)
             if diff is not None:
-                await _preflight(runner, profile, *diff, auth_token, diff_spec or "", bound)
+                await _preflight(profile, *diff, auth_token, diff_spec or "", bound)
             kw = dict(seed=seed, max_examples=max_examples, duration=duration,
                       workers=workers, artifacts=artifacts, reuse=not connect_per_case,
                       bound=bound, diff=diff, start=start, max_failures=max_failures,
@@ -266,18 +266,18 @@ def _target_args(target_spec: str, auth_token: str | None) -> str:
                                         if auth_token else "")
 
 
-async def _preflight(runner: Any, profile: str, host: str, port: int, auth_token: str | None,
+async def _preflight(profile: str, host: str, port: int, auth_token: str | None,
                      where: str, bound: float) -> None:
     """Stop before the first case when the server wants a token (or refuses the one given):
     one clear error, not a run of judged refusals."""
+    from ..conformance.preflight import check_auth
     from ..judge.opening import AuthProblem
     try:
-        await asyncio.to_thread(runner.preflight, load(profile), host, port, auth_token,
-                                bound, where)
+        await check_auth(load(profile), host, port, auth_token, timeout=bound, target=where)
     except AuthProblem as exc:
         raise click.ClickException(auth_hint(exc, auth_token)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot reach {where}: {exc}") from None
+    except (OSError, TimeoutError) as exc:
+        raise click.ClickException(f"cannot reach {where}: {exc or type(exc).__name__}") from None
 
 
 def _known_requirements(path: str, protocol: str, profile: str) -> set[str]:
@@ -337,8 +337,8 @@ def _print_diffs(diffs: list[Any]) -> None:
     from ..fuzz.diffing import classify
     classes: dict[str, list[str]] = {}
     for index, mine, theirs in diffs:
-        for cls, detail in classify(mine, theirs):
-            classes.setdefault(cls, []).append(f"case {index}: {detail}")
+        cls, detail = classify(mine, theirs)
+        classes.setdefault(cls, []).append(f"case {index}: {detail}")
     console.print(f"{len(diffs)} cases whose replies differ in kind:")
     for cls, examples in sorted(classes.items(), key=lambda kv: -len(kv[1])):
         console.print(Text.assemble(("DIFF", "yellow"), f" {cls}: {len(examples)}"))
@@ -393,7 +393,7 @@ def replay(transcript: str, target_spec: str | None, testee: str | None,
     async def main() -> Any:
         async with runner.target(target_spec, case.protocol, case.profile,
                                  auth_token=auth_token) as (host, port):
-            await _preflight(runner, case.profile, host, port, auth_token, target_spec, limit)
+            await _preflight(case.profile, host, port, auth_token, target_spec, limit)
             return await replay_case(case, host, port, limit, auth_token)
 
     res = asyncio.run(main())
@@ -432,9 +432,8 @@ def _stateful_command(ctx: click.Context, protocol: str, target: str, profile: s
     from ..judge.opening import AuthProblem
     kw: dict[str, Any] = {"auth_token": auth_token} if protocol == "bunqueue" else {}
     if target != "embedded":
-        _case_mod, runner, _campaign = _fuzz_modules()
-        asyncio.run(_preflight(runner, profile, *_address(target, "--target"), auth_token,
-                               target, 2.0))
+        asyncio.run(_preflight(profile, *_address(target, "--target"), auth_token, target,
+                               2.0))
     try:
         report = run(target, profile, max_examples=max_examples or 100, seed=seed,
                      step_count=steps, **kw)

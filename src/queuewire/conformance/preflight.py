@@ -18,17 +18,15 @@ from ..judge.opening import AuthCheck
 from ..spec import Profile
 
 READ_SIZE = 64 * 1024
-#: bytes read before the check gives up on a server that sends without answering the opening
-#: (a flood is the suite's to judge, not the preflight's to drink)
-READ_LIMIT = 1 << 20
 
 
 async def check_auth(profile: Profile, host: str, port: int, token: str | None, *,
                      timeout: float = 5.0, target: str | None = None) -> None:
     """Raise :class:`~queuewire.judge.opening.AuthProblem` when ``host:port`` refuses this
     tool's connection for authentication; OSError or TimeoutError when it cannot be reached
-    or does not answer within ``timeout``. A server that sends :data:`READ_LIMIT` bytes
-    without answering the opening is left to the suite (nothing is raised)."""
+    or does not answer within ``timeout``. A server that floods instead of answering the
+    opening (:attr:`~queuewire.judge.opening.AuthCheck.flooded`) is left to the tool's own
+    judgement (nothing is raised)."""
     if profile.protocol != "bunqueue":
         return
     check = AuthCheck(profile, token, target=target or f"{host}:{port}")
@@ -38,13 +36,11 @@ async def check_auth(profile: Profile, host: str, port: int, token: str | None, 
         await writer.drain()
 
         async def read_all() -> None:
-            total = 0
-            while not check.done and total < READ_LIMIT:
+            while not check.done and not check.flooded:
                 data = await reader.read(READ_SIZE)
                 if not data:
                     raise ConnectionResetError("the server closed the connection before "
                                                "answering Auth and Ping")
-                total += len(data)
                 check.feed(data)
 
         await asyncio.wait_for(read_all(), timeout)

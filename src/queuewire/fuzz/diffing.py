@@ -41,18 +41,18 @@ def _blur(kind: tuple) -> tuple:
     return (*kind[:i], "none" if kind[i] in NO_REQID else kind[i], *kind[i + 1:])
 
 
-def classify(mine: list[Any], theirs: list[Any]) -> list[tuple[str, str]]:
-    """The class of one case's difference and a readable detail (one entry per case)."""
+def classify(mine: list[Any], theirs: list[Any]) -> tuple[str, str]:
+    """The class of one case's difference, and a readable detail."""
     mine_t, theirs_t = [tuple(k) for k in mine], [tuple(k) for k in theirs]
     only_mine = [k for k in mine_t if k not in theirs_t]
     only_theirs = [k for k in theirs_t if k not in mine_t]
     detail = (f"{'; '.join(map(describe, only_mine)) or '-'} vs "
               f"{'; '.join(map(describe, only_theirs)) or '-'}")
     if sorted(map(_blur, mine_t), key=repr) == sorted(map(_blur, theirs_t), key=repr):
-        return [(NULL_VS_ABSENT, detail)]
+        return NULL_VS_ABSENT, detail
     if len(mine_t) != len(theirs_t):
-        return [(COUNT, f"{len(mine_t)} vs {len(theirs_t)} replies: {detail}")]
+        return COUNT, f"{len(mine_t)} vs {len(theirs_t)} replies: {detail}"
     rids = {_blur(k)[:-2] for k in only_mine} == {_blur(k)[:-2] for k in only_theirs}
     if only_mine and rids:
-        return [(OK_VS_ERROR, detail)]
-    return [(OTHER, detail)]
+        return OK_VS_ERROR, detail
+    return OTHER, detail

@@ -18,9 +18,9 @@ Rules
 Design
 ------
 :class:`Housekeeping` is blocking (the fuzzer's workers are plain loops):
-:meth:`Housekeeping.exchange`
-writes a batch of requests on a fresh connection and reads one reply per request, by reqId,
-within the bound; the inventory module does the rest, sans-IO.
+:meth:`Housekeeping.exchange` writes batches of requests through the runner's
+:meth:`~.runner.Runner.exchange` (a fresh connection each, one reply per request by reqId,
+within the bound); the inventory module does the rest, sans-IO.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..codecs.bunqueue import FrameDecoder, FrameEncoder
-from ..codecs.errors import ProtocolError
 from ..spec import Profile
 from ..traffic.inventory import (
     Break,
@@ -42,11 +40,10 @@ from ..traffic.inventory import (
     settle,
     take,
 )
-from .runner import DEFAULT_BOUND, READ_SIZE, Runner
+from .runner import DEFAULT_BOUND, Runner
 
 #: cases a worker plays between two health probes
 PROBE_EVERY = 1000
-REQ_PREFIX = "qw-house-"
 BATCH = 64   # requests written at once on one connection
 
 
@@ -64,68 +61,30 @@ class Housekeeping:
         self.watch = HealthWatch()
         self.before: Inventory | None = None
         self._probes = probe_requests(self.resources) if self.resources is not None else []
-        # wide integers as they came (a queue named 2**64-1 is removed by that same name)
-        self._encoder = FrameEncoder(profile, wide_integers=True) \
-            if profile.protocol == "bunqueue" else None
 
     @property
     def active(self) -> bool:
-        return self.resources is not None and self._encoder is not None
+        return self.resources is not None and self.profile.protocol == "bunqueue"
 
     def exchange(self, requests: list[dict[str, Any]]) -> list[Any]:
-        """One reply per request (None: none within the bound), written :data:`BATCH` at a
-        time on a fresh connection each. A server that closes the connection on one of them
-        (a queue named by a float, say) costs only that one: the requests left unanswered by
-        a closed connection are asked again one per connection."""
+        """One reply per request (None: none within the bound), :data:`BATCH` at a time on a
+        fresh connection each (:meth:`~.runner.Runner.exchange`). A server that closes the
+        connection on one of them (a queue named by a float, say) costs only that one: the
+        requests a closed connection left unanswered are asked again one per connection."""
+        if not self.active:
+            return []
         out: list[Any] = []
+        within = self.bound * 2
         for i in range(0, len(requests), BATCH):
             batch = requests[i:i + BATCH]
-            replies, closed = self._batch(batch)
+            replies, closed, _sent = self.runner.exchange(batch, within=within, wide=True)
             if closed:
                 for k, reply in enumerate(replies):
                     if reply is None:
-                        replies[k] = self._batch([batch[k]])[0][0]
+                        replies[k] = self.runner.exchange([batch[k]], within=within,
+                                                          wide=True).replies[0]
             out += replies
         return out
-
-    def _batch(self, requests: list[dict[str, Any]]) -> tuple[list[Any], bool]:
-        """The replies to ``requests`` written at once, and whether the server closed (or
-        reset) the connection before answering them all."""
-        if not requests or self._encoder is None:
-            return [None] * len(requests), False
-        ids = [f"{REQ_PREFIX}{i}" for i in range(len(requests))]
-        got: dict[str, Any] = {}
-        closed = False
-        try:
-            sock = self.runner.connect()
-        except OSError:
-            return [None] * len(requests), False
-        try:
-            frames = []
-            for r, i in zip(requests, ids):
-                try:
-                    frames.append(self._encoder.encode({**r, "reqId": i}))
-                except (ValueError, TypeError):
-                    pass   # a key the encoder refuses: that request gets no reply
-            sock.sendall(b"".join(frames))
-            dec = FrameDecoder(self.profile, check_depth=False)
-            deadline = time.monotonic() + self.bound * 2
-            while len(got) < len(ids) and (left := deadline - time.monotonic()) > 0:
-                sock.settimeout(left)
-                data = sock.recv(READ_SIZE)
-                if not data:
-                    closed = True
-                    break
-                for frame in dec.feed(data):
-                    if type(frame) is dict and frame.get("reqId") in ids:
-                        got[frame["reqId"]] = frame
-        except TimeoutError:
-            pass
-        except (OSError, ProtocolError):
-            closed = True
-        finally:
-            sock.close()
-        return [got.get(i) for i in ids], closed
 
     def probe(self) -> dict[str, str | None]:
         """Each health probe's error now (None: answered ok)."""

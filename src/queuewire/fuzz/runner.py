@@ -37,8 +37,9 @@ reply lost on one and a stray one on the other. :meth:`Runner.cleanup` (see
 Authentication. With a token (``auth_token``, bunqueue), every connection the runner opens
 (the reused one, a case's fresh ones, the liveness probe's, the cleanup's) sends Auth first and
 reads its reply before anything else; that reply is never judged. A refusal raises
-:class:`~queuewire.judge.opening.AuthProblem`, as :func:`preflight` does before a run, so a
-tool stops with one clear error instead of judging a server's ``Not authenticated`` replies.
+:class:`~queuewire.judge.opening.AuthProblem`, so a tool stops with one clear error instead
+of judging a server's ``Not authenticated`` replies (before a run, the CLI checks a fresh
+connection's opening with :func:`queuewire.conformance.preflight.check_auth`).
 
 Shrinking, confirming and saving a failure are in :mod:`.shrink`.
 """
@@ -53,7 +54,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
 from ..codecs.errors import ProtocolError
@@ -73,8 +74,17 @@ from .strategies import SENTINEL_PREFIX, WAITS
 
 DEFAULT_BOUND = 2.0    # seconds a reply may take before it counts as lost (hang oracle)
 CLEANUP_PREFIX = "qw-clean-"   # reqIds of the cleanup's commands
+EXCHANGE_PREFIX = "qw-house-"  # reqIds of other requests that are no case (Runner.exchange)
 READ_SIZE = 64 * 1024
-AUTH_READ_LIMIT = 1 << 20   # bytes a server may send before it answers the opening's Auth
+
+
+class Exchanged(NamedTuple):
+    """What :meth:`Runner.exchange` got: one reply per request (None: none), whether the
+    server closed the connection before answering them all, and how many were sent."""
+
+    replies: list[Any]
+    closed: bool
+    sent: int
 
 
 @dataclass
@@ -125,8 +135,7 @@ def reqid_label(reply: dict) -> str:
         return "null"
     if value is UNDEFINED:
         return "undefined"
-    key = reqid_key(value)
-    return repr(value) if key == value else repr(key)
+    return repr(value) if type(value) is str else repr(reqid_key(value))
 
 
 @contextlib.asynccontextmanager
@@ -163,10 +172,10 @@ def _authenticate(sock: socket.socket, check: AuthCheck, bound: float) -> None:
     sock.settimeout(bound)
     sock.sendall(check.data)
     deadline = time.monotonic() + bound
-    total = 0
     while not check.done:
-        if total >= AUTH_READ_LIMIT:
-            raise ConnectionError(f"the server sent {total} bytes without answering Auth")
+        if check.flooded:
+            raise ConnectionError(f"the server sent {check.received} bytes without answering "
+                                  "Auth")
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no answer to Auth within {bound:g} s")
@@ -174,26 +183,10 @@ def _authenticate(sock: socket.socket, check: AuthCheck, bound: float) -> None:
         data = sock.recv(READ_SIZE)
         if not data:
             raise ConnectionResetError("the server closed the connection during Auth")
-        total += len(data)
         check.feed(data)
     problem = check.problem()
     if problem is not None:
         raise problem
-
-
-def preflight(profile: Profile, host: str, port: int, token: str | None,
-              bound: float = DEFAULT_BOUND, target: str | None = None) -> None:
-    """Before a run: a fresh connection's opening (Auth with ``token`` when given, then a
-    Ping) must not be refused for authentication; raises
-    :class:`~queuewire.judge.opening.AuthProblem` (a tool stops with it instead of judging
-    refusals) or OSError (no server there). Only bunqueue has Auth."""
-    if profile.protocol != "bunqueue":
-        return
-    sock = _connect(host, port, bound)
-    try:
-        _authenticate(sock, AuthCheck(profile, token, target=target or f"{host}:{port}"), bound)
-    finally:
-        _close(sock)
 
 
 def _close(sock: socket.socket | None) -> None:
@@ -313,6 +306,7 @@ class Runner:
             else QuicxJudge(self.profile)
         if protocol == "bunqueue":
             self.encoder = FrameEncoder(self.profile)
+            self.wide_encoder = FrameEncoder(self.profile, wide_integers=True)
         else:
             self.qencoder = QuicxEncoder(self.profile)
         self._conn: tuple[socket.socket, FrameDecoder] | None = None
@@ -332,30 +326,49 @@ class Runner:
         names, self.queues = self.queues, set()
         if self.protocol != "bunqueue" or not names:
             return 0
-        out = []
-        for k, name in enumerate(sorted(names)):
-            with contextlib.suppress(ProtocolError, ValueError):   # a name it refuses
-                out.append(self.encoder.encode({"cmd": "Obliterate", "queue": name,
-                                                "reqId": f"{CLEANUP_PREFIX}{k}"}))
+        return self.exchange([{"cmd": "Obliterate", "queue": name} for name in sorted(names)],
+                             prefix=CLEANUP_PREFIX).sent
+
+    def exchange(self, requests: list[dict[str, Any]], *, prefix: str = EXCHANGE_PREFIX,
+                 within: float | None = None, wide: bool = False) -> Exchanged:
+        """Requests that are no case (cleanups, inventories, probes), pipelined on a fresh
+        connection of their own (authenticated first), each with a reqId ``prefix<n>``;
+        the replies are read by reqId until all are in, the connection ends or ``within``
+        seconds (default: the bound) passed, and never judged. A request the encoder refuses
+        is not sent (its reply is None); ``wide`` encodes integers beyond int64 as they came
+        (a queue named 2**64-1 is addressed by that same name)."""
+        encoder = self.wide_encoder if wide else self.encoder
+        ids = [f"{prefix}{i}" for i in range(len(requests))]
+        frames = []
+        for request, req_id in zip(requests, ids):
+            with contextlib.suppress(ProtocolError, ValueError, TypeError):   # a key it refuses
+                frames.append(encoder.encode({**request, "reqId": req_id}))
+        got: dict[str, Any] = {}
+        closed = False
         try:
             sock = self.connect()
         except OSError:
-            return 0
+            return Exchanged([None] * len(requests), False, 0)
         try:
-            sock.sendall(b"".join(out))
+            sock.sendall(b"".join(frames))
             dec = FrameDecoder(self.profile, check_depth=False)
-            got, deadline = 0, time.monotonic() + self.bound
-            while got < len(out) and (left := deadline - time.monotonic()) > 0:
+            deadline = time.monotonic() + (self.bound if within is None else within)
+            while len(got) < len(frames) and (left := deadline - time.monotonic()) > 0:
                 sock.settimeout(left)
                 data = sock.recv(READ_SIZE)
                 if not data:
+                    closed = True
                     break
-                got += len(dec.feed(data))
-        except (OSError, ProtocolError):
+                for frame in dec.feed(data):
+                    if type(frame) is dict and frame.get("reqId") in ids:
+                        got[frame["reqId"]] = frame
+        except TimeoutError:
             pass
+        except (OSError, ProtocolError):
+            closed = True
         finally:
             _close(sock)
-        return len(out)
+        return Exchanged([got.get(i) for i in ids], closed, len(frames))
 
     def _open(self) -> socket.socket:
         self.connects += 1

@@ -180,6 +180,10 @@ def confirm_saved_sync(saved: Iterable[tuple[Case, Saved]], host: str, port: int
             return [(case, Saved(entry.case, entry.path,
                                  f"{entry.note}; {note}" if entry.note else note,
                                  entry.reproduced)) for case, entry in saved]
+
+    def run(c: Case) -> Result:
+        return run_fresh_sync(c.protocol, c.profile, host, port, c, bound, auth_token)
+
     for original, entry in saved:
         if entry.path is None or not os.path.exists(entry.path):
             out.append((original, entry))
@@ -187,10 +191,6 @@ def confirm_saved_sync(saved: Iterable[tuple[Case, Saved]], host: str, port: int
         kept, doc = read_transcript(entry.path)
         wanted = {(f.get("requirement"), f.get("kind")) for f in doc.get("findings", [])
                   if f.get("level") == "FAIL"}
-
-        def run(c: Case) -> Result:
-            return run_fresh_sync(c.protocol, c.profile, host, port, c, bound, auth_token)
-
         if signature(run(kept).findings) & wanted:
             out.append((original, entry))
             continue

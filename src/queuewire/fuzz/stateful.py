@@ -70,7 +70,7 @@ from hypothesis.stateful import (
 )
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
-from ..judge.opening import AUTH, AuthProblem, auth_refusal
+from ..judge.opening import AUTH, refused
 from ..spec import Profile, load_profile
 from ..spec.model import StateMachine, Transition
 
@@ -208,13 +208,10 @@ class Link:
         self._dec = FrameDecoder(profile, check_depth=False)
         self._ids = itertools.count(1)
         if token:   # authenticated first; the reply is not part of the run
-            reply = self.call(AUTH, token=token)
-            refusal = auth_refusal(profile, reply)
-            if refusal is not None:
+            problem = refused(profile, AUTH, self.call(AUTH, token=token), f"{host}:{port}")
+            if problem is not None:
                 self.close()
-                error = profile.model.errors[refusal]
-                raise AuthProblem(refusal, AUTH, error.message, error.requirement or "",
-                                  f"{host}:{port}")
+                raise problem
 
     def call_many(self, requests: Iterable[Mapping[str, Any]]) -> list[dict]:
         out: list[dict] = []

@@ -46,6 +46,9 @@ AUTH_ERRORS = {
 }
 AUTH_REQ_ID = "qw-auth"
 PROBE_REQ_ID = "qw-auth-probe"
+#: bytes an opening reads before it gives up on a server that sends without answering it (a
+#: flood is for the tool's own judgement, not the opening's to drink)
+READ_LIMIT = 1 << 20
 
 
 class AuthProblem(Exception):
@@ -60,6 +63,17 @@ class AuthProblem(Exception):
         self.requirement, self.target = requirement, target
         super().__init__(f"{target} {AUTH_ERRORS[error]}: it answered {command} with "
                          f"{message!r} ({requirement})")
+
+
+def refused(profile: Profile, command: str, reply: Any,
+            target: str = "the server") -> AuthProblem | None:
+    """The :class:`AuthProblem` ``reply`` (to ``command``) is, or None: a reply that does not
+    refuse the connection's authentication."""
+    name = auth_refusal(profile, reply)
+    if name is None:
+        return None
+    error = profile.model.errors[name]
+    return AuthProblem(name, command, error.message, error.requirement or "", target)
 
 
 def auth_refusal(profile: Profile, reply: Any) -> str | None:
@@ -81,6 +95,8 @@ class AuthCheck:
     True once both replies are in; :meth:`problem` is then an :class:`AuthProblem` when the
     server wants a token or refused it, else None. Only these two replies are read, so a
     shell that reads exactly their frames leaves the connection ready for its own traffic.
+    :attr:`flooded` says the server sent :data:`READ_LIMIT` bytes without answering: a shell
+    stops reading then.
 
     ``auth_only``: send only the Auth (a connection that must stay untouched by any other
     command, e.g. a fuzz case's); without a token there is then nothing to send."""
@@ -98,6 +114,7 @@ class AuthCheck:
         self.data = b"".join(encoder.encode(r) for r in requests)
         self._decoder = FrameDecoder(profile, check_depth=False)
         self.replies: dict[str, Any] = {}
+        self.received = 0   # bytes fed
 
     @property
     def done(self) -> bool:
@@ -105,10 +122,16 @@ class AuthCheck:
 
     def feed(self, data: bytes) -> bool:
         """Take bytes from the server; True once every reply of the opening is in."""
+        self.received += len(data)
         for frame in self._decoder.feed(data):
             if type(frame) is dict and frame.get("reqId") in self._expected:
                 self.replies[frame["reqId"]] = frame
         return self.done
+
+    @property
+    def flooded(self) -> bool:
+        """The server sent :data:`READ_LIMIT` bytes and the opening is still unanswered."""
+        return not self.done and self.received >= READ_LIMIT
 
     @property
     def leftover(self) -> int:
@@ -117,10 +140,8 @@ class AuthCheck:
 
     def problem(self) -> AuthProblem | None:
         """What the replies fed so far say (see the class docstring)."""
-        errors = self.profile.model.errors
         for req_id, command in ((AUTH_REQ_ID, AUTH), (PROBE_REQ_ID, PROBE)):
-            name = auth_refusal(self.profile, self.replies.get(req_id))
-            if name is not None:
-                return AuthProblem(name, command, errors[name].message,
-                                   errors[name].requirement or OPENING_RULE, self.target)
+            problem = refused(self.profile, command, self.replies.get(req_id), self.target)
+            if problem is not None:
+                return problem
         return None
