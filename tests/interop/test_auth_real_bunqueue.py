@@ -125,3 +125,64 @@ def test_conform_detect_server_and_replay_need_the_token(server: str, tmp_path: 
     _refused(_qw(*replay, "--raw"))
     again = _qw(*replay, token=TOKEN)
     assert "STILL FAILING" in again.stdout and "REGRESSED" not in again.stdout, again.stdout
+
+
+def _send(sock, frames: list[dict], replies: int) -> list[dict]:
+    from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
+    from queuewire.spec import load_profile
+    sock.sendall(b"".join(encode_frame(f) for f in frames))
+    decoder, got = FrameDecoder(load_profile("bunqueue/2.9.5")), []
+    while len(got) < replies:
+        data = sock.recv(65536)
+        assert data, f"the connection closed after {got}"
+        got += decoder.feed(data)
+    return got
+
+
+def test_a_tap_recording_holds_no_credential(server: str, tmp_path: Path) -> None:
+    """A client authenticates and registers a webhook with a signing secret through
+    `queuewire tap --record`; the recording keeps every frame at its length, with stars where
+    the token and the secret were, and `trace analyze` reads it back."""
+    import signal
+    import socket
+    import time
+
+    hook_secret = "qw-webhook-signing-s3cret"
+    (listen,) = free_tcp_ports(1)
+    record = tmp_path / "rec"
+    tap = subprocess.Popen(
+        [sys.executable, "-m", "queuewire.cli", "tap", "--protocol", "bunqueue", "--listen",
+         f"127.0.0.1:{listen}", "--upstream", server, "--record", str(record)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert tap.stdout is not None
+        first = tap.stdout.readline()      # printed once the tap listens
+        assert "listening on" in first, first
+        with socket.create_connection(("127.0.0.1", listen), timeout=10) as sock:
+            auth, pong = _send(sock, [{"cmd": "Auth", "reqId": "1", "token": TOKEN},
+                                      {"cmd": "Ping", "reqId": "2"}], 2)
+            assert auth["ok"] is True and pong["ok"] is True, (auth, pong)
+            (added,) = _send(sock, [{"cmd": "AddWebhook", "reqId": "3",
+                                     "url": "https://hooks.example.invalid/q",
+                                     "events": ["job.completed"], "secret": hook_secret}], 1)
+            assert added["ok"] is True, added
+            (removed,) = _send(sock, [{"cmd": "RemoveWebhook", "reqId": "4",
+                                       "webhookId": added["data"]["webhookId"]}], 1)
+            assert removed["ok"] is True, removed   # the server is left as found
+        time.sleep(0.3)
+    finally:
+        tap.send_signal(signal.SIGINT)
+        out, _ = tap.communicate(timeout=30)
+        out = first + out
+    assert TOKEN not in out and hook_secret not in out, out
+    files = sorted(record.iterdir())
+    assert files, out
+    on_disk = b"".join(p.read_bytes() for p in files)
+    assert TOKEN.encode() not in on_disk and hook_secret.encode() not in on_disk
+    assert b"*" * len(TOKEN) in on_disk and b"*" * len(hook_secret) in on_disk
+    analyzed = _qw("trace", "analyze", str(record), "--engine", "local", "--out",
+                   str(tmp_path / "analysis"))
+    assert analyzed.returncode in (0, 1), analyzed.stdout + analyzed.stderr
+    assert "Traceback" not in analyzed.stdout + analyzed.stderr
+    summary = "".join(p.read_text(errors="replace") for p in (tmp_path / "analysis").rglob("*.json"))
+    assert "AddWebhook" in summary and TOKEN not in summary, analyzed.stdout

@@ -64,7 +64,9 @@ duration_opt = click.option("--duration", type=click.FloatRange(min=0), metavar=
 @upstream_opt
 @profile_option()
 @click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
-              help="Record the traffic into DIR in the trace format of spec/trace.yaml.")
+              help="Record the traffic into DIR in the trace format of spec/trace.yaml. "
+                   "Credentials (request fields the spec marks x-secret) are recorded as "
+                   "stars of their length.")
 @rotate_opt
 @click.option("--json", "json_path", metavar="FILE", type=click.Path(dir_okay=False),
               help="Write the summary as JSON when the tap stops.")

@@ -22,7 +22,8 @@ def trace() -> None:
 
     Recordings are directories of trace files in the format of spec/trace.yaml (what
     `queuewire tap --record` writes): one connection's frames per file, both directions, with
-    nanosecond timestamps. `trace analyze` validates them with the tap's own decoder, on
+    nanosecond timestamps; credentials (request fields the spec marks x-secret) are
+    recorded as stars of their length. `trace analyze` validates them with the tap's own decoder, on
     Spark (local mode by default, any cluster with --master) or in this process.
     """
 

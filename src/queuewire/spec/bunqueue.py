@@ -51,6 +51,8 @@ class Command:
     request_fields: tuple[str, ...] = ()   # documented request fields, envelope included
     required_fields: tuple[str, ...] = ()
     response_fields: tuple[str, ...] = ()
+    # request fields that hold a credential (``x-secret``): recordings put stars over them
+    secret_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,8 @@ def build(profile: Profile) -> BunqueueSpec:
             request_fields=tuple(request["properties"]),
             required_fields=tuple(request["required"]),
             response_fields=tuple(response["properties"]),
+            secret_fields=tuple(k for k, v in request["properties"].items()
+                                if isinstance(v, Mapping) and v.get("x-secret") is True),
         )
     error_reply = dict(copy.deepcopy(env["error_reply"]), **{"$schema": DIALECT})
     ext = tree["msgpack"]["extensions"]

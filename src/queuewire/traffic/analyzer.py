@@ -8,8 +8,10 @@ are folded into bounded aggregates (per connection, per command, per requirement
 :meth:`Analyzer.summary` returns as plain data for the reports. When a ``sink`` is given
 (the recorder's ``write``), every frame and gap is passed to it with the timestamp of the
 chunk that completed it, and open, eof and close as they happen, so a recording is the
-exact byte stream. Findings are kept in full up to ``max_findings``; beyond that only their
-counts grow.
+exact byte stream, but for credentials: a client frame's secret fields (``x-secret`` in the
+spec) are overwritten with stars of the same length first (:mod:`.redact`). Findings are
+kept in full up to ``max_findings``; beyond that only their counts grow. The per-command
+table has a row per command the profile defines and at most :data:`MAX_OTHER_COMMANDS` more.
 
 With ``detect`` (no profile given), the profile is found from the traffic
 (:mod:`.detect`): every call is held back (open, bytes, eofs, holes, closes) while the
@@ -47,6 +49,12 @@ MAX_CLOSED_CONNECTIONS = 10_000
 DEFAULT_HOLD_BYTES = 8 * 1024 * 1024
 #: Calls it holds, at most (many tiny chunks cost more than their bytes).
 MAX_HELD_CALLS = 200_000
+
+#: Command names the per-command table keeps beyond those the profile defines; a peer that
+#: sends made-up names past these shares one row, :data:`OTHER_COMMANDS`, so its bytes cannot
+#: grow the table (nor the latencies each row keeps, :data:`.model.MAX_SAMPLES`).
+MAX_OTHER_COMMANDS = 64
+OTHER_COMMANDS = "(other commands)"
 
 Sink = Callable[..., None]   # (record_type, conn_id, direction, t_ns, payload, reason)
 
@@ -99,6 +107,7 @@ class Analyzer:
         self.findings: list[Finding] = []
         self.finding_counts: dict[tuple, int] = {}
         self.commands: dict[str, CommandStats] = {}
+        self._others = 0    # rows of names the profile does not define (MAX_OTHER_COMMANDS)
         self.levels = dict.fromkeys(FINDING_VERDICTS, 0)
         self.started_ns: int | None = None
         self.last_ns = 0
@@ -180,7 +189,9 @@ class Analyzer:
                 continue
             frames += 1
             if sink is not None:
-                sink("frame", conn_id, direction, t_ns, item.raw)
+                redact = self.proto.redact
+                sink("frame", conn_id, direction, t_ns,
+                     redact(item.raw, item.message) if c2s and redact is not None else item.raw)
             if c2s:
                 cmd = handle(item, t_ns)
                 if cmd is not None:
@@ -349,7 +360,23 @@ class Analyzer:
         else:
             self.closed_dropped += 1
 
+    def _row(self, name: str) -> str:
+        """The per-command row ``name`` is counted in: its own while the profile defines it
+        or fewer than :data:`MAX_OTHER_COMMANDS` other names have rows, else
+        :data:`OTHER_COMMANDS`."""
+        if name in self.commands:
+            return name
+        known = self.proto.command_names
+        if known is None or name in known:
+            return name
+        if self._others < MAX_OTHER_COMMANDS:
+            self._others += 1
+            self.commands[name] = CommandStats()
+            return name
+        return OTHER_COMMANDS
+
     def _cmd(self, name: str) -> CommandStats:
+        name = self._row(name)
         st = self.commands.get(name)
         if st is None:
             st = self.commands[name] = CommandStats()
@@ -375,7 +402,8 @@ class Analyzer:
     def _finding(self, stats: ConnStats, finding: Finding) -> None:
         stats.findings[finding.level] += 1
         self.levels[finding.level] += 1
-        key = (finding.level, finding.requirement, finding.kind, finding.command)
+        key = (finding.level, finding.requirement, finding.kind,
+               None if finding.command is None else self._row(finding.command))
         self.finding_counts[key] = self.finding_counts.get(key, 0) + 1
         if len(self.findings) < self.max_findings:
             self.findings.append(finding)

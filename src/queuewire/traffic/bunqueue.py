@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codecs.bunqueue import FrameDecoder
-from ..judge.exchange import BunqueueExchange, Judgement
+from ..judge.exchange import NO_CMD, BunqueueExchange, Judgement
 from ..judge.findings import Finding
 from ..spec import Profile
 from .framing import Item, Stream
+from .redact import Redact, redactor
 
 #: a finding the judge made on this connection (with where and when it was seen) -> None
 Report = Callable[[Finding], None]
@@ -42,6 +43,12 @@ class BunqueueProtocol:
         self.judgement = Judgement(profile)
         self._prefix = struct.Struct(profile.model.len_format)
         self.max_frame = max_frame
+        #: the commands the profile defines (and the mark of a frame without one): the
+        #: analyzer's per-command table keeps a row for each, and a bounded few others
+        self.command_names: frozenset[str] | None = frozenset((*profile.model.commands, NO_CMD))
+        #: what a recording does to a client frame before it writes it (:mod:`.redact`)
+        self.redact: Redact | None = redactor({
+            name: c.secret_fields for name, c in profile.model.commands.items() if c.secret_fields})
 
     def stream(self, direction: str) -> Stream:
         profile = self.profile

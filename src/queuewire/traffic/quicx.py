@@ -30,6 +30,7 @@ from ..spec import Profile
 from ..spec.quicx import DAEMON, struct_format
 from .bunqueue import OrphanFn, PairFn, Report
 from .framing import Item, Stream
+from .redact import Redact
 
 # What answers what, by message name (the spec's keys). The answer pops the oldest pending
 # request of its kinds on the connection.
@@ -52,6 +53,10 @@ class QuicxProtocol:
         self.profile = profile
         spec = self.spec = profile.model
         self.max_frame = max_frame
+        #: None: the requests a quicx judge names are the spec's message types, a bounded set
+        self.command_names: frozenset[str] | None = None
+        #: quicx frames carry no credential (no ``x-secret`` in its spec language)
+        self.redact: Redact | None = None
         order = [f.id for f in spec.header]
         head = struct.Struct(struct_format(spec.header))
         at = order.index("len_payload")
