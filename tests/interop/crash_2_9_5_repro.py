@@ -44,7 +44,7 @@ def read_replies(sock: socket.socket, wait: float) -> tuple[list, bool]:
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except OSError:
             return replies, True
