@@ -20,6 +20,15 @@ choose the bytes. Hex dumps and decoded views are capped per event so a 64 MiB f
 not make a 200 MB page; the cap is stated where it applies. A case whose transcript the runner
 cut (events omitted between its head and tail, a connection it stopped reading) says so above
 its transcript.
+
+The server residue section (a run that carries :class:`~..model.RunResidue`, i.e. a server
+profile with a ``resources`` section) says per run whether the server was left as found, what
+the cases left on it per resource kind, what the run removed, what is still there with the
+reason, what could not be listed, and the health probes that broke with the cases running since
+their last ok answer (each linking to its case). Every list is cut at :data:`RESIDUE_CAP`
+entries (per kind where grouped by kind) with the number left out; the JSON report has them
+all. A run without it (a profile without resources, an unreachable target) gets one line.
+Nothing there is a verdict.
 """
 
 from __future__ import annotations
@@ -28,12 +37,13 @@ import datetime as _dt
 import html
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import (
     VERDICT_ORDER,
     CaseResult,
     Check,
+    RunResidue,
     TargetRun,
     Verdict,
     WireEvent,
@@ -59,9 +69,13 @@ from .common import (
 )
 from .junit import reason
 
+if TYPE_CHECKING:  # a residue's items; the report stays as cheap to import as the model
+    from ...traffic.inventory import Item
+
 HEX_CAP = 1024  # bytes of hex dump shown per event
 DECODED_CAP = 8000  # characters of decoded JSON shown per event
 EVENTS_CAP = 400  # events shown per case
+RESIDUE_CAP = 50  # entries shown per residue list (per kind where grouped by kind)
 
 COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "ERROR": "#8250df", "NON-STRICT": "#bf8700",
          "UNIMPLEMENTED": "#0969da", "INFO": "#57606a", "STALE": "#cf222e"}
@@ -160,6 +174,9 @@ def _summary(runs: Sequence[TargetRun]) -> str:
         f"({r.coverage.ratio:.0%})</td>" for r in runs) + "</tr>")
     rows.append("<tr><th>duration</th>" + "".join(f'<td class="n">{r.duration:.1f} s</td>'
                                                    for r in runs) + "</tr>")
+    if any(r.residue is not None for r in runs):
+        rows.append('<tr class="residue"><th>server residue</th>'
+                    + "".join(_residue_cell(i, r) for i, r in enumerate(runs)) + "</tr>")
     rows.append("<tr><th>result</th>" + "".join(
         f'<td>{badge("FAIL") + " " + str(len(r.failing())) + " failing" if r.failing() else badge("PASS")}'
         f"{' (strict)' if r.strict else ''}</td>" for r in runs) + "</tr>")
@@ -217,6 +234,146 @@ def _capabilities(runs: Sequence[TargetRun]) -> str:
             f'.</p><table class="capabilities"><tr><th>capability</th>{head}</tr>'
             f'{"".join(rows)}</table>'
             + (f'<p class="bad" id="support-note">{e(note)}</p>' if note else ""))
+
+
+# -- server residue ---------------------------------------------------------------------------
+def _more(n: int, cap: int = RESIDUE_CAP) -> str:
+    return f'<p class="dim">... and {n - cap} more (see the JSON report)</p>' if n > cap else ""
+
+
+def _residue_state(found: RunResidue) -> str:
+    """A few words: left as found, else how many things are still there, unlisted, broken."""
+    if found.clean:
+        return "left as found"
+    res = found.residue
+    parts = [f"{n} {what}" for n, what in ((len(res.left), "still there"),
+                                           (len(res.unlisted), "not listed"),
+                                           (len(found.breaks), "probe(s) broke")) if n]
+    return ", ".join(parts)
+
+
+def _residue_cell(i: int, run: TargetRun) -> str:
+    if run.residue is None:
+        return '<td class="dim">-</td>'
+    cls = "ok" if run.residue.clean else "bad"
+    return f'<td><a class="{cls}" href="#residue{i}">{e(_residue_state(run.residue))}</a></td>'
+
+
+def _kinds_of(found: RunResidue, items: Sequence[Item]) -> list[str]:
+    """The run's kinds in the profile's order, then any other kind an item names."""
+    return list(dict.fromkeys([*found.kinds, *(item.kind for item in items)]))
+
+
+def _by_kind(found: RunResidue, items: Sequence[Item]) -> str:
+    """The items grouped by kind, each kind cut at :data:`RESIDUE_CAP`."""
+    out = []
+    for kind in _kinds_of(found, items):
+        members = [item for item in items if item.kind == kind]
+        if not members:
+            continue
+        names = "".join(f"<code>{e(item.text())}</code>" for item in members[:RESIDUE_CAP])
+        more = (f' <span class="dim">and {len(members) - RESIDUE_CAP} more</span>'
+                if len(members) > RESIDUE_CAP else "")
+        out.append(f'<p class="idlist" data-kind="{e(kind)}"><b>{e(kind)}</b> '
+                   f"({len(members)}): {names}{more}</p>")
+    return "".join(out)
+
+
+def _units(i: int, run: TargetRun, units: Sequence[str]) -> str:
+    """The cases a break is blamed on, each linking to its details, cut at RESIDUE_CAP."""
+    if not units:
+        return '<span class="dim">no case was running</span>'
+    known = {r.case.id for r in run.results}
+    shown = " ".join(f'<a href="#{_anchor(i, u)}"><code>{e(u)}</code></a>' if u in known
+                     else f"<code>{e(u)}</code>" for u in units[:RESIDUE_CAP])
+    more = (f' <span class="dim">and {len(units) - RESIDUE_CAP} more</span>'
+            if len(units) > RESIDUE_CAP else "")
+    return shown + more
+
+
+def _residue(i: int, run: TargetRun) -> str:
+    """What the run left on the server and the probes its cases broke (model.RunResidue)."""
+    head = f'<h3 id="residue{i}">{e(label(run))}</h3>'
+    found = run.residue
+    if found is None:
+        return (head + '<p class="dim residue-none">not inventoried (the profile lists no '
+                "resources, or the target could not be reached)</p>")
+    res = found.residue
+    cls = "ok" if found.clean else "bad"
+    parts = [f'<p class="residue-state {cls}" data-clean="{str(found.clean).lower()}">'
+             f"<b>{'clean' if found.clean else 'not clean'}</b>: {e(found.summary())}</p>"]
+    left_items = [left.item for left in res.left]
+    if res.appeared or res.left:
+        rows = []
+        for kind in _kinds_of(found, [*res.appeared, *left_items]):
+            counts = [sum(item.kind == kind for item in items)
+                      for items in (res.appeared, res.removed, left_items)]
+            cells = "".join(f'<td class="{"n" if n else "z"}">{n}</td>' for n in counts)
+            rows.append(f'<tr class="residue-kind" data-kind="{e(kind)}"><th>{e(kind)}</th>'
+                        f"{cells}</tr>")
+        parts.append('<table class="residue-kinds"><tr><th>kind</th><th>appeared</th>'
+                     f'<th>removed by the run</th><th>still there</th></tr>{"".join(rows)}'
+                     "</table>")
+    if res.left:
+        order = {k: n for n, k in enumerate(_kinds_of(found, left_items))}
+        ranked = sorted(res.left, key=lambda left: order[left.item.kind])
+        rows = [f'<tr class="residue-left" data-kind="{e(left.item.kind)}"><td><code>'
+                f"{e(left.item.text())}</code></td><td>{e(left.reason)}</td></tr>"
+                for left in ranked[:RESIDUE_CAP]]
+        parts.append(f'<details open class="residue-left"><summary>still there '
+                     f"({len(res.left)})</summary><table><tr><th>what</th><th>why</th></tr>"
+                     f'{"".join(rows)}</table>{_more(len(res.left))}</details>')
+    if res.removed:
+        parts.append(f'<details class="residue-removed"><summary>removed by the run '
+                     f"({len(res.removed)})</summary>{_by_kind(found, res.removed)}</details>")
+    if res.appeared:
+        parts.append(f'<details class="residue-appeared"><summary>left by the cases '
+                     f"({len(res.appeared)})</summary>{_by_kind(found, res.appeared)}</details>")
+    if res.unlisted:
+        listed = list(res.unlisted.items())
+        rows = [f"<tr><td><code>{e(what)}</code></td><td>{e(why)}</td></tr>"
+                for what, why in listed[:RESIDUE_CAP]]
+        parts.append(f'<details open class="residue-unlisted"><summary>could not be listed '
+                     f"({len(listed)})</summary><table><tr><th>list</th><th>why</th></tr>"
+                     f'{"".join(rows)}</table>{_more(len(listed))}</details>')
+    if found.probes:
+        parts.append('<p class="dim">health probes: '
+                     + ", ".join(f"<code>{e(p)}</code>" for p in found.probes) + "</p>")
+    if found.breaks:
+        rows = []
+        for brk in found.breaks[:RESIDUE_CAP]:
+            if brk.recovered:
+                after = f'<span class="ok">answers ok again {e(brk.recovered_after)}</span>'
+            elif brk.probe in found.still_broken:
+                after = '<span class="bad">still failing</span>'
+            else:
+                after = ""
+            rows.append(f'<tr class="residue-break" data-probe="{e(brk.probe)}"><td><code>'
+                        f"{e(brk.probe)}</code></td><td>{e(brk.error)}</td>"
+                        f"<td>{_units(i, run, brk.units)}</td><td>{after}</td></tr>")
+        parts.append(f'<p class="bad">{len(found.breaks)} probe(s) answered ok before and then '
+                     "failed after a case:</p><table class=\"residue-breaks\"><tr><th>probe</th>"
+                     "<th>now answers</th><th>cases running since its last ok answer</th>"
+                     f'<th>after the run</th></tr>{"".join(rows)}</table>'
+                     f"{_more(len(found.breaks))}")
+    if found.failing_before:
+        items = list(found.failing_before.items())
+        parts.append('<p class="dim residue-failing-before">failing before the run (not '
+                     "watched): " + "; ".join(f"<code>{e(name)}</code>: {e(err)}"
+                                              for name, err in items[:RESIDUE_CAP])
+                     + (f" and {len(items) - RESIDUE_CAP} more" if len(items) > RESIDUE_CAP
+                        else "") + "</p>")
+    return f'{head}<div class="residue" id="residue-run{i}">{"".join(parts)}</div>'
+
+
+def _residues(runs: Sequence[TargetRun]) -> str:
+    """The server residue section; empty when no run carries one."""
+    if all(run.residue is None for run in runs):
+        return ""
+    return ("<h2>Server residue</h2><p>What each run found on the server before its first case "
+            "and after its last, what it removed, and the health probes a case broke: "
+            "observations beside the verdicts, never a verdict.</p>"
+            + "".join(_residue(i, run) for i, run in enumerate(runs)))
 
 
 def _area_anchor(i: int, area: str) -> str:
@@ -396,6 +553,7 @@ def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance rep
 <h2>Summary</h2>
 {_summary(runs)}
 {_capabilities(runs)}
+{_residues(runs)}
 <h2>Areas</h2>
 {"".join(_areas(i, run) for i, run in enumerate(runs))}
 <h2>Requirement coverage</h2>
