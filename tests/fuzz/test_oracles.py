@@ -127,7 +127,11 @@ async def test_each_oracle_fires_shrinks_and_replays(mode, tmp_path):
     case, doc = read_transcript(path)
     if mode == "crash":  # a dead server cannot judge smaller cases: kept whole, said so
         assert small.as_dict() == original.as_dict() and "not shrunk" in doc["note"]
+        # ... and it ends the run there, saying where
+        assert stats.down is not None and stats.down[0] == original.index, stats.down
+        assert stats.stop_reason.startswith("the target stopped answering"), stats.stop_reason
     else:
+        assert stats.down is None, stats.down
         assert len(small.frames) <= min(SHRUNK_MAX_FRAMES, len(original.frames))
     assert case.as_dict() == small.as_dict() and doc["findings"]
     assert doc["original"]["index"] == original.index

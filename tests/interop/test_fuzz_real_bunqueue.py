@@ -162,3 +162,36 @@ def test_a_long_run_lasts_and_a_short_one_leaves_no_residue(tmp_path):
             assert again.returncode == 1 and "STILL FAILING" in again.stdout, (path, again.stdout)
     finally:
         stop_serve(short_proc)
+
+
+def test_a_server_that_dies_stops_the_run_and_says_where(tmp_path):
+    """The real 2.9.5 shuts down on a PULL whose queue is a number (with a timeout:
+    docs/conformance/bunqueue-2.9.5-crash.md). Sent from outside while a long run plays, it
+    ends the run at once with the case the server died at, the command that plays the cases
+    before it again, and exit status 1; the probes that no longer answer are said once."""
+    import socket
+    import time
+
+    from queuewire.codecs.bunqueue import encode_frame
+    proc, port, _ = start_real_bunqueue(tmp_path / "server.log")
+    try:
+        run = _fuzz(port, tmp_path / "out", "--duration", "120", "--seed", "5",
+                    "--known-failing", str(UNTRIAGED), "--max-failures", "1000")
+        time.sleep(3)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(encode_frame({"cmd": "PULL", "queue": 5, "timeout": 1000,
+                                       "reqId": "crash"}, PROFILE))
+            sock.recv(1 << 16)      # the error reply the server sends before it dies
+        out = run.communicate(timeout=120)[0]
+        assert proc.wait(timeout=30) is not None    # the server did die
+    finally:
+        stop_serve(proc)
+    assert run.returncode == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "stop: the target stopped answering at case" in out, out[-3000:]
+    assert "ran for the 120 s" not in out, out[-3000:]
+    down = [line for line in out.splitlines() if line.startswith("DOWN")]
+    assert len(down) == 1 and "--seed 5 --start" in down[0] and "--workers 1" in down[0], down
+    assert sum("the target is down" in line for line in out.splitlines()) <= 1, out[-3000:]
+    assert not [line for line in out.splitlines()
+                if line.startswith("BROKEN") and "now answers no reply" in line], out[-3000:]

@@ -235,14 +235,33 @@ def fuzz(ctx: click.Context, protocol: str | None, target_spec: str | None,
     for index, error in stats.errors[:10]:
         console.print(Text.assemble(("GENERATOR ERROR", "red"), f" case {index}: {error}"))
     console.print(f"stop: {stats.stop_reason}", markup=False, highlight=False)
+    if stats.down is not None:
+        first = max(0, stats.down[0] - DOWN_LEAD)
+        console.print(Text.assemble(
+            ("DOWN", "red"), f" the target stopped answering at case {stats.down[0]}; to play "
+            f"the {stats.down[0] - first + 1} cases up to it again, in order, against a fresh "
+            f"server: queuewire fuzz --protocol {protocol} --profile {profile} "
+            f"{_target_args(target_spec, auth_token)} --seed {seed} --start {first} "
+            f"--max-examples {stats.down[0] - first + 1} --workers 1"), soft_wrap=True)
     _print_residue(stats)
-    ctx.exit(1 if stats.failures or stats.errors else 0)
+    ctx.exit(1 if stats.failures or stats.errors or stats.down is not None else 0)
+
+
+#: Cases before the one a target died at that the DOWN line's command plays again.
+DOWN_LEAD = 1000
 
 
 def _print_residue(stats: Any) -> None:
     """What the run left on the server, and the probes its cases broke."""
+    silent = [brk for brk in stats.breaks if stats.down is not None and brk.error == "no reply"]
     for brk in stats.breaks:
-        console.print(Text.assemble(("BROKEN", "red"), " ", brk.text("window")), soft_wrap=True)
+        if brk not in silent:    # a target that is down answers no probe: said once below
+            console.print(Text.assemble(("BROKEN", "red"), " ", brk.text("window")),
+                          soft_wrap=True)
+    if silent:
+        console.print(Text.assemble(("BROKEN", "red"), f" no reply to {len(silent)} probes "
+                                    f"({', '.join(b.probe for b in silent)}): the target is "
+                                    "down"), soft_wrap=True)
     residue = stats.residue
     if residue is None:
         return
@@ -251,9 +270,13 @@ def _print_residue(stats: Any) -> None:
                       f"removed; the server's lists are as before the run)", markup=False,
                       highlight=False)
         return
-    console.print(Text.assemble(("RESIDUE", "yellow"),
-                                f" {len(residue.left)} of {len(residue.appeared)} things the "
-                                f"run made could not be removed:"))
+    if residue.left or not residue.unlisted:
+        console.print(Text.assemble(("RESIDUE", "yellow"),
+                                    f" {len(residue.left)} of {len(residue.appeared)} things "
+                                    f"the run made could not be removed:"))
+    else:
+        console.print(Text.assemble(("RESIDUE", "yellow"), " unknown: the server's lists could "
+                                    "not be read after the run:"))
     for left in residue.left[:20]:
         console.print(f"  {left.text()}", markup=False, highlight=False)
     for what, why in residue.unlisted.items():

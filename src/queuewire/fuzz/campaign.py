@@ -99,6 +99,9 @@ class Stats:
     stop_reason: str = ""
     residue: Residue | None = None   # what the run left on the server (None: not taken)
     breaks: list[Break] = field(default_factory=list)   # probes the run's cases broke
+    #: the case at which the target stopped answering for good (its index and what the last
+    #: liveness check got), or None: the run then stops, nothing after it can be judged
+    down: tuple[int, str] | None = None
 
     @property
     def elapsed(self) -> float:
@@ -230,28 +233,50 @@ def _work(plan: _Plan, w: int, emit: Callable[[tuple], None], failures: Any,
                 res2 = other.run(case)
                 if res.kinds() != res2.kinds():
                     emit(("diff", index, res.kinds(), res2.kinds()))
-            if not res.failed:
-                continue
-            wanted = {sig for sig in signature(res.findings) if sig[0] not in known}
-            if not wanted:
-                continue
-            failing += 1
-            if wanted <= seen:
-                continue
-            seen.update(wanted)
-            with failures.get_lock():
-                failures.value += 1
-            with shrink_lock:
-                saved = shrink_and_save_sync(res, plan.host, plan.port, plan.artifacts,
-                                             plan.bound, plan.auth_token, wanted=wanted)
-            emit(("fail", case, saved, [f for f in res.findings
-                                        if (f.requirement, f.kind) in wanted]))
+            # the target down for good: this case is saved (the first suspect), then the
+            # worker stops, for nothing after it can be judged
+            down = _gone(runner) if any(f.kind == "dead" for f in res.findings) else None
+            wanted = {sig for sig in signature(res.findings) if sig[0] not in known} \
+                if res.failed else set()
+            if wanted:
+                failing += 1
+            if wanted and not wanted <= seen:
+                seen.update(wanted)
+                with failures.get_lock():
+                    failures.value += 1
+                with shrink_lock:
+                    saved = shrink_and_save_sync(res, plan.host, plan.port, plan.artifacts,
+                                                 plan.bound, plan.auth_token, wanted=wanted)
+                emit(("fail", case, saved, [f for f in res.findings
+                                            if (f.requirement, f.kind) in wanted]))
+            if down is not None:
+                emit(("down", index, down))
+                break
     finally:
         runner.close()
         if other is not None:
             other.close()
         tick()
         emit(("done",))
+
+
+#: How often, and how far apart, a worker asks a target whose liveness check failed again
+#: before it calls it down (a server restarting, or busy for a moment, is not down).
+DOWN_CHECKS, DOWN_PAUSE = 3, 1.0
+
+
+def _gone(runner: Runner) -> str | None:
+    """What the last of :data:`DOWN_CHECKS` liveness checks got, when none answered; None
+    when one did (the target is up after all)."""
+    last = ""
+    for attempt in range(DOWN_CHECKS):
+        if attempt:
+            time.sleep(DOWN_PAUSE)
+        found = runner.alive()
+        if not found:
+            return None
+        last = found[0].message
+    return last
 
 
 def _child(plan: _Plan, w: int, conn: Any, failures: Any, shrink_lock: Any) -> None:
@@ -332,6 +357,9 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
                 group.example_case, group.example, group.path = case.index, f.message, saved.path
         elif kind == "health" and house is not None:
             stats.breaks += house.window(*msg[1:])
+        elif kind == "down":
+            if stats.down is None or msg[1] < stats.down[0]:
+                stats.down = (msg[1], msg[2])
         elif kind == "diff":
             stats.diffs.append(msg[1:])
         elif kind == "error":
@@ -367,6 +395,13 @@ async def campaign(protocol: str, profile: str, host: str, port: int, *, seed: i
 def _stop_reason(stats: Stats, plan: _Plan, max_examples: int | None,
                  duration: float | None) -> str:
     """Why the run ended, in a sentence a user can act on."""
+    if stats.down is not None:
+        index, got = stats.down
+        return (f"the target stopped answering at case {index} ({got}; asked "
+                f"{DOWN_CHECKS} times, {DOWN_PAUSE:g} s apart), so nothing after it could be "
+                f"judged. A case can hurt a server some time before it dies: the cases played "
+                f"shortly before it are suspects too (the health windows below say when it "
+                f"last answered its probes)")
     if stats.failures >= plan.max_failures:
         return (f"stopped after {stats.failures} distinct failures (--max-failures "
                 f"{plan.max_failures}); raise it to survey further, or list the target's "
