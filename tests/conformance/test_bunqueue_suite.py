@@ -20,6 +20,7 @@ from queuewire.conformance.model import TargetRun, Verdict
 from queuewire.conformance.runner import load_cases, run_target, run_target_sync
 from queuewire.conformance.targets import EMBEDDED_TICK
 from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer
+from queuewire.reference_server.bunqueue.connection import BunqueueConnection
 from queuewire.reference_server.bunqueue.gate import RequestGate
 from queuewire.spec import load_profile, profile_names
 
@@ -114,16 +115,24 @@ SLICE = ("bunqueue.env.*", "bunqueue.frame.single", "bunqueue.frame.coalesced",
          "bunqueue.limit.priority.PUSH.*")
 
 
-class _AsciiReqIdServer(BunqueueServer):
+class _AsciiReqIdConnection(BunqueueConnection):
     """Breaks BQ-ENV-2: a reqId is echoed with its non-ASCII characters replaced."""
 
+    __slots__ = ()
+
     @staticmethod
-    def _with_req_id(request, reply):
-        reply = BunqueueServer._with_req_id(request, reply)
+    def with_req_id(request, reply):
+        reply = BunqueueConnection.with_req_id(request, reply)
         rid = reply.get("reqId", UNDEFINED)
         if isinstance(rid, str):
             reply["reqId"] = rid.encode("ascii", "replace").decode("ascii")
         return reply
+
+
+class _AsciiReqIdServer(BunqueueServer):
+    """A server whose connections break BQ-ENV-2 (:class:`_AsciiReqIdConnection`)."""
+
+    connection = _AsciiReqIdConnection
 
 
 def _lenient_gate(server: BunqueueServer, dropped: str) -> RequestGate:

@@ -6,8 +6,10 @@ shell's own request path minus the bytes of a socket: :class:`EmbeddedServer` wr
 and its store's flush loop, and answers :meth:`EmbeddedServer.request` exactly as a TCP
 connection would be answered (the rate and auth gates, schema refusals, long polls parked in
 the same :class:`~.waits.WaitRoom`), so an embedded client and a TCP client see the same
-replies. Each caller opens its own connection id, which the engine treats as a TCP connection
-(its active jobs go back to waiting when it is closed, BQ-CONN-1).
+replies: each caller's connection is the TCP server's own sans-IO
+:class:`~.connection.BunqueueConnection`, without frames. Each caller opens its own
+connection, which the engine treats as a TCP connection (its active jobs go back to waiting
+when it is closed, BQ-CONN-1).
 """
 
 from __future__ import annotations
@@ -16,24 +18,14 @@ import gc
 import itertools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ...spec import Profile
+from .connection import BunqueueConnection
 from .model import EngineConfig, Wait
 from .tcp import GC_YOUNG_THRESHOLD, BunqueueServer
 
 __all__ = ["EmbeddedServer"]
-
-
-@dataclass
-class _LocalConnection:
-    """What the request gate asks of a connection (:class:`~.gate.GateConnection`)."""
-
-    id: str
-    authenticated: bool = True  # no socket, no token to present
-    rate: Any = None
-    decoder: Any = None  # no frames: no pre-auth frame bound to lift
 
 
 class EmbeddedServer:
@@ -47,7 +39,7 @@ class EmbeddedServer:
         self.engine = self.server.engine
         self.profile = self.server.profile
         self._ids = itertools.count(1)
-        self._connections: dict[str, _LocalConnection] = {}
+        self._connections: dict[str, BunqueueConnection] = {}
         self._running = False
         #: where a connection's pushed frames (job events, BQ-EVENT-102) go
         self._listeners: dict[str, Callable[[bytes], Any]] = {}
@@ -87,7 +79,10 @@ class EmbeddedServer:
 
     def open(self) -> str:
         """A new in-process connection; its id is what :meth:`request` takes."""
-        conn = _LocalConnection(f"e{next(self._ids)}")
+        # no frames, and authenticated: in process there is no token to present
+        server = self.server
+        conn = BunqueueConnection(f"e{next(self._ids)}", server.gate, server.encoder,
+                                  server.room, framed=False, authenticated=True)
         self._connections[conn.id] = conn
         self.engine.connection_opened(conn.id)
         return conn.id
@@ -103,7 +98,7 @@ class EmbeddedServer:
         """The reply (without reqId) a TCP connection would get for ``request``."""
         server = self.server
         conn = self._connections[conn_id]
-        answer = server.gate.answer(conn, request)  # the TCP server's path
+        answer = conn.request(request)  # the TCP server's path
         reply = await server.park(conn_id, answer) if isinstance(answer, Wait) else answer
         server.poke_timer()
         return reply

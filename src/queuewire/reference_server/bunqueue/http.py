@@ -91,6 +91,7 @@ from ...codecs.errors import EncodeError, ProtocolError
 from ...codecs.validation import BunqueueValidator
 from .._service import Service
 from .commands.auth import check_token
+from .connection import BunqueueConnection
 from .cross_site import CrossSiteGuard, json_declared
 from .engine import BunqueueEngine, request_refusal
 from .gate import RequestGate
@@ -98,15 +99,6 @@ from .model import Event, Wait
 from .waits import WaitRoom
 from .webhook_delivery import SIGNATURE_HEADER, WebhookDispatcher, WebhookRefused
 
-
-@dataclass
-class _WsConnection:
-    """A WebSocket connection as the request gate sees it (authenticated at the upgrade)."""
-
-    id: str
-    authenticated: bool = True
-    rate: Any = None
-    decoder: Any = None
 
 class ServesEngine(Protocol):
     """What the frontend needs of the TCP server it sits beside (no import of that module,
@@ -506,7 +498,7 @@ class HttpFrontend(Service):
         except (ConnectionResetError, ConnectionError, RuntimeError):
             pass  # it closed meanwhile: its handler cleans up
 
-    def _ws_command(self, conn_id: str, text: str) -> tuple[Any, dict | Wait]:
+    def _ws_command(self, link: BunqueueConnection, text: str) -> tuple[Any, dict | Wait]:
         """The request in one WebSocket message and its reply (without reqId), or the Wait
         of a long poll: written as MessagePack (:meth:`_unwritable`), then the TCP server's
         request gate (:class:`~.gate.RequestGate`: shape, Auth, schema) and the engine. The
@@ -519,20 +511,14 @@ class HttpFrontend(Service):
         refusal = self._unwritable(request) if type(request) is dict else None
         if refusal is not None:
             return request, refusal
-        reply = self._gate.answer(_WsConnection(conn_id), request)
+        reply = link.request(request)
         self._wake_deliveries()
         return request, reply
-
-    @staticmethod
-    def _with_req_id(request: Any, reply: dict) -> dict:
-        if type(request) is dict and "reqId" in request:  # echoed verbatim (BQ-ENV-2)
-            return {**reply, "reqId": request["reqId"]}
-        return reply
 
     async def _ws_park(self, ws: web.WebSocketResponse, conn_id: str, request: dict,
                        wait: Wait) -> None:
         reply = await self._room.park(conn_id, wait)
-        await self._ws_send(ws, self._with_req_id(request, reply))
+        await self._ws_send(ws, BunqueueConnection.with_req_id(request, reply))
 
     async def _ws_events(self, ws: web.WebSocketResponse, stream: _EventStream) -> None:
         while True:
@@ -567,6 +553,9 @@ class HttpFrontend(Service):
         conn_id = f"ws-{uuid.uuid4()}"
         stream = _EventStream(request.match_info.get("queue"))
         self.engine.connection_opened(conn_id)
+        # the TCP server's sans-IO connection, without frames; authenticated at the upgrade
+        link = BunqueueConnection(conn_id, self._gate, None, self._room, framed=False,
+                                  authenticated=True)
         self._sockets[conn_id] = (ws, stream)
         self._streams.add(stream)
         tasks: set[asyncio.Task] = {asyncio.create_task(self._ws_events(ws, stream))}
@@ -581,7 +570,7 @@ class HttpFrontend(Service):
                     continue
                 if not await self._ws_slot(ws, slots):
                     break  # the peer went away meanwhile
-                req, reply = self._ws_command(conn_id, text)
+                req, reply = self._ws_command(link, text)
                 if isinstance(reply, Wait):  # a long poll: answered when it ends
                     task = asyncio.create_task(self._ws_park(ws, conn_id, req, reply))
                     tasks.add(task)
@@ -589,7 +578,7 @@ class HttpFrontend(Service):
                     task.add_done_callback(lambda _: slots.release())
                 else:  # answered in arrival order
                     slots.release()
-                    await self._ws_send(ws, self._with_req_id(req, reply))
+                    await self._ws_send(ws, link.with_req_id(req, reply))
         finally:
             # synchronous first: the handler may be cancelled at its next await (the peer
             # went away); a cancelled park never reaches engine.retry

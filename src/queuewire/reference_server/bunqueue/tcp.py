@@ -1,12 +1,13 @@
 """The bunqueue reference server's asyncio shell: :class:`BunqueueServer`.
 
-All queue semantics live in :mod:`.engine`; this module moves bytes, gates and
-schedules. ``asyncio.start_server`` gives each connection a handler with its own
-:class:`~queuewire.codecs.bunqueue.FrameDecoder`; the handler reads, decodes and answers the
-requests of each read in order: one that completes at once (all but a parked long poll) runs
-inline, without a task, and its reply is gathered with the next ones into writes of about
-``FLUSH_BYTES``; a long poll gets a
-task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2) until it is
+All queue semantics live in :mod:`.engine`, and everything the protocol says about one peer
+(decoding, the gate, transport errors, the pre-auth bound, slots, reply frames) in the
+sans-IO :class:`~.connection.BunqueueConnection`; this module moves bytes and schedules.
+``asyncio.start_server`` gives each connection a handler with its own connection object; the
+handler reads, hands each read to it and carries out the actions it gives, in order: a
+request that completes at once (all but a parked long poll) is answered inline, without a
+task, and its reply is gathered with the next ones into writes of about ``FLUSH_BYTES``; a
+long poll gets a task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2) until it is
 answered, so at most that many commands of one connection are in flight, the rest wait in
 arrival order (while all slots are taken one more chunk is read, no further, so a peer that
 goes away is still noticed), and replies go out as they finish (out of order, correlated by
@@ -47,17 +48,17 @@ subscribed to its queue (BQ-EVENT-102). Every error string and limit comes from 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from ...codecs.bunqueue import UNDEFINED, FrameDecoder, FrameEncoder
-from ...codecs.errors import EncodeError, ProtocolError
+from ...codecs.bunqueue import FrameEncoder
+from ...codecs.errors import EncodeError
 from ...spec import Profile
 from .._flow import (
     DEFAULT_LISTEN_BACKLOG,
@@ -71,10 +72,11 @@ from .._flow import (
     read_chunk,
 )
 from .._service import TcpService
+from .connection import BunqueueConnection, Close, Park, RateWindow
 from .engine import BunqueueEngine
 from .gate import RequestGate
 from .http import HttpFrontend
-from .intake import FrameIntake, stream_from
+from .intake import FrameIntake
 from .model import EngineConfig, Event, Wait
 from .sqlite import FLUSH_INTERVAL_MS, SqliteStore
 from .store import NullStore
@@ -86,7 +88,6 @@ log = logging.getLogger("queuewire.reference_server.bunqueue")
 READ_SIZE = 64 * 1024        # bytes per read: one socket buffer's worth
 DEFAULT_TICK_INTERVAL = 1.0  # seconds: the longest the timer sleeps when no deadline is known
 MIN_TICK_SLEEP = 0.001       # seconds: a deadline already due never makes the timer spin
-PREFIX_TAIL = 3              # bytes of earlier reads kept to read back an oversized prefix
 FLUSH_BYTES = 64 * 1024      # replies gathered before one write: a socket buffer's worth, so a
                              # read of small requests costs one send, and a big reply is written
                              # (and its memory freed) before the next one is built
@@ -113,45 +114,25 @@ def _now_ms() -> float:
     return time.time() * 1000.0
 
 
-class _RateWindow:
-    """A sliding window of the last ``limit`` request times of one connection."""
-
-    __slots__ = ("limit", "window", "times")
-
-    def __init__(self, limit: int, window: float):
-        self.limit, self.window = limit, window
-        self.times: deque[float] = deque()
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        times = self.times
-        while times and now - times[0] >= self.window:
-            times.popleft()
-        if len(times) >= self.limit:
-            return False  # a refused request is not counted
-        times.append(now)
-        return True
-
-
 class _Connection:
-    __slots__ = ("id", "writer", "decoder", "slots", "tasks", "parked", "authenticated",
-                 "rate", "tail", "closing", "reader", "next_read", "intake")
+    """The shell's side of one TCP connection: its socket, its tasks and its frame intake;
+    the protocol's side is :attr:`link` (a sans-IO :class:`~.connection.BunqueueConnection`)."""
 
-    def __init__(self, conn_id: str, writer: asyncio.StreamWriter, decoder: FrameDecoder,
-                 slots: int, rate: _RateWindow | None, intake: FrameIntake):
-        self.id = conn_id
+    __slots__ = ("closing", "id", "intake", "link", "next_read", "parked", "reader",
+                 "slot_free", "tasks", "writer")
+
+    def __init__(self, link: BunqueueConnection, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, intake: FrameIntake):
+        self.link = link
+        self.id = link.id
+        self.reader = reader
         self.writer = writer
-        self.decoder = decoder
-        self.slots = asyncio.Semaphore(slots)
-        self.tasks: set[asyncio.Task] = set()
-        self.parked: set[asyncio.Task] = set()
-        self.authenticated = False
-        self.rate = rate
-        self.tail = b""        # the last PREFIX_TAIL bytes read before the current chunk
+        self.tasks: set[asyncio.Task] = set()     # parked polls' tasks
+        self.parked: set[asyncio.Task] = set()    # ... those waiting in the wait room now
+        self.slot_free = asyncio.Event()          # set when a parked poll gives its slot back
         self.closing = False
-        self.reader: asyncio.StreamReader | None = None
-        # a read started while dispatch waits for a slot, so that a peer that goes away
-        # is noticed even when its requests fill every slot (at most one chunk ahead)
+        # a read started while the connection waits for a slot, so that a peer that goes
+        # away is noticed even when its requests fill every slot (at most one chunk ahead)
         self.next_read: asyncio.Task | None = None
         self.intake = intake   # the frame in progress: its deadline, its share of the budget
 
@@ -182,6 +163,10 @@ class BunqueueServer(TcpService):
     unauthenticated connection may declare). ``max_parked_polls`` is the
     :class:`~.waits.ParkingLot`'s, shared with the HTTP frontend of the same engine.
     """
+
+    #: the sans-IO connection each accepted socket gets (a seam: a test's deliberately
+    #: broken server gives a subclass)
+    connection: type[BunqueueConnection] = BunqueueConnection
 
     def __init__(self, profile: Profile | str = "bunqueue/v2", host: str = "127.0.0.1",
                  port: int | None = None, *, auth_tokens: Iterable[str] = (),
@@ -237,6 +222,7 @@ class BunqueueServer(TcpService):
         self._handlers: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
         self._room = WaitRoom(self.engine)  # parked long polls
+        self._rate_clock = time.monotonic
         self._ticker: asyncio.Task | None = None
         self._flusher: asyncio.Task | None = None
         self._tick_wake: asyncio.Event | None = None
@@ -325,15 +311,15 @@ class BunqueueServer(TcpService):
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
-        rate = _RateWindow(*self._rate_limit) if self._rate_limit is not None else None
+        rate = RateWindow(*self._rate_limit, self._rate_clock) \
+            if self._rate_limit is not None else None
         # before Auth, only small frames (BQ-SAFE-1 pre_auth_frame_bytes); Auth lifts it
-        decoder = FrameDecoder(self.profile, max_frame_bytes=self.pre_auth_frame_bytes
-                               if self._tokens else None)
+        link = self.connection(f"c{next(self._ids)}", self.gate, self._encoder, self._room,
+                               max_in_flight=self._max_in_flight,
+                               pre_auth_frame_bytes=self.pre_auth_frame_bytes, rate=rate)
         intake = FrameIntake(self.frame_budget, self._partial_timeout, self._prefix_size,
                              small=READ_SIZE)
-        conn = _Connection(f"c{next(self._ids)}", writer, decoder, self._max_in_flight, rate,
-                           intake)
-        conn.reader = reader
+        conn = _Connection(link, reader, writer, intake)
         limit_output(writer.transport)  # drain() waits only while over it: BQ-FLOW-1
         self._connections[conn.id] = conn
         reason = "connection closed"
@@ -348,7 +334,6 @@ class BunqueueServer(TcpService):
                     await self._on_eof(conn)
                     break
                 await self._receive(conn, data)
-                conn.tail = (conn.tail + data)[-PREFIX_TAIL:]
         except asyncio.CancelledError:  # stop(): this task is ours, nobody awaits it
             reason = "server stopping"
         except OSError as exc:  # reset, broken pipe: the peer is gone
@@ -389,116 +374,69 @@ class BunqueueServer(TcpService):
                 pending.cancel()
             log.warning("connection %s: closing it, a frame not complete %gs after its first "
                         "byte (%d bytes received, BQ-FLOW-3)", conn.id, self._partial_timeout,
-                        conn.decoder.buffered)
+                        conn.link.progress[1])
             return None
 
     async def _receive(self, conn: _Connection, data: bytes) -> None:
-        """Decode a chunk and dispatch its requests; answer its protocol errors. Then note
-        where the frame in progress stands (its deadline, its share of the frame budget)."""
-        stream_pos = conn.decoder.offset + conn.decoder.buffered  # where `data` starts
-        fresh = data  # what the decoder has not seen yet
-        while True:
-            try:
-                frames = conn.decoder.feed(fresh)
-            except ProtocolError as err:
-                # the decoder keeps a closing error; its traceback would hold this frame (the
-                # connection, its buffers) in a cycle until the collector's next full pass
-                err.__traceback__ = None
-                await self._dispatch(conn, err.frames)
-                if conn.closing:
-                    return
-                if err.reaction == "close":
-                    rest = self._after_auth(conn, err, data, stream_pos)
-                    if rest is None:
-                        await self._refuse_frame(conn, err, data, stream_pos)
-                        return
-                    # read on from that frame with a new decoder, whose stream starts there
-                    data = fresh = rest
-                    stream_pos = 0
-                    continue
-                if conn.rate is None or conn.rate.allow():
-                    name = "invalid_command" if err.kind == "not_a_map" else \
-                        "invalid_command_format"
-                    await self._send(conn, self._error(name))
-                else:
-                    await self._send(conn, self._error("rate_limit_exceeded"))
-                fresh = b""  # the decoder goes on after the bad frame
-                continue
-            await self._dispatch(conn, frames)
-            decoder = conn.decoder
-            conn.intake.note(decoder.offset, decoder.buffered, data, stream_pos)
-            return
+        """Hand a chunk to the connection and carry out what follows; then note where the
+        frame in progress stands (its deadline, its share of the frame budget)."""
+        link = conn.link
+        link.receive_data(data)
+        await self._answer(conn)
+        if not conn.closing and not link.closed:
+            conn.intake.note(*link.progress)
 
-    async def _dispatch(self, conn: _Connection, requests: list[Any]) -> None:
-        """Answer the requests of one read. A request that completes at once (all but a
-        parked long poll) is answered inline, holding its slot only while it runs, and its
-        reply is gathered with the next ones into one write of about FLUSH_BYTES; a long poll
-        keeps its slot and gets a task of its own. What is gathered is written before waiting
-        for a slot, and each write waits while the peer has more than OUTPUT_HIGH_WATER bytes
-        unread, so no further request of this connection is read or answered meanwhile
-        (BQ-FLOW-1). Every FRAMES_PER_TURN requests the loop yields, so that the other
-        connections are served during a flood on this one (BQ-FLOW-2)."""
-        out: list[bytes] = []
-        size = 0
+    async def _answer(self, conn: _Connection) -> None:
+        """Carry out the connection's actions until it has none: reply bytes gathered into
+        writes of about FLUSH_BYTES, each followed by a wait while the peer has more than
+        OUTPUT_HIGH_WATER bytes unread, so no further request of this connection is read or
+        answered meanwhile (BQ-FLOW-1); a long poll parked in a task of its own; a close.
+        Every FRAMES_PER_TURN frames the loop yields, so that the other connections are
+        served during a flood on this one (BQ-FLOW-2). While every slot is held by a parked
+        poll, it waits for one (BQ-PIPE-2) and reads at most one chunk ahead meanwhile."""
+        link = conn.link
         turn = FRAMES_PER_TURN
         try:
-            slots = conn.slots
-            # whether every slot is held by parked polls; it changes only when this loop parks
-            # a poll or awaits (a parked poll releases its slot while we wait), so it is
-            # asked again only then, not for each request
-            locked = slots.locked()
-            answer, frame, with_req_id = self.gate.answer, self._frame, self._with_req_id
-            for request in requests:
-                held = False
-                if locked and slots.locked():  # every slot is held by parked polls
-                    await self._flush(conn, out)
-                    if not await self._acquire_slot(conn):  # BQ-PIPE-2: excess requests wait
-                        return
-                    held = True
-                if conn.closing:
-                    if held:
-                        slots.release()
-                    return
-                try:
-                    reply = answer(conn, request)
-                except Exception:  # a bug: close this connection only
-                    log.exception("connection %s: error answering a request, closing it",
-                                  conn.id)
-                    conn.closing = True
-                    conn.writer.transport.abort()
-                    if held:
-                        slots.release()
-                    return
-                if isinstance(reply, Wait):
-                    if self._room.full:  # BQ-SAFE-1 max_parked_polls: as if timed out
-                        reply = self.engine.expire(reply)
-                    else:
-                        if not held:
-                            await slots.acquire()  # a slot is free: this does not wait
-                        task = asyncio.create_task(self._park(conn, request, reply))
+            while not conn.closing:
+                actions = link.next_actions(turn, FLUSH_BYTES)
+                turn -= link.handled
+                out: list[bytes] = []
+                for action in actions:
+                    if type(action) is bytes:
+                        out.append(action)
+                    elif type(action) is Park:
+                        task = asyncio.create_task(self._park(conn, action))
                         conn.tasks.add(task)
                         task.add_done_callback(conn.tasks.discard)
-                        locked = True  # may be now: asked again before the next request
-                        continue
-                if held:
-                    slots.release()
-                    locked = True  # we waited: ask again
-                data = frame(conn, with_req_id(request, reply))
-                out.append(data)
-                size += len(data)
-                turn -= 1
-                if size >= FLUSH_BYTES or not turn:
-                    await self._flush(conn, out)
-                    size = 0
-                    if conn.closing:
-                        return  # the peer is gone: its unread requests are not worth answering
-                    if not turn:
-                        turn = FRAMES_PER_TURN
-                        await next_turn()  # BQ-FLOW-2: let the other connections in
-                        locked = True  # others ran: ask again
+                    else:
+                        await self._flush(conn, out)
+                        await self._end(conn, cast(Close, action))
+                        return
+                await self._flush(conn, out)
+                if conn.closing or not link.pending:
+                    return  # (a peer that is gone: its unread requests are not worth answering)
+                if link.blocked:
+                    if not await self._wait_for_slot(conn):  # BQ-PIPE-2: excess requests wait
+                        return
+                elif turn <= 0:
+                    turn = FRAMES_PER_TURN
+                    await next_turn()  # BQ-FLOW-2: let the other connections in
         finally:
-            await self._flush(conn, out)
             self.poke_timer()
+
+    async def _end(self, conn: _Connection, close: Close) -> None:
+        """The connection's Close: a bug resets it; a refused frame (BQ-FRAME-2) cancels its
+        parked polls, writes the refusal and closes it."""
+        if close.reason == "internal error":
+            conn.closing = True
+            conn.writer.transport.abort()
+            return
+        await self._settle(conn)
+        if close.farewell and not conn.writer.is_closing():
+            conn.writer.write(close.farewell)
+            with contextlib.suppress(OSError):
+                await conn.writer.drain()
+        conn.closing = True
 
     async def _flush(self, conn: _Connection, out: list[bytes]) -> None:
         """Write the replies gathered so far in one write, then wait for the peer to read."""
@@ -518,75 +456,35 @@ class BunqueueServer(TcpService):
             conn.closing = True
             writer.transport.abort()
 
-    async def _acquire_slot(self, conn: _Connection) -> bool:
-        """Wait for a free slot; False when the peer went away (or the connection is
-        closing) meanwhile, and then the requests still waiting are dropped."""
-        if not conn.slots.locked():
-            await conn.slots.acquire()
-        else:
-            assert conn.reader is not None
+    async def _wait_for_slot(self, conn: _Connection) -> bool:
+        """Wait until a parked poll gives its slot back; False when the peer went away (or
+        the connection is closing) meanwhile, and then the requests still waiting are
+        dropped. One chunk is read meanwhile, no further: a peer that sent more is answered
+        after this backlog."""
+        link = conn.link
+        while link.blocked and not conn.closing:
+            conn.slot_free.clear()
             if conn.next_read is None:
                 conn.next_read = asyncio.create_task(conn.reader.read(READ_SIZE))
-            acquire = asyncio.create_task(conn.slots.acquire())
-            try:
-                await asyncio.wait((acquire, conn.next_read),
-                                   return_when=asyncio.FIRST_COMPLETED)
-                if not acquire.done():
-                    peek = conn.next_read
-                    if peek.cancelled() or peek.exception() is not None or not peek.result():
-                        conn.closing = True  # the peer is gone: stop serving its backlog
-                    else:
-                        await acquire  # the peer sent more: that chunk is read after this one
-            finally:
-                if not acquire.done():
-                    acquire.cancel()  # Semaphore.acquire gives back a slot it got meanwhile
-            if not acquire.done() or acquire.cancelled():
+            peek = conn.next_read
+            if not peek.done():
+                freed = asyncio.create_task(conn.slot_free.wait())
+                try:
+                    await asyncio.wait((freed, peek), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not freed.done():
+                        freed.cancel()
+                continue
+            if peek.cancelled() or peek.exception() is not None or not peek.result():
+                conn.closing = True  # the peer is gone: stop serving its backlog
                 return False
-        if conn.closing:
-            conn.slots.release()
-            return False
-        return True
-
-    def _after_auth(self, conn: _Connection, err: ProtocolError, data: bytes,
-                    stream_pos: int) -> bytes | None:
-        """A frame refused by the pre-auth bound whose connection authenticated in the same
-        read (an Auth pipelined right before it) is not refused after all: returns the rest of
-        the stream from its prefix on, to be read by a new decoder without that bound; None
-        when the refusal stands."""
-        if err.kind != "frame_too_large" or not conn.authenticated:
-            return None
-        length = self._declared_length(conn, err, data, stream_pos)
-        if not isinstance(length, int) or length > self._max_frame:
-            return None
-        conn.decoder = FrameDecoder(self.profile)
-        conn.intake.release()
-        return stream_from(conn.tail, data, stream_pos, err.offset)
-
-    async def _refuse_frame(self, conn: _Connection, err: ProtocolError, data: bytes,
-                            stream_pos: int) -> None:
-        """A frame too large (BQ-FRAME-2; before Auth, over ``pre_auth_frame_bytes``): the
-        requests before it are answered, then one error reply without reqId, then the
-        connection is closed."""
-        await self._settle(conn)
-        length = self._declared_length(conn, err, data, stream_pos)
-        await self._send(conn, self._error("frame_too_large", length=length,
-                                           max=conn.decoder.max_frame_bytes))
-        conn.closing = True
-
-    def _declared_length(self, conn: _Connection, err: ProtocolError, data: bytes,
-                         stream_pos: int) -> int | str:
-        """The length the oversized prefix declared, read back from the stream."""
-        head = stream_from(conn.tail, data, stream_pos, err.offset)[:self._prefix_size]
-        return int.from_bytes(head, "big") if len(head) == self._prefix_size else "?"
+            await conn.slot_free.wait()  # the peer sent more: that chunk is read after this
+        return not conn.closing
 
     async def _on_eof(self, conn: _Connection) -> None:
         """The peer closed its side: finish what it sent (a stream that ends inside a frame
         is closed unanswered, as bunqueue does), drop its parked polls."""
-        try:
-            conn.decoder.eof()
-        except ProtocolError as err:
-            err.__traceback__ = None  # kept by the decoder: no cycle through this frame
-            log.debug("connection %s: %s", conn.id, err)
+        conn.link.receive_eof()
         await self._settle(conn)
 
     async def _settle(self, conn: _Connection) -> None:
@@ -598,6 +496,7 @@ class BunqueueServer(TcpService):
 
     async def _close(self, conn: _Connection, reason: str) -> None:
         conn.closing = True
+        conn.link.close(reason)
         conn.intake.release()
         if conn.next_read is not None:
             conn.next_read.cancel()
@@ -617,25 +516,20 @@ class BunqueueServer(TcpService):
         self.poke_timer()
 
     # -- requests
-    @staticmethod
-    def _with_req_id(request: Any, reply: dict) -> dict:
-        if type(request) is dict:
-            req_id = request.get("reqId", UNDEFINED)
-            if req_id is not UNDEFINED:  # echoed verbatim (BQ-ENV-2)
-                reply["reqId"] = req_id
-        return reply
-
-    async def _park(self, conn: _Connection, request: Any, wait: Wait) -> None:
+    async def _park(self, conn: _Connection, park: Park) -> None:
         """A long poll: parked (holding its slot) until woken or expired, then answered."""
         try:
             task = asyncio.current_task()
             assert task is not None
             conn.parked.add(task)
             try:
-                reply = await self._room.park(conn.id, wait)
+                reply = await self._room.park(conn.id, park.wait)
             finally:
                 conn.parked.discard(task)
-            await self._send(conn, self._with_req_id(request, reply))
+            writer = conn.writer
+            if not writer.is_closing():
+                writer.write(conn.link.answer(park.request, reply))
+                await writer.drain()
         except asyncio.CancelledError:
             raise
         except OSError as exc:
@@ -646,7 +540,8 @@ class BunqueueServer(TcpService):
             conn.closing = True
             conn.writer.transport.abort()
         finally:
-            conn.slots.release()
+            conn.link.unpark()
+            conn.slot_free.set()
             self.poke_timer()
 
     def _notify(self, event: Event) -> None:
@@ -678,36 +573,15 @@ class BunqueueServer(TcpService):
                 continue
             conn.writer.write(data)
 
-    def _frame(self, conn: _Connection, reply: dict) -> bytes:
-        """The frame of a reply; one the wire cannot carry (over max_frame_bytes, say) is
-        answered ``internal_error`` with its reqId, or without it if even that fails: a
-        decoded request is always answered (BQ-MSGPACK-8)."""
-        try:
-            return self._encoder.encode(reply)
-        except EncodeError as exc:
-            log.warning("connection %s: cannot encode a reply: %s", conn.id, exc)
-        error = self._error("internal_error")
-        if "reqId" in reply:
-            try:
-                return self._encoder.encode({**error, "reqId": reply["reqId"]})
-            except EncodeError:
-                pass
-        return self._encoder.encode(error)
-
-    async def _send(self, conn: _Connection, reply: dict) -> None:
-        writer = conn.writer
-        if writer.is_closing():
-            return
-        writer.write(self._frame(conn, reply))
-        await writer.drain()
-
-    def _error(self, name: str, **fields: Any) -> dict:
-        return self.gate.error(name, **fields)
-
     # -- for the embedded server: the same request path without a socket
     def park(self, conn_id: str, wait: Wait) -> Any:
         """Park a long poll (BQ-PIPE-2) until its event or its timeout: awaitable reply."""
         return self._room.park(conn_id, wait)
+
+    @property
+    def room(self) -> WaitRoom:
+        """Where the server's long polls are parked (its connections ask whether it is full)."""
+        return self._room
 
     @property
     def encoder(self) -> FrameEncoder:
