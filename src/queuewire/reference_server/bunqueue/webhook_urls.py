@@ -64,7 +64,7 @@ def webhook_url_error(url: Any, *, allow_private: bool = False) -> str | None:
     Parsing follows what a WHATWG URL parser (bunqueue's) makes of the host, so the usual SSRF
     disguises are seen through: percent-encoding, Unicode look-alikes (IDNA mapping), IPv4 in
     decimal, octal or hex (``http://2130706433/``), IPv4 inside IPv6 (mapped, compatible,
-    6to4, Teredo). Nothing is resolved: a name that resolves to a private address is the
+    6to4, Teredo, NAT64). Nothing is resolved: a name that resolves to a private address is the
     shell's to refuse at delivery time, with :func:`webhook_host_error` on the address."""
     if not isinstance(url, str) or not url.strip():
         return "webhook_url_required"
@@ -87,10 +87,12 @@ def webhook_url_error(url: Any, *, allow_private: bool = False) -> str | None:
 
 def webhook_host_error(host: str) -> str | None:
     """The ``errors`` name for a webhook host (a name or an address) that must not be called:
-    localhost, loopback, private, link-local (cloud metadata lives there), unspecified or
-    otherwise non-public addresses and metadata host names; None for a public host."""
+    localhost (and the other names hosts files give a loopback address, :data:`LOOPBACK_NAMES`;
+    a fully-qualified ``name.`` as ``name``), loopback, private, link-local (cloud metadata lives
+    there), unspecified or otherwise non-public addresses and metadata host names; None for a
+    public host."""
     h = host.strip().strip("[]").rstrip(".").lower()
-    if h == "localhost" or h.endswith(".localhost"):
+    if h in LOOPBACK_NAMES or h.endswith(".localhost"):
         return "webhook_url_localhost"
     ip = _host_ip(h)
     if isinstance(ip, str):   # "invalid": a malformed numeric host
@@ -151,13 +153,29 @@ def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | str |
 
 
 _ULA = ipaddress.IPv6Network("fc00::/7")
+#: NAT64's well-known prefix (RFC 6052): 64:ff9b::a.b.c.d is the IPv4 host a.b.c.d reached
+#: through a NAT64 gateway, so it is judged as that address (64:ff9b::a9fe:a9fe is the cloud
+#: metadata endpoint 169.254.169.254; issue 25).
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+#: Names the usual hosts files map to a loopback address (Debian's and Red Hat's /etc/hosts),
+#: besides localhost itself and *.localhost: a resolver on the server's host turns each into
+#: 127.0.0.1 or ::1, so they are localhost for BQ-WEBHOOK-1 (issue 25: bunqueue 2.9.5 accepts
+#: http://localhost.localdomain/). Compared after the trailing dot of a fully-qualified name
+#: is removed (``localhost.`` is localhost).
+LOOPBACK_NAMES = frozenset({
+    "localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4",
+    "localhost6", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback",
+})
 
 
 def _ip_error(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if ip.version == 6:
         embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if embedded is None and ip.packed[:12] == bytes(12) and int(ip) > 1:
-            embedded = ipaddress.IPv4Address(ip.packed[12:])  # IPv4-compatible ::a.b.c.d
+        if embedded is None and (ip in _NAT64
+                                 or (ip.packed[:12] == bytes(12) and int(ip) > 1)):
+            # NAT64 64:ff9b::a.b.c.d, or IPv4-compatible ::a.b.c.d
+            embedded = ipaddress.IPv4Address(ip.packed[12:])
         if embedded is not None:
             return _ip_error(embedded)
     if ip.is_unspecified:
