@@ -589,7 +589,7 @@ def test_extra_fields_reports_undocumented_fields_only(cmd, bq_minimal):
                             if k not in msg}}
     assert VALIDATOR.extra_fields(cmd, documented) == []
     extra = {**msg, "zzNotInSpec": 1, "another": None, "gone": UNDEFINED, 7: "x"}
-    assert VALIDATOR.extra_fields(cmd, extra) == ["zzNotInSpec", "another", 7]
+    assert VALIDATOR.extra_fields(cmd, extra) == ["zzNotInSpec", "another", "gone", 7]
     # extra fields are reported, not violations
     assert VALIDATOR.request_violations(extra) == ()
 
@@ -975,16 +975,18 @@ def test_error_reply_fields_are_known_in_replies_only(bq_minimal):
 
 def test_undocumented_fields_are_found_through_refs_any_of_and_list_items(bq_minimal):
     """Objects typed by a definition (GetJob's job), by anyOf [Job, null] (PULL's job) or as
-    list items (GetJobs' jobs) are looked into; an undefined member is skipped, not the end of
-    its object; an unknown command or a message that is not a map has none."""
+    list items (GetJobs' jobs) are looked into; an undocumented member is one whatever its
+    value, undefined included (a documented one set to undefined is absent, BQ-ENV-7); an
+    unknown command or a message that is not a map has none."""
     job = bq_minimal("GetJob", reply=True)["job"]
     extra = {**job, "gone": UNDEFINED, "zz": 1}
     assert VALIDATOR.undocumented_fields("GetJob", {"ok": True, "job": extra}, reply=True) == {
-        "job.zz": False}
+        "job.gone": False, "job.zz": False}
     assert VALIDATOR.undocumented_fields(
         "PULL", {"ok": True, "job": {**job, "zz": None}}, reply=True) == {"job.zz": True}
     assert VALIDATOR.undocumented_fields(
-        "GetJobs", {"ok": True, "jobs": [job, extra]}, reply=True) == {"jobs[].zz": False}
+        "GetJobs", {"ok": True, "jobs": [job, extra]}, reply=True) == {
+        "jobs[].gone": False, "jobs[].zz": False}
     request = {"cmd": "PUSH", "queue": "q", "ttl": UNDEFINED, "zz": 1, "data": {"free": 1}}
     assert VALIDATOR.undocumented_fields("PUSH", request) == {"zz": False}
     assert VALIDATOR.undocumented_fields("NOPE", {"cmd": "NOPE", "zz": 1}) == {}

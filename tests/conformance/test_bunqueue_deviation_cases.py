@@ -164,9 +164,6 @@ async def test_refused_webhooks_leave_the_cleanup_nothing_to_remove() -> None:
     assert all(c.ok for c in dot.checks)
 
 
-@pytest.mark.xfail(reason="issue 25 item 3: codecs/validation.py _undocumented skips a key whose "
-                   "value is undefined (msgpack ext 0), so Cancel's undocumented id is not "
-                   "reported; the fix deletes that skip", strict=False)
 @pytest.mark.asyncio
 async def test_an_undocumented_key_is_reported_whatever_its_value() -> None:
     run = await _run(_Like295Server())

@@ -320,9 +320,7 @@ def _undocumented(root: Mapping[str, Any], schema: Mapping[str, Any], value: Any
             props.update(b.get("properties") or {})
         if not props:
             return  # a free-form object (job data, a result): its keys are the client's
-        for key, item in value.items():
-            if item is UNDEFINED:
-                continue
+        for key, item in value.items():   # an undocumented key is one whatever its value
             name = js_key(key)
             where = f"{path}.{name}" if path else name
             if name in props:
@@ -528,7 +526,7 @@ class BunqueueValidator:
         if compiled is None:
             return []
         known = compiled.fields | (self._error_reply.fields if reply else frozenset())
-        return [k for k, v in msg.items() if v is not UNDEFINED and js_key(k) not in known]
+        return [k for k, v in msg.items() if js_key(k) not in known]
 
     def undocumented_fields(self, cmd: str, msg: Mapping[Any, Any], *,
                             reply: bool = False) -> dict[str, bool]:
