@@ -138,7 +138,7 @@ class BunqueueConnection:
     """One peer of the server: bytes (or decoded requests) in, actions out."""
 
     __slots__ = ("_encoder", "_gate", "_held", "_inbox", "_max_frame", "_prefix_size",
-                 "_refusal", "_room", "_tail", "authenticated", "close_reason", "closed",
+                 "_refusal", "_room", "_shift", "_tail", "authenticated", "close_reason", "closed",
                  "decoder", "handled", "id", "last_chunk", "max_in_flight", "parked", "rate")
 
     def __init__(self, conn_id: str, gate: RequestGate, encoder: FrameEncoder | None,
@@ -171,6 +171,7 @@ class BunqueueConnection:
         self._tail = b""           # the last PREFIX_TAIL bytes fed before the last chunk
         self._refusal = False      # a _Refused waits in the inbox: bytes after it are held
         self._held: list[bytes] = []
+        self._shift = 0            # where the decoder's stream starts in the connection's
 
     # -- state
     @property
@@ -186,11 +187,14 @@ class BunqueueConnection:
     @property
     def progress(self) -> tuple[int, int, bytes, int]:
         """Where the frame in progress stands, for the shell's frame intake: the decoder's
-        ``offset`` and ``buffered``, and the last chunk with its stream offset."""
+        ``offset`` and ``buffered``, and the last chunk with its stream offset (offsets in the
+        connection's stream, which goes on across the decoder an Auth swaps in: the intake
+        tells a new frame by a new offset)."""
         dec = self.decoder
         assert dec is not None
         data, pos = self.last_chunk
-        return dec.offset, dec.buffered, data, pos
+        shift = self._shift
+        return dec.offset + shift, dec.buffered, data, pos + shift
 
     # -- input
     def receive_data(self, data: bytes) -> None:
@@ -360,6 +364,7 @@ class BunqueueConnection:
             # an Auth before it lifted the bound: read on from that frame, with a decoder
             # whose stream starts there
             self.decoder = FrameDecoder(self._gate.engine.profile)
+            self._shift += refused.error.offset or 0   # (it follows the Auth: never 0)
             self._tail = b""
             self._feed(refused.rest + b"".join(held))
             return []
