@@ -8,7 +8,11 @@ the documents are reachable); a requirement id cited but not defined; a JSON Sch
 under draft 2020-12; a value that is not plain JSON data; two messages sharing an opcode or two
 error codes sharing a value; a ``resources`` section naming a command, request field or reply path
 the profile does not have; and ``trace.yaml``, the recording format (every field and code
-documented, codes unique, layouts loadable). The interpreted ``jsonschema`` package is used here, where
+documented, codes unique, layouts loadable). The levels policy (spec/README.md, "Levels and
+basis"): a level the basis does not allow; a ``stated`` requirement whose rationale says the
+documents are silent (:data:`SILENCE`); a requirement whose level is not its ``kind``'s
+(``requirement_kinds``) without a ``level-reason``; a ``reading-band`` that names no limit or
+lies outside it. The interpreted ``jsonschema`` package is used here, where
 thoroughness matters more than speed.
 """
 
@@ -36,6 +40,14 @@ DOCUMENTED_MAPS = {"limits", "errors", "protocol_errors", "definitions", "messag
 DOCUMENTED_LISTS = {"layout", "fields"}
 SEED_SOURCES = {"000", "001", "002", "003", "004", "N1"}
 JSON_SCALARS = (str, int, float, bool, type(None))
+#: Words by which a rationale says that the documents are silent on what its requirement says
+#: ("the documents are silent", "the document does not say", "not stated", "names the option
+#: without saying what happens"). A ``stated`` requirement rests on the documents' words, so
+#: its rationale may not say so: such a requirement is ``implied`` (a reading) or a
+#: ``decision`` (spec/README.md, "Lint"). Matched case-insensitively, whitespace folded.
+SILENCE = re.compile(r"\b(?:silent|(?:do|does|did) not (?:say|state|specify)|not (?:stated|said|"
+                     r"specified)|without saying|says? nothing)\b", re.IGNORECASE)
+KINDS_KEY = "requirement_kinds"
 
 
 @dataclass(frozen=True)
@@ -170,6 +182,11 @@ def _check_basis(name: str, where: str, req: Any) -> Iterable[LintIssue]:
     if req.basis == "stated":
         if req.source == "QW" or not req.quote:
             yield LintIssue(name, where, "basis stated needs a quote from a document")
+        silent = SILENCE.search(" ".join((req.rationale or "").split()))
+        if silent:
+            yield LintIssue(name, where, f"basis stated, but its rationale says the documents do "
+                                         f"not state it ({silent.group(0)!r}): make it implied "
+                                         f"(a reading) or a decision")
     elif req.level == "MUST":
         yield LintIssue(name, where, f"a MUST must be stated by the documents, not "
                                      f"{req.basis} (make it SHOULD, or quote the sentence)")
@@ -179,6 +196,79 @@ def _check_basis(name: str, where: str, req: Any) -> Iterable[LintIssue]:
         yield LintIssue(name, where, "basis decision goes with source doc QW")
     if req.basis != "decision" and req.source == "QW":
         yield LintIssue(name, where, "source doc QW is a decision: basis decision")
+
+
+def check_kinds(name: str, tree: Any) -> Iterable[LintIssue]:
+    """Requirements of one kind have one level: the kind's (``requirement_kinds``), or another
+    with a ``level-reason`` saying why (spec/README.md, "Levels and basis")."""
+    kinds = tree.get(KINDS_KEY) or {}
+    if not isinstance(kinds, dict):
+        yield LintIssue(name, KINDS_KEY, "must be a map of kinds")
+        return
+    for kname, kind in kinds.items():
+        where = f"{KINDS_KEY}.{kname}"
+        if not isinstance(kind, dict) or not kind.get("doc"):
+            yield LintIssue(name, where, "no doc line")
+        if not isinstance(kind, dict) or kind.get("level") not in LEVELS:
+            level = kind.get("level") if isinstance(kind, dict) else None
+            yield LintIssue(name, where, f"level {level!r} is not one of {LEVELS}")
+    raw = tree.get("requirements") or {}
+    members: dict[str, list[str]] = {}
+    for rid, req in raw.items():
+        if not isinstance(req, dict):
+            continue
+        where, kname, reason = f"requirements.{rid}", req.get("kind"), req.get("level-reason")
+        if reason is not None and (not isinstance(reason, str) or not reason.strip()):
+            yield LintIssue(name, where, "level-reason must be a sentence")
+        if kname is None:
+            if reason is not None:
+                yield LintIssue(name, where, "a level-reason without a kind (nothing its level "
+                                             "differs from)")
+        elif kname not in kinds:
+            yield LintIssue(name, where, f"kind {kname!r} is not one of {KINDS_KEY}")
+        else:
+            members.setdefault(kname, []).append(rid)
+    for kname, rids in members.items():
+        level = kinds[kname].get("level") if isinstance(kinds[kname], dict) else None
+        for rid in rids:
+            req, where = raw[rid], f"requirements.{rid}"
+            if req.get("level") == level:
+                if req.get("level-reason") is not None:
+                    yield LintIssue(name, where, f"a level-reason, but its level is its kind "
+                                                 f"{kname}'s ({level})")
+            elif not req.get("level-reason"):
+                same = [o for o in rids if raw[o].get("level") == level]
+                like = f" (as {', '.join(same[:3])})" if same else ""
+                yield LintIssue(name, where, f"level {req.get('level')} differs from its kind "
+                                             f"{kname}'s {level}{like} without a level-reason")
+
+
+def _check_reading_bands(profile: Any) -> Iterable[LintIssue]:
+    """A ``reading-band`` ``{limit, above}`` names a limit of the profile and lies below its
+    bound: the values over ``above`` up to the limit are between two readings of its unit, so
+    the requirement that accepts them is a reading (basis implied)."""
+    for rid, req in (profile.tree.get("requirements") or {}).items():
+        band = req.get("reading-band") if isinstance(req, dict) else None
+        if band is None:
+            continue
+        where = f"requirements.{rid}.reading-band"
+        if not isinstance(band, dict) or set(band) != {"limit", "above"}:
+            yield LintIssue(profile.name, where, "a reading-band is {limit, above}")
+            continue
+        limit = profile.limits.get(band["limit"])
+        if limit is None:
+            yield LintIssue(profile.name, where, f"names no limit of the profile: "
+                                                 f"{band['limit']!r}")
+            continue
+        bound = limit.max if limit.max is not None else limit.value
+        above = band["above"]
+        if isinstance(above, bool) or not isinstance(above, (int, float)) or \
+                not isinstance(bound, (int, float)) or not 0 <= above < bound:
+            yield LintIssue(profile.name, where, f"above {above!r} is not a number below the "
+                                                 f"bound of limit {limit.name} ({bound!r})")
+        if req.get("basis") != "implied":
+            yield LintIssue(profile.name, f"requirements.{rid}", "a reading-band is a reading: "
+                                                                 "basis implied")
 
 
 def _check_schemas(profile: Any) -> Iterable[LintIssue]:
@@ -309,6 +399,8 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
             continue
         issues.extend(_check_docs(name, profile.tree))
         issues.extend(_check_requirements(profile))
+        issues.extend(check_kinds(name, profile.tree))
+        issues.extend(_check_reading_bands(profile))
         issues.extend(_check_schemas(profile))
         issues.extend(_check_codes(profile))
         issues.extend(_check_resources(profile))
