@@ -26,7 +26,7 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
-from ..judge import reqid_key
+from ..judge import Verdict, reqid_key, verdict_for
 from ..spec import Profile
 from ..spec.model import Level
 from .matching import view
@@ -334,10 +334,19 @@ class CaseContext:
     def check(self, ok: bool, message: str, *, requirement: str | None = None,
               level: CheckLevel | None = None, kind: str = "behaviour", expected: Any = None,
               actual: Any = None) -> Check:
-        """Record one judged expectation (defaults: the case's first requirement, its level)."""
+        """Record one judged expectation (defaults: the case's first requirement, its level).
+
+        In a case that only observes (``info``: what the documents are silent on, or a
+        queuewire decision), an expectation that does not hold and is no MUST is recorded as an
+        INFO observation that held (as a reply's ``shape-observed`` is): only a MUST the
+        documents state can fail such a case; anything else leaves it INFO."""
         rid = requirement or self.default_requirement()
-        c = Check(rid, level or self.level_of(rid), bool(ok), kind, message,
-                  view(expected), view(actual), self.step)
+        lvl: CheckLevel = level or self.level_of(rid)
+        if not ok and self.info and not self.cleaning and verdict_for(lvl) is not Verdict.FAIL:
+            lvl, ok = "INFO", True
+            message = f"observed, not judged (the case only observes; {rid} is no stated " \
+                      f"MUST): {message}"
+        c = Check(rid, lvl, bool(ok), kind, message, view(expected), view(actual), self.step)
         if self.cleaning:  # only what went wrong is worth a note; the bytes are recorded
             if not ok:
                 self.note(f"cleanup (not judged): {message}")

@@ -20,13 +20,18 @@ so it can run against a shared server.
   response schema (violations under ``BQ-CMD-<cmd>``, missing and extra fields separately).
 * :func:`limit_cases`: every (limit, command, field) the spec's ``Limit.uses`` reach gets one
   case whose steps probe each bound: a valid value must be answered ok, an invalid one with an
-  error reply (any error: the documents give no string) citing the limit's requirement.
+  error reply (any error: the documents give no string) citing the limit's requirement. A
+  valid value between two readings of the limit's unit (job data over 10,000,000 bytes, "10
+  MB" in decimal megabytes, up to 10 MiB) cites instead the requirement whose
+  ``reading-band`` covers it (:func:`reading_band`), a SHOULD: only a value beyond both
+  readings is judged by the limit's own MUST.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -271,6 +276,38 @@ def command_shapes(profile: Profile | str) -> list[Case]:
 
 
 # -- limits -----------------------------------------------------------------------------------
+def reading_band(profile: Profile, limit: str, size: float) -> str | None:
+    """The requirement whose ``reading-band`` (``{limit, above}``, spec/README.md) covers
+    ``size`` of ``limit``: a size over ``above`` (the limit's unit in its other reading, 64 MB
+    as 64,000,000 bytes) and at most the limit (67,108,864) is accepted under one reading only,
+    so accepting it is that requirement's (an implied SHOULD). None when no band covers it
+    (under both readings, or over the limit: beyond both)."""
+    lim = profile.limits.get(limit)
+    top = None if lim is None else lim.max if lim.max is not None else lim.value
+    if not isinstance(top, (int, float)) or size > top:
+        return None
+    for rid, req in (profile.tree.get("requirements") or {}).items():
+        band = req.get("reading-band") if isinstance(req, Mapping) else None
+        if isinstance(band, Mapping) and band.get("limit") == limit and size > band["above"]:
+            return str(rid)
+    return None
+
+
+def _probe_size(keyword: str, probe: Any) -> float | None:
+    """What a probe of ``keyword`` measures against its bound (the number, the string's length,
+    the JSON bytes of ``{"$repeat": [text, n]}``), or None (a pattern)."""
+    if keyword in ("minimum", "maximum") and isinstance(probe, (int, float)):
+        return probe
+    if keyword in ("minLength", "maxLength") and isinstance(probe, str):
+        return len(probe)
+    if keyword == "x-maxJsonBytes":
+        if isinstance(probe, Mapping) and "$repeat" in probe:
+            text, n = probe["$repeat"]  # a JSON string: the text n times between two quotes
+            return len(str(text).encode()) * int(n) + 2
+        return len(json.dumps(probe, ensure_ascii=False, separators=(",", ":")).encode())
+    return None
+
+
 def _uses(profile: Profile, limit: Any) -> Iterable[tuple[Any, tuple, str, Any, Mapping]]:
     """(command, field path, keyword, bound, schema node) for every request use of ``limit``."""
     model = profile.model
@@ -335,6 +372,11 @@ def limit_cases(profile: Profile | str) -> list[Case]:
             rids.append(rid)
             for _label, probe, valid in probe_values(keyword, bound):
                 n += 1
+                size = _probe_size(keyword, probe) if valid else None
+                # a valid value between two readings of the unit is judged by the band's SHOULD
+                step_rid = (reading_band(profile, limit.name, size) if size is not None
+                            else None) or rid
+                rids.append(step_rid)
                 # {"$repeat": [text, n]} stays symbolic here (see EXPANDED)
                 value = probe if isinstance(probe, dict) else from_json(probe)
                 request = _base_request(profile, cmd, named)
@@ -345,9 +387,9 @@ def limit_cases(profile: Profile | str) -> list[Case]:
                     steps += job_setup(profile, "waiting", var=f"j{n}")
                 step: dict[str, Any] = {"send": request}
                 if valid:
-                    step["expect"] = {"ok": {}, "requirement": rid}
+                    step["expect"] = {"ok": {}, "requirement": step_rid}
                 else:
-                    step["expect"] = {"error": True, "requirement": rid}
+                    step["expect"] = {"error": True, "requirement": step_rid}
                 undo = UNDO.get(cname)
                 if undo is not None and valid:
                     step["save"] = {f"u{n}": undo[1]}
