@@ -97,13 +97,18 @@ def conform() -> None:
               help="Write the JSON report (every case, transcripts as hex, coverage).")
 @click.option("--html", metavar="FILE", type=click.Path(dir_okay=False), default=None,
               help="Write the self-contained HTML report.")
+@click.option("--html-transcripts", "html_transcripts", type=click.Choice(["all", "failing"]),
+              default="failing", show_default=True,
+              help="Which cases' wire transcripts the HTML reports (--html, --report-dir) hold: "
+                   "'failing' every case but those that passed, 'all' every case (pages of "
+                   "several MB). The JSON report has every transcript either way.")
 def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str, ...],
                    auth_token: str | None, strict: bool, select: tuple[str, ...],
                    skip: tuple[str, ...], known_failing: str | None, timeout: float,
                    report_dir: str | None, junit: str | None, json_out: str | None,
                    html: str | None, http_targets: tuple[str, ...] = (),
                    jobs: int = 1, keep_residue: bool = False,
-                   no_health_probes: bool = False) -> None:
+                   no_health_probes: bool = False, html_transcripts: str = "failing") -> None:
     """Run the conformance suite against each --target and report.
 
     Prints a live progress bar, then per target the count of each verdict, the requirement
@@ -173,7 +178,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
         raise click.UsageError("no case ran: check --select / --skip "
                                f"(select {list(select)}, skip {list(skip)})")
     print_summary(console, runs)
-    written = write_reports(runs, report_dir=report_dir, junit=junit, json_path=json_out, html=html)
+    written = write_reports(runs, report_dir=report_dir, junit=junit, json_path=json_out, html=html,
+                            html_transcripts=html_transcripts)
     cases_dir = Path(report_dir, "cases") if report_dir else None
     case_files = [p for p in written if cases_dir is not None and cases_dir in p.parents]
     for path in written:

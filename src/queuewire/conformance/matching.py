@@ -5,6 +5,7 @@ protocols, the Python cases and the HTTP checks (:mod:`.httpapi`); nothing here 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -91,8 +92,114 @@ def subset_mismatch(expected: Any, actual: Any, path: str = "") -> str | None:
 
 
 def short(v: Any, n: int = 80) -> str:
-    text = repr(view(v)) if not isinstance(v, str) else repr(v)
-    return text if len(text) <= n else text[:n - 3] + "..."
+    """``v`` in one line of at most about ``n`` characters (:func:`show`): a long string as its
+    start and true size, ``undefined`` as itself."""
+    return show(v if isinstance(v, str) else view(v), width=n)
+
+
+# -- values as people read them -------------------------------------------------------------
+# wire.cap_view's marker: the first characters, then the true length (and UTF-8 size when the
+# string is not ASCII)
+_CAPPED = re.compile(r"(?s)(.*)…\[(\d+) characters(?:, (\d+) bytes)?, shortened\]")
+# bunqueue_logic's shortening: 32 characters and the length of what it shortened, which is a
+# cap_view marker (not the value) when longer than the wire's VIEW_TEXT_MAX
+_LOSSY = re.compile(r"(?s)(.{32})\.\.\. \((\d+) characters\)")
+_WIRE_TEXT_MAX = 1024  # wire.VIEW_TEXT_MAX (this module sits below the wire: not imported)
+
+
+def is_undefined(value: Any) -> bool:
+    """Whether ``value`` is how a decoded view writes MessagePack's ``undefined`` (ext type 0,
+    JavaScript's ``undefined``): ``{"$undefined": true}``, the tag of
+    :func:`~queuewire.codecs.validation.jsonable`. Reports write ``undefined``; the JSON report
+    keeps the tag."""
+    return isinstance(value, dict) and len(value) == 1 and value.get("$undefined") is True
+
+
+def text_size(text: str) -> tuple[str, int, int | None, bool]:
+    """A string of a decoded view as ``(what is shown of it, its length in characters, its
+    UTF-8 size in bytes or None when unknown, whether the length is exact)``: the true size of
+    a string a view shortened (``wire.cap_view``'s marker), and a lower bound where a second
+    shortening lost it (``exact`` False)."""
+    m = _CAPPED.fullmatch(text)
+    if m:
+        head, n = m.group(1), int(m.group(2))
+        nbytes = int(m.group(3)) if m.group(3) else (n if head.isascii() else None)
+        return head, n, nbytes, True
+    m = _LOSSY.fullmatch(text)
+    if m:
+        head, n = m.group(1), int(m.group(2))
+        if n > _WIRE_TEXT_MAX:  # the length of a capped view: the value was longer still
+            return head, _WIRE_TEXT_MAX, None, False
+        return head, n, None, True
+    return text, len(text), len(text.encode("utf-8", "surrogatepass")), True
+
+
+def size_text(nbytes: int) -> str:
+    """``10 MiB``, ``1.5 KiB``, ``700 B``."""
+    size = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{nbytes} B" if unit == "B" else f"{size:.1f}".removesuffix(".0") + f" {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def sized(text: str, *, head: int = 24, long: int = 64, json_style: bool = False) -> str:
+    """A string quoted, or, when longer than ``long`` characters or shortened by a view, its
+    first ``head`` characters and its true size: ``'aaaa…' (10,485,760 characters, 10 MiB)``."""
+    shown, n, nbytes, exact = text_size(text)
+    quote = (lambda t: json.dumps(t, ensure_ascii=False)) if json_style else repr
+    if exact and shown == text and n <= long:
+        return quote(text)
+    q = quote(shown[:head])
+    what = f"{n:,} characters" if exact else f"more than {n:,} characters"
+    if nbytes is not None and nbytes >= 1024:
+        what += f", {size_text(nbytes)}"
+    return f"{q[:-1]}…{q[-1]} ({what})"
+
+
+def show(value: Any, width: int | None = None, *, head: int = 24, long: int = 64,
+         json_style: bool = False) -> str:
+    """A decoded view on one line, as Python writes it (``json_style``: as JSON does), except
+    that ``undefined`` is ``undefined`` and long strings are their start and true size
+    (:func:`sized`); cut at ``width`` characters when given."""
+    def one(v: Any) -> str:
+        if isinstance(v, str):
+            return sized(v, head=head, long=long, json_style=json_style)
+        if is_undefined(v):
+            return "undefined"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{one(k)}: {one(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(one(x) for x in v) + "]"
+        return json.dumps(v, default=str) if json_style else repr(v)
+
+    text = one(value)
+    if width is not None and len(text) > width:
+        return text[:max(width - 3, 1)] + "..."
+    return text
+
+
+def probed_field(case: Any, request: Any) -> tuple[str, Any] | None:
+    """The field a generated limit case probes and its value in ``request``: such a case is
+    tagged ``limit`` and its id ends in its command and the field's path (``bunqueue.limit.
+    job_data_bytes.PUSHB.jobs.item.data``: ``jobs/*/data`` of PUSHB, ``item`` for each list
+    item). ``("jobs[0].data", value)``, or None (not a limit case, or the request lacks it)."""
+    if "limit" not in (getattr(case, "tags", None) or ()) or not getattr(case, "command", None):
+        return None
+    parts = str(case.id).split(".")
+    if case.command not in parts:
+        return None
+    path = parts[len(parts) - parts[::-1].index(case.command):]
+    node, shown = request, ""
+    for part in path:
+        if part == "item" and isinstance(node, list) and node:
+            node, shown = node[0], f"{shown}[0]"
+        elif isinstance(node, dict) and part in node:
+            node, shown = node[part], f"{shown}.{part}" if shown else part
+        else:
+            return None
+    return (shown, node) if shown else None
 
 
 def error_pattern(message: str) -> re.Pattern[str]:

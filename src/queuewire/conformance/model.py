@@ -21,6 +21,9 @@ Verdict rules, in order (the first that applies wins):
 * ``PASS``: every check held, and there was at least one check (a case that checked nothing
   is an ``ERROR``: a pass must have looked at bytes on the wire).
 
+The check that decided a verdict is :func:`deciding_check` (for a FAIL the first failed MUST,
+whatever failed before it); every report leads a case with its requirement.
+
 What one case records is bounded (:class:`CaseTranscript`): its first
 :data:`TRANSCRIPT_HEAD_EVENTS` events (:data:`TRANSCRIPT_HEAD_BYTES` bytes) and its last
 :data:`TRANSCRIPT_TAIL_EVENTS` (:data:`TRANSCRIPT_TAIL_BYTES`) are kept, and one note event
@@ -128,6 +131,12 @@ class WireEvent:
 
     ``t`` is seconds since the case started; ``conn`` numbers the case's connections from 1;
     ``decoded`` is the JSON-able decoding of ``data`` (a message, or an error description).
+    ``step`` is the case step that was running when the event was recorded, numbered as the
+    checks number it (``Check.step``, "step 5" in their messages: the case's steps from 1 in
+    the order of its file, sleeps and closes included, then its cleanup steps); what arrives
+    after the last step keeps its number; None outside steps (a Python case's own exchanges).
+    ``cleanup``: recorded by a cleanup step (never judged; a Python case's cleanup steps
+    number from 1 again).
     """
 
     t: float
@@ -138,6 +147,8 @@ class WireEvent:
     note: str = ""
     # (offset, length, form) of each secret masked in ``data`` (see :func:`redact_result`)
     redacted: tuple[tuple[int, int, str], ...] = ()
+    step: int | None = None
+    cleanup: bool = False
 
 
 #: How a case that could not judge its requirement without ``--auth-token`` says so in a
@@ -147,12 +158,20 @@ NEEDS_TOKEN = "not exercised without --auth-token"
 
 @dataclass
 class Transcript:
+    """The events of one case in order. ``step`` is the step running now and ``cleaning``
+    whether it is a cleanup step: the step interpreter sets them as each step starts, and
+    every event added takes them (:attr:`WireEvent.step`, :attr:`WireEvent.cleanup`), so a
+    report can number the transcript as the checks do."""
+
     started: float = field(default_factory=time.monotonic)
     events: list[WireEvent] = field(default_factory=list)
+    step: int | None = None
+    cleaning: bool = False
 
     def add(self, conn: int, direction: Direction, data: bytes = b"", decoded: Any = None,
             note: str = "") -> WireEvent:
-        ev = WireEvent(time.monotonic() - self.started, conn, direction, bytes(data), decoded, note)
+        ev = WireEvent(time.monotonic() - self.started, conn, direction, bytes(data), decoded, note,
+                       step=self.step, cleanup=self.cleaning)
         self.events.append(ev)
         return ev
 
@@ -209,7 +228,7 @@ class CaseTranscript(Transcript):
             self.omitted_events += 1
             self.omitted_bytes += len(gone.data)
             if self._marker is None:
-                self._marker = WireEvent(gone.t, 0, "note")
+                self._marker = WireEvent(gone.t, 0, "note", step=gone.step, cleanup=gone.cleanup)
                 self.events.insert(self._head_len, self._marker)
                 start += 1
         if self._marker is not None:
@@ -537,17 +556,52 @@ def verdict_of(checks: Sequence[Check], *, error: str | None = None,
     return Verdict.PASS
 
 
+_LEVEL_RANK = {"MUST": 0, "SHOULD": 1, "MAY": 2}
+_VERDICT_RANK = {Verdict.FAIL: 0, Verdict.NON_STRICT: 1}
+
+
+def deciding_check(checks: Sequence[Check]) -> Check | None:
+    """The check that decided a verdict :func:`verdict_of` gave, the one every report leads
+    with: for UNIMPLEMENTED the ``unimplemented`` check; otherwise the first failed check of
+    the highest level (for FAIL a MUST, for NON-STRICT a SHOULD before a MAY). None when no
+    check failed (PASS, INFO, and an ERROR, which its error message explains)."""
+    failed = [c for c in checks if not c.ok]
+    unimplemented = [c for c in failed if c.kind == "unimplemented"]
+    if unimplemented:
+        return unimplemented[0]
+    if not failed:
+        return None
+    return min(failed, key=lambda c: (_VERDICT_RANK.get(verdict_for(c.level), 2),
+                                      _LEVEL_RANK.get(str(c.level), 3)))
+
+
+def failed_in_order(checks: Sequence[Check]) -> list[Check]:
+    """The failed checks with the deciding one (:func:`deciding_check`) first, the others in
+    the order they were recorded."""
+    first = deciding_check(checks)
+    return ([first] if first is not None else []) + [c for c in checks
+                                                      if not c.ok and c is not first]
+
+
 def jsonable_result(r: CaseResult) -> dict[str, Any]:
-    """A CaseResult as plain JSON data (bytes as hex), for the JSON report and replay files."""
+    """A CaseResult as plain JSON data (bytes as hex), for the JSON report and replay files.
+
+    Each event's ``step`` is the step it was recorded in (absent outside steps) and
+    ``cleanup`` true for a cleanup step's; ``decided_by`` is the index in ``checks`` of
+    :func:`deciding_check` (None when no check failed)."""
+    first = deciding_check(r.checks)
     d = {
         "id": r.case.id, "title": r.case.title, "protocol": r.case.protocol,
         "requirements": list(r.case.requirements), "verdict": r.verdict.value,
         "known_failing": r.known_failing, "duration": round(r.duration, 6), "error": r.error,
         "reproduction": r.reproduction,
         "checks": [asdict(c) for c in r.checks],
+        "decided_by": next((i for i, c in enumerate(r.checks) if c is first), None),
         "transcript": [
             {"t": round(e.t, 6), "conn": e.conn, "direction": e.direction, "hex": e.data.hex(),
              "decoded": e.decoded, "note": e.note,
+             **({"step": e.step} if e.step is not None else {}),
+             **({"cleanup": True} if e.cleanup else {}),
              **({"redacted": [list(s) for s in e.redacted]} if e.redacted else {})}
             for e in r.transcript.events
         ],

@@ -28,7 +28,7 @@ from ..codecs.bunqueue import FrameEncoder
 from ..codecs.validation import BunqueueValidator
 from . import httpapi
 from .context import CaseAbort, CaseContext, Conn, StepError, get_path, sleep_ms, strongest
-from .matching import error_pattern, subset_mismatch
+from .matching import error_pattern, probed_field, show, subset_mismatch
 from .wire import Frame, Garbled
 
 IMPLICIT: dict[str, Any] = {"ok": {}}  # a send without expect: the server must accept it
@@ -74,6 +74,8 @@ class Observation:
 
 
 async def run_step(ctx: CaseContext, step: dict) -> None:
+    # the events of this step carry its number (model.WireEvent), as its checks do
+    ctx.transcript.step, ctx.transcript.cleaning = ctx.step, ctx.cleaning
     timeout = float(step.get("timeout", ctx.timeout))
     if "http" in step:  # no TCP connection: the HTTP API has its own target
         await run_http(ctx, step, _outcomes(ctx, step), timeout)
@@ -171,7 +173,7 @@ async def _send(ctx: CaseContext, conn: Conn, step: dict, outcomes: list[dict],
             return conn.wait_next(dl, since=mark)
     obs = await observe(conn, outcomes, mark, timeout, getter)
     cmd = msg.get("cmd") if isinstance(msg.get("cmd"), str) else None
-    judge(ctx, outcomes, obs, cmd, implicit=implicit)
+    judge(ctx, outcomes, obs, cmd, implicit=implicit, sent=msg)
     if obs.reply is not None and cmd is not None:
         validate(ctx, cmd, [obs.reply])
     save_vars(ctx, step, obs)
@@ -221,7 +223,7 @@ async def _send_many(ctx: CaseContext, conn: Conn, step: dict, msgs: list[dict],
     else:
         m, obs = bad
         judge(ctx, outcomes, obs, m.get("cmd") if isinstance(m.get("cmd"), str) else None,
-              implicit=implicit, count=len(msgs), which=m.get("reqId"))
+              implicit=implicit, count=len(msgs), which=m.get("reqId"), sent=m)
     by_cmd: dict[str, list[Frame]] = {}
     for m, rep in zip(msgs, replies):
         if rep is not None and isinstance(m.get("cmd"), str):
@@ -397,18 +399,21 @@ def _brief(obs: Observation) -> str:
 
 
 def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, cmd: str | None, *,
-          implicit: bool = False, count: int = 0, which: Any = None) -> None:
-    """Record the step's check; stop the case on a MUST failure or UNIMPLEMENTED."""
+          implicit: bool = False, count: int = 0, which: Any = None, sent: Any = None) -> None:
+    """Record the step's check; stop the case on a MUST failure or UNIMPLEMENTED. ``sent``:
+    the request the reply answers; a limit case's check says the value it probed in it."""
     matched, _ = _match(ctx, outcomes, obs)
     kind = "setup" if implicit else "reply"
     where = f"step {ctx.step}"
     if count:
         where += f" (each of {count} replies" + (f", reqId {which}" if which is not None else "") + ")"
+    probe = probed_field(ctx.case, sent)
+    probed = "" if probe is None else f"; sent {probe[0]} = {show(probe[1], head=16)}"
     if matched is not None:
         rid = matched.get("requirement") or ctx.default_requirement()
         level = matched.get("level") or ctx.level_of(rid)
         degraded = bool(matched.get("degraded"))
-        msg = f"{where}: got {describe(matched)}"
+        msg = f"{where}: got {describe(matched)}{probed}"
         if degraded:
             msg += " (accepted, but not what the requirement asks first)"
         ctx.check(not degraded, msg, requirement=rid, level=level, kind=kind,
@@ -432,8 +437,8 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, cmd: str | N
     level = strongest(levels)
     expected = " or ".join(describe(o) for o in outcomes)
     reasons = why_not(ctx, outcomes[0], obs)
-    ctx.check(False, f"{where}: expected {expected}; {reasons}", requirement=rids[0], level=level,
-              kind=kind, expected=expected_outcomes(outcomes), actual=obs.actual())
+    ctx.check(False, f"{where}: expected {expected}; {reasons}{probed}", requirement=rids[0],
+              level=level, kind=kind, expected=expected_outcomes(outcomes), actual=obs.actual())
     if level == "MUST":
         raise CaseAbort()
 

@@ -34,6 +34,7 @@ head and tail (:class:`~.model.CaseTranscript`).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..codecs.validation import jsonable
 from ..spec import Profile
-from .model import Transcript
+from .model import Transcript, WireEvent
 
 RECORD_LIMIT = 16 << 20  # bytes of one send kept in the transcript; the rest is noted
 VIEW_TEXT_MAX = 1024     # characters of one string kept in a decoded view
@@ -65,6 +66,9 @@ STOPPED_NOTE = ("the tester stopped reading connection {num}: the server sent {n
                 "in {frames} frames in this case, over the runner's receive budget "
                 "({max_bytes} bytes / {max_frames} frames per connection); what it sends next "
                 "is not read")
+# a string shortened to its first 32 characters and its length (bunqueue_logic._shorten); its
+# length is that of the view it shortened, so the size may not be the value's (event_view)
+LOSSY_TEXT = re.compile(r"(?s).{32}\.\.\. \(\d+ characters\)")
 # the note of a send kept in part; replay.py reads it (keep the two in step)
 TRUNCATED_NOTE = "{size} bytes sent; the transcript keeps the first {kept}"
 ZERO_TAIL_NOTE = "; the other {rest} are zero bytes"
@@ -72,10 +76,17 @@ ZERO_TAIL_NOTE = "; the other {rest} are zero bytes"
 
 def cap_view(value: Any, depth: int = 0) -> Any:
     """A decoded view with long strings and lists shortened (a marker says by how much), and
-    nesting deeper than :data:`VIEW_DEPTH_MAX` levels (the nesting-limit probes) cut."""
+    nesting deeper than :data:`VIEW_DEPTH_MAX` levels (the nesting-limit probes) cut.
+
+    A shortened string keeps its first :data:`VIEW_TEXT_MAX` characters and ends in
+    ``…[N characters, shortened]``, N its true length; a string that is not all ASCII says its
+    UTF-8 size too (``…[N characters, B bytes, shortened]``), so a report can always give the
+    true size (:func:`~.matching.text_size` reads both)."""
     if isinstance(value, str):
         if len(value) > VIEW_TEXT_MAX:
-            return f"{value[:VIEW_TEXT_MAX]}…[{len(value)} characters, shortened]"
+            size = "" if value.isascii() else \
+                f", {len(value.encode('utf-8', 'surrogatepass'))} bytes"
+            return f"{value[:VIEW_TEXT_MAX]}…[{len(value)} characters{size}, shortened]"
         return value
     if isinstance(value, (dict, list)) and depth >= VIEW_DEPTH_MAX:
         return f"…[nested deeper than {VIEW_DEPTH_MAX} levels, shortened]"
@@ -87,6 +98,37 @@ def cap_view(value: Any, depth: int = 0) -> Any:
             items.append(f"…[{len(value)} items, shortened]")
         return items
     return value
+
+
+def event_view(ev: WireEvent, protocol: str) -> Any:
+    """What reports show as an event's decoded view: ``ev.decoded``, except where a later
+    shortening lost the true size of a string (``bunqueue_logic`` shortens the views of its
+    megabyte probes to ``"aaaa... (1057 characters)"``, the length of the view it was given, not
+    of the value sent): then the view is decoded again from the recorded bytes and capped with
+    :func:`cap_view`, whose markers carry the true sizes. When the bytes are not a whole frame
+    (a send kept in part) the view is returned as it is."""
+    view = ev.decoded
+    if (protocol != "bunqueue" or ev.direction not in ("send", "recv") or len(ev.data) < 4
+            or not _lossy(view)):
+        return view
+    try:
+        (value,) = FrameDecoder(None, max_frame_bytes=len(ev.data),
+                                check_depth=False).feed(ev.data)
+    except Exception:  # noqa: BLE001 - not one whole frame: the recorded view is all there is
+        return view
+    return cap_view(jsonable(value))
+
+
+def _lossy(view: Any, depth: int = 0) -> bool:
+    if isinstance(view, str):
+        return LOSSY_TEXT.fullmatch(view) is not None
+    if depth > VIEW_DEPTH_MAX:
+        return False
+    if isinstance(view, dict):
+        return any(_lossy(v, depth + 1) for v in view.values())
+    if isinstance(view, list):
+        return any(_lossy(v, depth + 1) for v in view)
+    return False
 
 
 def record_send(transcript: Transcript, conn: int, data: bytes, decoded: Any, note: str) -> None:

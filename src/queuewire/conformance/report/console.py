@@ -5,8 +5,11 @@
 one bar per run with the count of each verdict so far (it draws nothing when the console is
 not a terminal, so logs stay clean). After the runs, :func:`print_summary` prints per run a
 table of counts per verdict and the requirement coverage, then every case that did not pass
-(FAIL, ERROR, NON-STRICT, UNIMPLEMENTED, stale known-failing) with its requirement id, a
-one-line reason and the one-line reproduction, and the cases whose transcript the runner cut;
+(FAIL, ERROR, NON-STRICT, UNIMPLEMENTED, stale known-failing) with the requirement that decided
+its verdict (:func:`~.common.headline`: for a FAIL a MUST), a one-line reason, one line of that
+requirement's sentence in the documents and the one-line reproduction (generated cases of one
+rule and verdict are one row, :func:`~.common.grouped`, with the values tried), and the cases
+whose transcript the runner cut;
 with several runs it adds a matrix of case x run showing only the rows where the runs differ or
 something did not pass. Client runs add their capability table (capability x client: used, not
 used, not observable; :func:`~.common.capability_rows`) and, for a client without a failing
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -31,11 +34,19 @@ from .common import (
     NOT_OBSERVABLE,
     NOT_USED,
     USED,
+    CaseGroup,
     capability_names,
     capability_rows,
     capability_state,
+    grouped,
+    headline,
     label,
+    not_passing,
+    one_line,
+    quote_line,
+    quoted_requirements,
     reproduction,
+    requirement_info,
     support_note,
 )
 from .junit import reason
@@ -104,16 +115,6 @@ class LiveProgress:
                                   counts=_counts_text(run.counts()))
 
 
-def not_passing(run: TargetRun) -> list[CaseResult]:
-    """The cases a reader must look at, worst first: every verdict but PASS and INFO, and a
-    known-failing case that passed (a stale entry)."""
-    rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
-    out = [r for r in run.results
-           if r.verdict not in (Verdict.PASS, Verdict.INFO)
-           or (r.known_failing and r.verdict is Verdict.PASS)]
-    return sorted(out, key=lambda r: (rank[r.verdict], r.case.id))
-
-
 def _summary_table(run: TargetRun) -> Table:
     cov = run.coverage
     table = Table(title=escape(f"{run.protocol} conformance: {label(run)}"), title_justify="left")
@@ -173,15 +174,43 @@ def print_run(console: Console, run: TargetRun) -> None:
     table.add_column("case", no_wrap=True)
     table.add_column("requirement", no_wrap=True)
     table.add_column("reason", overflow="fold")
-    for r in bad:
+    for item in grouped(bad):
+        if isinstance(item, CaseGroup):
+            table.add_row(*_group_row(run, item))
+            continue
+        r = item
+        why: Text | Group
         if r.known_failing and r.verdict is Verdict.PASS:
-            why = "listed as known-failing but passed: remove it from the list"
+            why = Text("listed as known-failing but passed: remove it from the list")
         else:
-            why = reason(r)
-        req = next((c.requirement for c in r.failed_checks if c.requirement), None)
-        table.add_row(_status(run, r), Text(r.case.id), Text(req or ", ".join(r.case.requirements[:2])),
-                      Text(why))
+            quoted = quoted_requirements(run.profile, r)
+            why = Text(reason(r))
+            if quoted:
+                why = Group(why, _quote_text(quote_line(quoted[0])))
+        rid, level = headline(r)
+        req = f"{rid} {level}" if rid and level else (rid or ", ".join(r.case.requirements[:2]))
+        table.add_row(_status(run, r), Text(r.case.id), Text(req), why)
     console.print(table)
+
+
+def _quote_text(line: str) -> Text:
+    """The documents' sentence on one line of the table: cut to the column with an ellipsis."""
+    return Text(line, style="dim", no_wrap=True, overflow="ellipsis")
+
+
+def _group_row(run: TargetRun, group: CaseGroup) -> list[Text | Group]:
+    """One row for generated cases of one rule: how many, which, the values tried, the
+    sentence."""
+    status = _status(run, group.members[0])
+    names = ", ".join(group.names)
+    why = Text(f"{len(group.members)} generated cases: {one_line(names, 160)}")
+    if group.values:
+        why.append(f"; values tried that failed: {one_line(', '.join(group.values), 200)}")
+    req = f"{group.requirement} {group.level}" if group.level else (group.requirement or "-")
+    if group.requirement:
+        quote = _quote_text(quote_line(requirement_info(run.profile, group.requirement)))
+        return [status, Text(group.prefix), Text(req), Group(why, quote)]
+    return [status, Text(group.prefix), Text(req), why]
 
 
 def print_reproductions(console: Console, runs: Sequence[TargetRun]) -> None:

@@ -10,16 +10,28 @@ run with the ids not exercised, the requirement view (every requirement of the p
 its level, source, quote and the cases citing it with their verdicts; requirements no case
 cites are marked so, and those out of scope say whom they bind: client requirements in a
 server run, server requirements in a client run), a case x run verdict matrix linking to the
-details, and per run, area by area, every case as a ``<details>`` element: title, verdict,
-requirement ids with their level and text from the spec, expected vs actual of every check,
-the error and reproduction line, and the wire transcript of every connection (time since the
-case started, connection, direction, a hex dump and the decoded view, both directions).
-Checkboxes filter cases by verdict; without JS every case is still there (FAIL and ERROR
-open). Every string from a run is escaped with :func:`html.escape`, since servers under test
-choose the bytes. Hex dumps and decoded views are capped per event so a 64 MiB frame does
-not make a 200 MB page; the cap is stated where it applies. A case whose transcript the runner
-cut (events omitted between its head and tail, a connection it stopped reading) says so above
-its transcript.
+details, and per run, area by area, every case as a ``<details>`` element: title, verdict
+and the one-line reason led by the requirement that decided the verdict
+(:func:`~.common.headline`: for a FAIL a MUST, whatever failed before it), the requirements with
+their level and text from the spec, the documents' sentence (quote) of the deciding requirement
+and of every failed check's, expected vs actual of every check (the deciding one marked), the
+error and reproduction line, and the wire transcript of every connection (the step of each
+event as the checks number it, time since the case started, connection, direction, a hex dump
+and the decoded view, both directions). Generated cases of one rule and verdict (the queue-name
+probes of twenty commands, say) are gathered in one group that names the values tried
+(:func:`~.common.grouped`), each case still inside it. A case that did not pass shows the
+decisive exchanges of its transcript: the deciding check's step and the few before it, with the
+number of earlier exchanges omitted (:func:`~.common.evidence`; the JSON report has them all).
+Transcripts of passing cases are left out unless ``transcripts="all"`` (``conform server
+--html-transcripts``, whose default is ``failing``): an all-PASS run's page is then a fraction
+of the size. Values read as people read them: ``undefined`` (MessagePack ext 0) as itself, a
+long or shortened string as its start and true size. Checkboxes filter cases by verdict, each
+explained where offered (STALE: listed as known-failing but passed); without JS every case is
+still there (FAIL and ERROR open). Every string from a run is escaped with
+:func:`html.escape`, since servers under test choose the bytes. Hex dumps and decoded views
+are capped per event so a 64 MiB frame does not make a 200 MB page; the cap is stated where
+it applies. A case whose transcript the runner cut (events omitted between its head and tail,
+a connection it stopped reading) says so above its transcript.
 
 The server residue section (a run that carries :class:`~..model.RunResidue`, i.e. a server
 profile with a ``resources`` section) says per run whether the server was left as found, what
@@ -35,7 +47,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,24 +58,34 @@ from ..model import (
     TargetRun,
     Verdict,
     WireEvent,
+    deciding_check,
     describe_cut,
     transcript_cut,
 )
+from ..wire import event_view
 from .common import (
     CAPABILITY_LEGEND,
     NOT_OBSERVABLE,
     NOT_USED,
     USED,
+    CaseGroup,
     area_of,
     areas,
     capability_names,
     capability_rows,
+    evidence,
     exit_status,
+    grouped,
     label,
     out_of_scope_subjects,
+    pretty,
+    quoted_requirements,
     reproduction,
     requirement_info,
     requirement_rows,
+    shown_verdict,
+    silent_step,
+    step_label,
     support_note,
 )
 from .junit import reason
@@ -76,6 +97,22 @@ HEX_CAP = 1024  # bytes of hex dump shown per event
 DECODED_CAP = 8000  # characters of decoded JSON shown per event
 EVENTS_CAP = 400  # events shown per case
 RESIDUE_CAP = 50  # entries shown per residue list (per kind where grouped by kind)
+#: ``render(transcripts=...)`` / ``conform server --html-transcripts``: the wire transcript of
+#: every case, or only of the cases that did not pass (every verdict but PASS, and STALE)
+TRANSCRIPTS = ("all", "failing")
+
+#: What each verdict filter shows, said where the filters are offered.
+VERDICT_MEANING = {
+    "FAIL": "a MUST the documents state was not followed; fails the run",
+    "ERROR": "the run itself broke (unreachable target, a step that could not run); fails "
+             "the run",
+    "UNIMPLEMENTED": "the target answered the command under test as an unknown command",
+    "NON-STRICT": "only a SHOULD (a reading or a queuewire decision) was not followed",
+    "INFO": "observation only, not judged",
+    "PASS": "every check held",
+    "STALE": "listed in the --known-failing file but passed: the list is out of date (remove "
+             "the entry); a STALE case fails the run",
+}
 
 COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "ERROR": "#8250df", "NON-STRICT": "#bf8700",
          "UNIMPLEMENTED": "#0969da", "INFO": "#57606a", "STALE": "#cf222e"}
@@ -108,6 +145,11 @@ details.case>summary{cursor:pointer}details.case[open]>summary{margin-bottom:.5e
 tr.send td{background:#f0f7ff}tr.recv td{background:#f4fff4}
 tr.close td,tr.open td,tr.note td{background:#fafafa}
 .filters label{margin-right:1em}code{font-size:.95em}
+.legend{margin:.2em 0 .6em 0;padding-left:1.2em}.legend li{margin:0}
+tr.decided td{outline:2px solid #cf222e}td.step{white-space:nowrap}
+tr.omitted td,tr.silent td{background:#fff8c5;font-style:italic}
+details.group{border:1px dashed #8c959f;border-radius:6px;margin:.4em 0;padding:.3em .8em}
+blockquote.quote{margin:.2em 0 .4em 1.2em}
 .idlist code{display:inline-block;margin:0 .4em .2em 0}
 td.z{color:#8c959f;text-align:right}blockquote{margin:0;padding-left:.6em;border-left:3px solid #d0d7de}
 """
@@ -117,8 +159,14 @@ function qwFilter(){
   var on={};document.querySelectorAll('.filters input').forEach(function(b){on[b.value]=b.checked;});
   document.querySelectorAll('[data-verdict]').forEach(function(e){e.style.display=on[e.dataset.verdict]===false?'none':'';});
 }
+function qwOpen(){
+  var e=location.hash?document.getElementById(decodeURIComponent(location.hash.slice(1))):null;
+  for(;e;e=e.parentElement){if(e.tagName==='DETAILS'){e.open=true;}}
+}
+window.addEventListener('hashchange',qwOpen);
 document.addEventListener('DOMContentLoaded',function(){
   document.querySelectorAll('.filters input').forEach(function(b){b.addEventListener('change',qwFilter);});
+  qwOpen();
 });
 """
 
@@ -142,10 +190,11 @@ def hexdump(data: bytes, cap: int = HEX_CAP) -> str:
 
 
 def _json(value: Any, cap: int = DECODED_CAP) -> str:
+    """A decoded view or check value as people read it (:func:`~.common.pretty`: ``undefined``
+    as itself, long strings as their start and true size), cut at ``cap`` characters."""
     if value is None:
         return ""
-    s = value if isinstance(value, str) else json.dumps(value, indent=1, default=str,
-                                                        ensure_ascii=False)
+    s = pretty(value)
     return s if len(s) <= cap else s[:cap] + f"\n... ({len(s)} characters in all)"
 
 
@@ -154,7 +203,7 @@ def badge(verdict: str) -> str:
 
 
 def _shown_verdict(r: CaseResult) -> str:
-    return "STALE" if r.known_failing and r.verdict is Verdict.PASS else r.verdict.value
+    return shown_verdict(r)
 
 
 def _anchor(i: int, case_id: str) -> str:
@@ -456,36 +505,103 @@ def _matrix(runs: Sequence[TargetRun]) -> str:
     return f'<table><tr><th>case</th>{head}</tr>{"".join(rows)}</table>'
 
 
-def _check_row(c: Check) -> str:
+def _check_row(c: Check, decided: bool = False) -> str:
     mark = '<span class="ok">✓</span>' if c.ok else '<span class="bad">✗</span>'
-    return (f"<tr><td>{mark}</td><td><code>{e(c.requirement or '-')}</code></td><td>{e(c.level)}</td>"
+    if decided:
+        mark += ' <span class="bad" title="the check that decided the verdict">decided</span>'
+    row = '<tr class="decided">' if decided else "<tr>"
+    return (f"{row}<td>{mark}</td><td><code>{e(c.requirement or '-')}</code></td><td>{e(c.level)}</td>"
             f"<td>{e(c.kind)}</td><td>{e(c.message)}"
             f"{'' if c.step is None else ' <span class=dim>(step ' + e(c.step) + ')</span>'}</td>"
             f"<td><pre>{e(_json(c.expected))}</pre></td><td><pre>{e(_json(c.actual))}</pre></td></tr>")
 
 
-def _event_row(ev: WireEvent) -> str:
+def _event_row(ev: WireEvent, protocol: str = "", decisive: bool = False) -> str:
     arrow = {"send": "tester → server", "recv": "server → tester", "close": "close",
              "open": "open", "note": "note"}.get(ev.direction, ev.direction)
     data = hexdump(ev.data) if ev.data else ""
-    decoded = _json(ev.decoded)
+    decoded = _json(event_view(ev, protocol))
     note = f'<div class="dim">{e(ev.note)}</div>' if ev.note else ""
-    size = f" <span class=dim>({len(ev.data)} B)</span>" if ev.data else ""
-    return (f'<tr class="{e(ev.direction)}"><td class="n">{ev.t * 1000:.1f} ms</td>'
+    size = f" <span class=dim>({len(ev.data):,} B)</span>" if ev.data else ""
+    cls = e(ev.direction) + (" decisive" if decisive else "")
+    step = e(step_label(ev)) + (' <b class="bad" title="decisive">◀</b>' if decisive else "")
+    return (f'<tr class="{cls}"><td class="step">{step}</td>'
+            f'<td class="n">{ev.t * 1000:.1f} ms</td>'
             f"<td>{ev.conn}</td><td>{e(arrow)}{size}</td><td><pre>{e(data)}</pre>{note}</td>"
             f"<td><pre>{e(decoded)}</pre></td></tr>")
 
 
-def _case(i: int, run: TargetRun, r: CaseResult) -> str:
+def _transcript(r: CaseResult) -> str:
+    """The wire transcript of a case: every event of a passing one (up to EVENTS_CAP), the
+    decisive exchanges of one that did not pass (:func:`~.common.evidence`), each event with its
+    step; a step that recorded nothing (a sleep) gets a row saying so."""
+    events = r.transcript.events
+    shown = evidence(r) if r.verdict is not Verdict.PASS else None
+    window = shown.events if shown is not None else list(events)
+    start = shown.start if shown is not None else 0
+    decisive = shown.decisive if shown is not None else frozenset()
+    rows = []
+    if shown is not None and shown.earlier_events:
+        rows.append(f'<tr class="omitted"><td colspan="6">{shown.earlier_exchanges} earlier '
+                    f"exchanges ({shown.earlier_events} events) omitted: the JSON report has "
+                    "them</td></tr>")
+    last: int | None = None
+    for k, ev in enumerate(window[:EVENTS_CAP]):
+        if ev.step is not None and not ev.cleanup and last is not None and ev.step > last + 1:
+            for gap in range(last + 1, ev.step):
+                what = silent_step(r.case, gap)
+                if what is not None:
+                    rows.append(f'<tr class="silent"><td class="step">{gap}</td>'
+                                f'<td colspan="5">step {gap}: {e(what)} (nothing on the wire)'
+                                "</td></tr>")
+        if ev.step is not None and not ev.cleanup:
+            last = ev.step
+        rows.append(_event_row(ev, r.case.protocol, start + k in decisive))
+    more = ""
+    if len(window) > EVENTS_CAP:
+        more = (f'<p class="dim">... {len(window) - EVENTS_CAP} more events '
+                f"(see the JSON report)</p>")
+    if shown is not None and shown.later_events:
+        rows.append(f'<tr class="omitted"><td colspan="6">{shown.later_events} later events '
+                    "omitted: the JSON report has them</td></tr>")
+    what = (f"{len(events)} events" if shown is None or not shown.trimmed
+            else f"{len(window)} of {len(events)} events: the decisive exchanges")
+    return (f"<details{' open' if r.verdict is not Verdict.PASS else ''}><summary>wire "
+            f"transcript ({what})</summary><table><tr><th>step</th><th>time</th>"
+            f"<th>conn</th><th>direction</th><th>bytes (hex)</th><th>decoded</th></tr>"
+            f"{''.join(rows)}</table>{more}</details>")
+
+
+def _quotes(run: TargetRun, r: CaseResult) -> str:
+    """The documents' sentence of the deciding requirement and of each failed check's."""
+    out = []
+    for info in quoted_requirements(run.profile, r):
+        what = "decided the verdict" if info["decided"] else "a failed check cites it"
+        cite = f" <span class=dim>({e(info['cite'])})</span>" if info["cite"] else ""
+        if info["quote"]:
+            said = f'<blockquote class="quote">{e(info["quote"])}</blockquote>'
+        else:
+            said = (f'<blockquote class="quote dim">no sentence of the documents to quote '
+                    f'({e(info["basis"] or "no basis given")}): {e(info["text"])}</blockquote>')
+        out.append(f'<div class="req-quote" data-req="{e(info["id"])}"><code>{e(info["id"])}'
+                   f"</code> <b>{e(info['level'])}</b> <span class=dim>{what}</span>{cite}"
+                   f"{said}</div>")
+    return "".join(out)
+
+
+def _case(i: int, run: TargetRun, r: CaseResult, transcripts: str = "all") -> str:
     shown = _shown_verdict(r)
+    first = deciding_check(r.checks)
     reqs = []
-    for rid in r.case.requirements:
+    ids = [first.requirement] if first is not None and first.requirement else []
+    for rid in dict.fromkeys(ids + list(r.case.requirements)):
         info = requirement_info(run.profile, rid)
-        reqs.append(f"<li><code>{e(rid)}</code> <b>{e(info['level'])}</b> {e(info['text'])}"
+        lead = ' <span class="bad">decided the verdict</span>' if ids and rid == ids[0] else ""
+        reqs.append(f"<li><code>{e(rid)}</code> <b>{e(info['level'])}</b>{lead} {e(info['text'])}"
                     f"{' <span class=dim>(' + e(info['cite']) + ')</span>' if info['cite'] else ''}</li>")
     parts = [f"<p><b>{e(r.case.title)}</b> <span class=dim>({r.duration * 1000:.0f} ms"
              f"{', ' + e(r.case.source) if r.case.source else ''})</span></p>",
-             f"<ul>{''.join(reqs)}</ul>" if reqs else ""]
+             f"<ul>{''.join(reqs)}</ul>" if reqs else "", _quotes(run, r)]
     if shown == "STALE":
         parts.append('<p class="bad">Listed as known-failing but passed: remove it from the list.</p>')
     elif r.known_failing:
@@ -495,21 +611,19 @@ def _case(i: int, run: TargetRun, r: CaseResult) -> str:
     if r.checks:
         parts.append("<table><tr><th></th><th>requirement</th><th>level</th><th>kind</th>"
                      "<th>check</th><th>expected</th><th>actual</th></tr>"
-                     + "".join(_check_row(c) for c in r.checks) + "</table>")
+                     + "".join(_check_row(c, c is first) for c in r.checks) + "</table>")
     if r.verdict is not Verdict.PASS:
         parts.append(f"<p>reproduce: <code>{e(reproduction(run, r))}</code></p>")
     cut = transcript_cut(r.transcript)
     if cut:
         parts.append(f'<p class="bad">{e(describe_cut(cut))}</p>')
     events = r.transcript.events
-    if events:
-        rows = "".join(_event_row(ev) for ev in events[:EVENTS_CAP])
-        more = (f'<p class="dim">... {len(events) - EVENTS_CAP} more events '
-                f"(see the JSON report)</p>" if len(events) > EVENTS_CAP else "")
-        parts.append(f"<details{' open' if r.verdict is not Verdict.PASS else ''}><summary>wire "
-                     f"transcript ({len(events)} events)</summary><table><tr><th>time</th>"
-                     f"<th>conn</th><th>direction</th><th>bytes (hex)</th><th>decoded</th></tr>"
-                     f"{rows}</table>{more}</details>")
+    if events and (transcripts == "all" or shown != "PASS"):
+        parts.append(_transcript(r))
+    elif events:
+        parts.append(f'<p class="dim transcript-left-out">wire transcript ({len(events)} events) '
+                     "left out of this page because the case passed: the JSON report has it, "
+                     "and <code>--html-transcripts all</code> puts it here</p>")
     is_open = " open" if shown in ("FAIL", "ERROR", "STALE") else ""
     why = reason(r) if r.verdict is not Verdict.PASS else ""
     return (f'<details class="case" id="{_anchor(i, r.case.id)}" data-verdict="{e(shown)}"{is_open}>'
@@ -518,28 +632,60 @@ def _case(i: int, run: TargetRun, r: CaseResult) -> str:
             f"{''.join(parts)}</details>")
 
 
-def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance report") -> str:
-    """The whole report as one HTML document."""
+def _group(i: int, run: TargetRun, group: CaseGroup, transcripts: str) -> str:
+    """Generated cases of one rule and verdict: one block naming the rule, the cases and the
+    values tried, the cases inside it."""
+    info = requirement_info(run.profile, group.requirement) if group.requirement else None
+    rule = (f"<p>decided by <code>{e(info['id'])}</code> <b>{e(group.level or info['level'])}</b> "
+            f"{e(info['text'])}</p>" if info else "")
+    quote = (f'<blockquote class="quote">{e(info["quote"])}</blockquote>'
+             if info and info["quote"] else "")
+    values = (f"<p>values tried that failed: {', '.join(f'<code>{e(v)}</code>' for v in group.values)}</p>"
+              if group.values else "")
+    names = " ".join(f"<code>{e(n)}</code>" for n in group.names)
+    lead = f" — {e(group.requirement)} {e(group.level or '')}" if group.requirement else ""
+    return (f'<details class="group" data-verdict="{e(group.verdict)}" '
+            f'data-group="{e(group.prefix)}"><summary>{badge(group.verdict)} '
+            f"<code>{e(group.prefix)}</code> {len(group.members)} generated cases of one rule"
+            f"<span class=dim>{lead}</span></summary>{rule}{quote}{values}"
+            f'<p class="idlist">{names}</p>'
+            + "".join(_case(i, run, r, transcripts) for r in group.members) + "</details>")
+
+
+def _legend() -> str:
+    return ('<ul class="legend">' + "".join(f"<li>{badge(v)} {e(VERDICT_MEANING[v])}</li>"
+                                            for v in [*(x.value for x in VERDICT_ORDER), "STALE"])
+            + "</ul>")
+
+
+def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance report",
+           transcripts: str = "all") -> str:
+    """The whole report as one HTML document. ``transcripts``: ``"all"``, or ``"failing"`` to
+    leave out the wire transcripts of passing cases (:data:`TRANSCRIPTS`)."""
+    if transcripts not in TRANSCRIPTS:
+        raise ValueError(f"transcripts must be one of {', '.join(TRANSCRIPTS)}, not {transcripts!r}")
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     status = exit_status(runs)
     verdicts = [v.value for v in VERDICT_ORDER] + ["STALE"]
-    filters = "".join(f'<label><input type="checkbox" value="{e(v)}" checked> {badge(v)}</label>'
-                      for v in verdicts)
+    filters = "".join(f'<label title="{e(VERDICT_MEANING[v])}"><input type="checkbox" '
+                      f'value="{e(v)}" checked> {badge(v)}</label>' for v in verdicts)
     cases = []
     for i, run in enumerate(runs):
         order = {v: k for k, v in enumerate(VERDICT_ORDER)}
-        grouped: dict[str, list[CaseResult]] = {}
+        by_area: dict[str, list[CaseResult]] = {}
         for r in run.results:
-            grouped.setdefault(area_of(r.case), []).append(r)
+            by_area.setdefault(area_of(r.case), []).append(r)
         body = []
-        for area, members in sorted(grouped.items()):
+        for area, members in sorted(by_area.items()):
             members.sort(key=lambda r: (order[r.verdict], r.case.id))
             counts = ", ".join(f"{n} {v}" for v, n in
                                ((v.value, sum(r.verdict is v for r in members))
                                 for v in VERDICT_ORDER) if n)
             body.append(f'<h4 id="{_area_anchor(i, area)}" class="area">{e(area)} '
                         f'<span class=dim>({counts})</span></h4>'
-                        + "".join(_case(i, run, r) for r in members))
+                        + "".join(_group(i, run, item, transcripts) if isinstance(item, CaseGroup)
+                                  else _case(i, run, item, transcripts)
+                                  for item in grouped(members)))
         cases.append(f'<h3 id="run{i}">{e(label(run))} <span class=dim>({e(run.protocol)}, '
                      f"started {e(run.started_at)})</span></h3>" + "".join(body))
     return f"""<!DOCTYPE html>
@@ -564,6 +710,12 @@ cite it, with their verdicts.</p>
 {"".join(_requirements(i, run) for i, run in enumerate(runs))}
 <h2>Cases</h2>
 <p class="filters">Show: {filters}</p>
+<p class="dim">What each filter shows (STALE comes from <code>--known-failing</code>: a case that
+file lists as failing passed this time, so the file must lose that entry):</p>
+{_legend()}
+{"" if transcripts == "all" else '<p class="dim">Wire transcripts of passing cases are left '
+ 'out of this page (<code>--html-transcripts all</code> keeps them); the JSON report has every '
+ 'transcript.</p>'}
 <details{' open' if len(runs) > 1 else ''}><summary>case × target matrix</summary>{_matrix(runs)}</details>
 {"".join(cases)}
 </body></html>

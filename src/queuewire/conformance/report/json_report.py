@@ -1,7 +1,8 @@
 """The JSON report: every run, every case, coverage and the exit status, as one document.
 
 The document is plain JSON built from the model alone: each case is
-:func:`~queuewire.conformance.model.jsonable_result` (checks, transcript with bytes as hex),
+:func:`~queuewire.conformance.model.jsonable_result` (checks, transcript with bytes as hex;
+decoded views as :func:`~.common.jsonable_view` gives them, with true string sizes),
 each run carries its verdict counts (in all and per area), its requirement coverage (exercised, not exercised,
 observed-only and out-of-scope ids, and the ratio) and the cases that fail it; a client run
 also its capability table (``capabilities``: rows of capability, state, evidence and the
@@ -14,6 +15,18 @@ except the bytes of very large events: an event's hex is cut at ``EVENT_BYTES_CA
 value whose JSON is longer than ``VALUE_CHARS_CAP`` becomes ``{"$truncated": n, "head":
 ...}``, so the framing and limit probes (up to 64 MiB) do not make a report of hundreds of
 MB. The per-case replay files keep every recorded byte.
+
+The JSON keeps every case (generated cases are not grouped) and every event of a transcript
+(the other reports show the decisive exchanges). Each case says which of its checks decided
+its verdict (``decided_by``, an index into ``checks``; null when none failed) and each event
+the step it was recorded in (``step``, numbered as the checks' ``step``; ``cleanup`` true for a
+cleanup step's). Decoded views are JSON, so what JSON cannot say is tagged, and the document
+says so once under ``notation`` (:data:`NOTATION`): ``{"$undefined": true}`` is MessagePack's
+``undefined`` (ext type 0, JavaScript's ``undefined``; the other reports write ``undefined``),
+``{"$binary": hex}`` a binary value, ``{"$timestamp": iso}`` a timestamp, and a string ending
+in ``…[N characters, shortened]`` (``…[N characters, B bytes, shortened]`` when not ASCII) a
+string a view shortened, N its true length (the other reports write ``'aaaa…' (N characters,
+size)``).
 """
 
 from __future__ import annotations
@@ -22,10 +35,33 @@ import json
 from collections.abc import Sequence
 from typing import IO, Any
 
-from ..model import TargetRun, jsonable_result
-from .common import areas, capability_rows, exit_status, label, reproduction, support_note
+from ..model import TargetRun
+from .common import (
+    areas,
+    capability_rows,
+    exit_status,
+    jsonable_view,
+    label,
+    reproduction,
+    support_note,
+)
 
 FORMAT = "queuewire-conformance-report/1"
+#: What the tagged forms of decoded views mean (written into the document as ``notation``).
+NOTATION = {
+    "$undefined": '{"$undefined": true} is MessagePack undefined (ext type 0), JavaScript\'s '
+                  "undefined: a field sent as undefined",
+    "$binary": '{"$binary": "<hex>"} is a MessagePack binary value',
+    "$timestamp": '{"$timestamp": "<ISO 8601>"} is a MessagePack timestamp',
+    "shortened": 'a string ending in "…[N characters, shortened]" (or "…[N characters, B bytes, '
+                 'shortened]") is a long string cut in the view: N is its true length, B its '
+                 "UTF-8 size; the event's hex has the bytes",
+    "$truncated": '{"$truncated": n, "head": "..."} is a value whose JSON (n characters) was '
+                  "cut in this report",
+    "step": "an event's step is the case step it was recorded in, numbered as a check's step",
+    "decided_by": "a case's decided_by is the index in checks of the check that decided its "
+                  "verdict",
+}
 EVENT_BYTES_CAP = 64 * 1024  # bytes of one transcript event kept in the report
 VALUE_CHARS_CAP = 64 * 1024  # JSON characters of one decoded view / check value kept
 
@@ -43,7 +79,7 @@ def build_run(run: TargetRun) -> dict[str, Any]:
     cov = run.coverage
     results = []
     for r in run.results:
-        doc = jsonable_result(r)
+        doc = jsonable_view(r)
         doc["reproduction"] = reproduction(run, r)
         for check in doc["checks"]:
             check["expected"] = _cap(check["expected"])
@@ -83,7 +119,7 @@ def build_run(run: TargetRun) -> dict[str, Any]:
 
 def build(runs: Sequence[TargetRun]) -> dict[str, Any]:
     """The report document of ``runs``."""
-    return {"format": FORMAT, "exit_status": exit_status(runs),
+    return {"format": FORMAT, "exit_status": exit_status(runs), "notation": NOTATION,
             "runs": [build_run(run) for run in runs]}
 
 

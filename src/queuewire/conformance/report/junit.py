@@ -1,8 +1,10 @@
 """The JUnit XML report: one ``<testsuite>`` per run, one ``<testcase>`` per case.
 
 CI systems read JUnit, so verdicts map onto what they understand: FAIL becomes ``<failure>``
-(message: the requirement and the one-line reason; body: expected vs actual of each failed
-check, a line when the transcript was cut, and the reproduction line), ERROR becomes
+(message: the requirement that decided the verdict and the one-line reason, :func:`reason`;
+body: that requirement's sentence in the documents, expected vs actual of each failed check,
+the deciding one first, a line when the transcript was cut, and the reproduction line; values
+as people read them: ``undefined``, long strings as their start and true size), ERROR becomes
 ``<error>``, UNIMPLEMENTED and NON-STRICT become ``<skipped>`` (or ``<failure>`` when the run
 is strict, as they then fail it), INFO passes with what it observed in ``<system-out>``, and a
 known-failing case is skipped while it fails and a failure when it passes (the list went
@@ -13,14 +15,22 @@ parses.
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import CaseResult, TargetRun, Verdict, describe_cut, transcript_cut
-from .common import label, reproduction
+from ..matching import show
+from ..model import (
+    CaseResult,
+    TargetRun,
+    Verdict,
+    deciding_check,
+    describe_cut,
+    failed_in_order,
+    transcript_cut,
+)
+from .common import label, quote_line, quoted_requirements, reproduction
 
 # Everything outside the XML 1.0 Char production.
 _INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -33,25 +43,29 @@ def clean(text: Any) -> str:
 
 
 def _short(value: Any, limit: int = 2000) -> str:
-    s = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return s if len(s) <= limit else s[:limit] + f"... ({len(s)} characters)"
+    """A check value on one line as people read it (:func:`~..matching.show`: long strings as
+    their start and true size, ``undefined`` as itself), at most ``limit`` characters."""
+    if isinstance(value, str) and len(value) <= limit:
+        return value
+    return show(value, json_style=True, width=limit)
 
 
 def reason(result: CaseResult) -> str:
-    """One line: why the case did not pass."""
+    """One line: why the case did not pass, led by the requirement that decided the verdict
+    (:func:`~..model.deciding_check`: for a FAIL a MUST, whatever failed before it)."""
     if result.error:
         return result.error.splitlines()[0] if result.error.strip() else "error"
-    failed = result.failed_checks
-    if failed:
-        c = failed[0]
-        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+    c = deciding_check(result.checks)
+    if c is not None:
+        failed = len(result.failed_checks)
+        more = f" (+{failed - 1} more)" if failed > 1 else ""
         return f"{c.requirement or '-'} {c.level}: {c.message}{more}"
     return ""
 
 
 def _details(run: TargetRun, result: CaseResult) -> str:
-    lines = []
-    for c in result.failed_checks:
+    lines = [quote_line(info, 400) for info in quoted_requirements(run.profile, result)]
+    for c in failed_in_order(result.checks):
         lines.append(f"[{c.requirement or '-'} {c.level}] {c.kind}: {c.message}")
         lines.append(f"  expected: {_short(c.expected)}")
         lines.append(f"  actual:   {_short(c.actual)}")
