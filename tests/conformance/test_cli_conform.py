@@ -259,10 +259,15 @@ def test_e2e_embedded_pass_writes_reports(cli, tmp_path):
     assert all(c["verdict"] == "PASS" for c in doc["runs"][0]["cases"])
     assert doc["runs"][0]["server_info"] is not None  # the Hello reply
     sent = [e for c in doc["runs"][0]["cases"] for e in c["transcript"] if e["direction"] == "send"]
-    page = (out / "report.html").read_text()
-    first = bytes.fromhex(sent[0]["hex"])[:16]
-    assert " ".join(f"{b:02x}" for b in first) in page
+    first = " ".join(f"{b:02x}" for b in bytes.fromhex(sent[0]["hex"])[:16])
+    # a passing case's transcript is in the JSON, and in the HTML only when asked for
+    assert first not in (out / "report.html").read_text()
     assert not (out / "cases").exists()  # only non-PASS cases get a replay file
+    every = tmp_path / "every"
+    again = cli("conform", "server", "--protocol", "bunqueue", "--target", "embedded",
+                *_sel(ids), "--report-dir", every, "--html-transcripts", "all")
+    assert again.exit_code == 0, again.output
+    assert first in (every / "report.html").read_text()
 
 
 def test_e2e_stale_known_failing_entry_fails_the_run(cli, tmp_path):
@@ -344,4 +349,6 @@ def test_embedded_run_ends_when_the_server_stops_mid_wakeup(tmp_path):
         check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = json.loads(out.read_text())["runs"]
-    assert [c["verdict"] for c in run["cases"]] == ["PASS"]
+    # an observation (a queuewire decision, issue 25): INFO even where it holds
+    assert [c["verdict"] for c in run["cases"]] == ["INFO"]
+    assert all(ch["ok"] for c in run["cases"] for ch in c["checks"]), run["cases"]

@@ -47,8 +47,10 @@ def test_a_bounded_run_against_queuewire_client_passes():
 def test_the_crash_oracle_fires_and_the_failure_replays(tmp_path):
     result = fuzz("--testee", broken("crash"), "--max-examples", "1", "--seed", "1",
                   "--artifacts", str(tmp_path))
+    # BQ-CLIENT-6 is a SHOULD (it describes bunqueue's own client), yet a testee that dies
+    # on the server's bytes fails the fuzz run all the same (replies.counts)
     assert result.exit_code == 1, result.output
-    assert "[BQ-CLIENT-6 FAIL] crash" in result.output
+    assert "[BQ-CLIENT-6 NON-STRICT] crash" in result.output
     [path] = [str(p) for p in tmp_path.iterdir()]
     doc = json.loads(open(path).read())
     assert doc["format"] == "queuewire-client-fuzz-transcript/1" and doc["wire"]

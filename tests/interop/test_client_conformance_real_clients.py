@@ -58,6 +58,7 @@ async def test_pypi_client_never_tears_a_dead_socket_down() -> None:
     # it reconnects after 3 timeouts, but its teardown close()s the socket while its reader
     # thread is blocked in recv() on it: CPython then sends no FIN (no shutdown() first), so the
     # server never sees the dead link torn down
-    assert dead.verdict is Verdict.FAIL
-    assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "MUST"),
+    # BQ-CLIENT-6 describes what bunqueue's own client does after the detection: a SHOULD
+    assert dead.verdict is Verdict.NON_STRICT
+    assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "SHOULD"),
                                                                     ("BQ-HELLO-1", "SHOULD")}

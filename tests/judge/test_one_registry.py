@@ -5,8 +5,8 @@ the same decoder Spark runs, without Spark). All four judge through the one regi
 verdicts.
 
 The exchange breaks, on the client's side: no Hello first (BQ-HELLO-1, SHOULD), a reqId reused
-while in flight (BQ-PIPE-4, MUST), a limit (PULLB count above 1000), an unknown command
-(BQ-ENV-5, SHOULD); on the server's side: a reply missing a field of its command's reply.
+while in flight (BQ-PIPE-4, MUST), a limit (a PUSH priority above the 000 table's maximum), an
+unknown command (BQ-ENV-5, SHOULD); on the server's side: a reply missing a field of its command's reply.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ EXCHANGE = [
                                                                        "reqId": "a"}),
     ({"cmd": "Ping", "reqId": "b"}, {"ok": True, "data": {"pong": True, "time": 1}, "reqId": "b"}),
     ({"cmd": "Count", "queue": "q", "reqId": "b"}, {"ok": True, "count": 1, "reqId": "b"}),
-    ({"cmd": "PULLB", "queue": "q", "count": 5000, "reqId": "c"},
-     {"ok": False, "error": "count must be at most 1000", "reqId": "c"}),
+    ({"cmd": "PUSH", "queue": "q", "data": {}, "priority": 2_000_000, "reqId": "c"},
+     {"ok": False, "error": "priority must be at most 1000000", "reqId": "c"}),
     ({"cmd": "Frobnicate", "reqId": "d"}, {"ok": False, "error": "Unknown command: Frobnicate",
                                             "reqId": "d"}),
     ({"cmd": "PUSH", "queue": "q", "data": {"n": 2}, "reqId": "e"}, {"ok": True, "reqId": "e"}),
@@ -55,7 +55,7 @@ EXPECTED = {
 
 
 def _limit_requirement() -> str:
-    """The requirement the PULLB count limit cites (from the validator, not restated here)."""
+    """The requirement the priority limit cites (from the validator, not restated here)."""
     from queuewire.codecs.validation import BunqueueValidator
     (v,) = BunqueueValidator(PROFILE).request_violations(EXCHANGE[3][0])
     return v.requirement

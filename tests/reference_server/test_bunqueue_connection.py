@@ -510,3 +510,34 @@ def test_a_connection_without_frames_answers_decoded_requests():
     assert embedded.request({"cmd": "Ping"}) == gate.error("not_authenticated")
     assert embedded.request({"cmd": "Auth", "token": TOKEN}) == {"ok": True}
     assert embedded.request({"cmd": "Ping"})["ok"] is True
+
+
+def test_without_hello_a_connection_is_sequential_and_a_hello_lifts_it():
+    """BQ-HELLO-3: a client that sends no Hello is served as protocol v1, one command at a
+    time (a parked poll holds the only slot); a Hello answered ok gives it max_in_flight."""
+    gate = RequestGate(BunqueueEngine(PROFILE), ())
+    conn = BunqueueConnection("c1", gate, FrameEncoder(PROFILE, wide_integers=True), ROOM,
+                              max_in_flight=4, slots_before_hello=1)
+    poll = {"cmd": "PULL", "queue": "empty", "timeout": 5000}
+    conn.receive_data(_frame({**poll, "reqId": "w"}) + _frame({"cmd": "Ping", "reqId": "p"}))
+    actions = conn.next_actions()
+    assert [type(a) for a in actions] == [Park] and conn.blocked and conn.slots == 1
+    conn.unpark()
+    assert [r["reqId"] for r in _replies(conn.next_actions())] == ["p"]
+
+    conn.receive_data(_frame({"cmd": "Hello", "protocolVersion": 2,
+                              "capabilities": ["pipelining"], "reqId": "h"})
+                      + _frame({**poll, "reqId": "w2"}) + _frame({"cmd": "Ping", "reqId": "p2"}))
+    actions = conn.next_actions()
+    assert conn.slots == 4 and not conn.blocked
+    assert [type(a) for a in actions] == [bytes, Park, bytes]
+    assert [r["reqId"] for r in _replies(actions)] == ["h", "p2"]
+
+
+def test_a_refused_hello_leaves_the_connection_sequential():
+    gate = RequestGate(BunqueueEngine(PROFILE), ())
+    conn = BunqueueConnection("c1", gate, FrameEncoder(PROFILE, wide_integers=True), ROOM,
+                              max_in_flight=4, slots_before_hello=1)
+    conn.receive_data(_frame({"cmd": "Hello", "protocolVersion": "two", "reqId": "h"}))
+    (reply,) = _replies(conn.next_actions())
+    assert reply["ok"] is False and conn.slots == 1

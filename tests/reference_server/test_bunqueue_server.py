@@ -356,6 +356,9 @@ async def test_pipelined_long_polls_never_exceed_max_in_flight():
         engine = CountingEngine("bunqueue/v2")
         async with BunqueueServer(port=0, engine=engine) as server:
             c = await Client.open(server.port)
+            # pipelining is protocol v2's: Hello first (BQ-HELLO-3)
+            await c.ok("Hello", protocolVersion=MODEL.protocol_version,
+                       capabilities=list(MODEL.capabilities))
             n = 300
             enc = FrameEncoder(PROFILE)
             c.send_raw(b"".join(enc.encode({"cmd": "PULL", "queue": "lp", "timeout": 10_000,

@@ -60,7 +60,14 @@ class Peer:
 
     @classmethod
     async def open(cls, port: int) -> Peer:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
+        """A connection that negotiated protocol v2 (pipelining) with Hello first: without
+        it the server serves it sequentially, as v1 (BQ-HELLO-3)."""
+        peer = cls(*await asyncio.open_connection("127.0.0.1", port))
+        spec = PROFILE.model
+        peer.send({"cmd": "Hello", "protocolVersion": spec.protocol_version,
+                   "capabilities": list(spec.capabilities), "reqId": "hello"})
+        assert (await peer.reply("hello"))["ok"] is True
+        return peer
 
     async def _read(self) -> None:
         while data := await self.reader.read(1 << 16):

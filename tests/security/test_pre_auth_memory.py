@@ -279,6 +279,10 @@ async def test_the_frame_deadline_does_not_count_the_servers_own_wait():
     async with asyncio.timeout(GUARD), \
             BunqueueServer(PROFILE, port=0, partial_frame_timeout=0.5) as server:
         peer = await Peer.open(server.port)
+        spec = PROFILE.model     # pipelining is protocol v2's: Hello first (BQ-HELLO-3)
+        peer.writer.write(frame({"cmd": "Hello", "protocolVersion": spec.protocol_version,
+                                 "capabilities": list(spec.capabilities), "reqId": "hello"}))
+        assert (await peer.recv(5.0))["reqId"] == "hello"
         polls = b"".join(frame({"cmd": "PULL", "queue": "none", "timeout": 1200,
                                 "reqId": f"poll{i}"}) for i in range(limit))
         late = frame({"cmd": "Ping", "reqId": "late"})

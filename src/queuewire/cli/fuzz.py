@@ -399,7 +399,7 @@ def replay(transcript: str, target_spec: str | None, testee: str | None,
         ccase = replies.ClientCase.from_dict(doc["case"])
         findings = asyncio.run(_client_replay(ccase, testee, testee_cwd,
                                               bound if bound is not None else CLIENT_BOUND))
-        _say_fixed([f for f in findings if f.fails])
+        _say_fixed([f for f in findings if replies.counts(f)])
         return
     if not target_spec:
         raise click.UsageError("a server transcript replays with --target HOST:PORT|embedded")
@@ -566,12 +566,12 @@ async def _client_run(profile_name: str, testee_cmd: str, cwd: str | None, *, se
             stats["cases"] += 1
             stats["kinds"].add(case.recipe["kind"])
             stats["nonstrict"] += sum(1 for f in findings if f.level is Verdict.NON_STRICT)
-            if any(f.fails for f in findings):
-                rids = {f.requirement for f in findings if f.fails}
+            if any(replies.counts(f) for f in findings):
+                rids = {f.requirement for f in findings if replies.counts(f)}
                 small, final = case, (played, findings)
                 for cand in replies.shrink_candidates(case):
                     again = await _client_case(server, testee, cand, profile, bound)
-                    if any(f.fails and f.requirement in rids for f in again[1]):
+                    if any(replies.counts(f) and f.requirement in rids for f in again[1]):
                         small, final = cand, again
                         break
                 path = None
@@ -624,10 +624,12 @@ def _client_command(ctx: click.Context, protocol: str, profile: str | None,
 
 def _print_failure(what: str, findings: list, path: str | None, target: str,
                    note: str | None = None) -> None:
-    """One failing case: what it was, its failing findings, and how to replay it."""
+    """One failing case: what it was, its failing findings (a client's crash or hang at
+    any level: :func:`~queuewire.fuzz.replies.counts`), and how to replay it."""
+    from ..fuzz.replies import counts
     console.print(Text.assemble(("FAIL", "red"), f" {what}"))
     for f in findings:
-        if f.fails:
+        if counts(f):
             console.print(f"  {f}", markup=False)
     if note:
         console.print(f"  note: {note}", markup=False)

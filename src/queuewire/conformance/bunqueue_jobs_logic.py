@@ -90,10 +90,10 @@ async def backoff_exponential(ctx: CaseContext) -> None:
 async def children_values(ctx: CaseContext) -> None:
     """GetChildrenValues of a job answers the results of the completed jobs it depends on.
 
-    That the jobs a job depends on are its *children* is BQ-DEPS-3's reading of the documents
-    (they name no wire field that makes a job another's child, and bunqueue 2.9.5 links
-    children by a parentId they never mention), which is why BQ-DEPS-3 is a SHOULD: a server
-    that answers {} for a dependsOn parent shows as NON-STRICT, not as a FAIL."""
+    That the jobs a job depends on are its *children* is queuewire's decision (BQ-DEPS-3): the
+    documents name no wire field that makes a job another's child, and bunqueue 2.9.5 links
+    children by a parentId they never mention. The case observes (``info``): a server that
+    answers {} for a dependsOn parent shows as INFO, never NON-STRICT or FAIL."""
     queue = ctx.var("queue")
     conn = await ctx.connect()
     try:

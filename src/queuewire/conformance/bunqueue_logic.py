@@ -96,7 +96,7 @@ async def expanded_steps(ctx: CaseContext) -> None:
     bytes are already capped by the wire recorder), so reports stay small."""
     try:
         for n, step in enumerate(ctx.case.params["steps"], 1):
-            ctx.step = n
+            ctx.begin_step(n)
             await steps_bunqueue.run_step(ctx, from_json(step))
     finally:
         for event in ctx.transcript.events:
@@ -184,11 +184,13 @@ async def nesting_limit(ctx: CaseContext) -> None:
 
 # -- pipelining ---------------------------------------------------------------------------------
 async def in_flight_limit(ctx: CaseContext) -> None:
-    """max_in_flight long polls fill a connection's slots: a Ping after them waits for one."""
+    """After Hello, max_in_flight long polls fill a connection's slots: a Ping after them
+    waits for one."""
     slots = int(ctx.profile.limit("max_in_flight").value)
     queue = ctx.var("queue")
     poll_ms = 600
     conn = await ctx.connect()
+    await _negotiate(ctx, conn)      # pipelining is protocol v2's (BQ-HELLO-3)
     msgs = [{"cmd": "PULL", "queue": queue, "timeout": poll_ms, "reqId": f"p{i}"}
             for i in range(slots)]
     msgs.append({"cmd": "Ping", "reqId": "ping"})
@@ -216,10 +218,23 @@ async def in_flight_limit(ctx: CaseContext) -> None:
                   actual={"ping_position": pos})
 
 
-async def _slow_fast_order(ctx: CaseContext, pull_timeout: int) -> list[str]:
-    """Send a long poll ("slow") then a Ping ("fast") in one write; the reqIds in reply order."""
+async def _negotiate(ctx: CaseContext, conn: Any) -> None:
+    """Hello with the profile's version and capabilities: the connection is protocol v2
+    (pipelining), as 000 says a client that sends no Hello is not (BQ-HELLO-3). The reply is
+    judged by the Hello cases, not here."""
+    spec = ctx.profile.model
+    await conn.request({"cmd": "Hello", "protocolVersion": spec.protocol_version,
+                        "capabilities": list(spec.capabilities)})
+
+
+async def _slow_fast_order(ctx: CaseContext, pull_timeout: int, *,
+                           hello: bool = False) -> list[str]:
+    """Send a long poll ("slow") then a Ping ("fast") in one write (after a Hello, with
+    ``hello``); the reqIds in reply order."""
     queue = ctx.var("queue")
     conn = await ctx.connect()
+    if hello:
+        await _negotiate(ctx, conn)
     await conn.send_messages([{"cmd": "PULL", "queue": queue, "timeout": pull_timeout,
                                "reqId": "slow"}, {"cmd": "Ping", "reqId": "fast"}])
     order: list[str] = []
@@ -233,8 +248,9 @@ async def _slow_fast_order(ctx: CaseContext, pull_timeout: int) -> list[str]:
 
 
 async def reply_order(ctx: CaseContext) -> None:
-    """A long poll then a Ping in one write: records the order of their replies (any is fine)."""
-    order = await _slow_fast_order(ctx, 300)
+    """After Hello, a long poll then a Ping in one write: records the order of their replies
+    (any is fine)."""
+    order = await _slow_fast_order(ctx, 300, hello=True)
     ctx.check(len(order) == 2, f"both replies arrived, in the order {order} "
               f"({'out of order' if order[:1] == ['fast'] else 'in request order'})",
               requirement="BQ-PIPE-3", kind="reqid", actual=order)

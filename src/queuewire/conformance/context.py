@@ -354,6 +354,12 @@ class CaseContext:
         self.checks.append(c)
         return c
 
+    def begin_step(self, n: int) -> None:
+        """Step ``n`` begins: its checks and the events it records carry its number (the
+        transcript's, :class:`~.model.WireEvent`), whichever protocol's step it is."""
+        self.step = n
+        self.transcript.step, self.transcript.cleaning = n, self.cleaning
+
     def note(self, text: str, conn: int = 0) -> None:
         """A transcript note (``conn`` 0: about the case, not one connection)."""
         self.transcript.add(conn, "note", note=text)

@@ -168,7 +168,7 @@ async def run_cleanup(ctx: CaseContext) -> None:
     first = len(case.steps)
     try:
         for n, step in enumerate(case.cleanup, 1):
-            ctx.step = first + n
+            ctx.begin_step(first + n)
             conn = int(step.get("conn", 1)) if isinstance(step, dict) else 0
             limit = max(float(step.get("timeout", ctx.timeout)), ctx.timeout) + 1.0 \
                 if isinstance(step, dict) else ctx.timeout
@@ -194,7 +194,7 @@ async def _body(ctx: CaseContext) -> None:
         return
     run_step = _STEP_RUNNERS[case.protocol]
     for n, step in enumerate(case.steps, 1):
-        ctx.step = n
+        ctx.begin_step(n)
         await run_step(ctx, step)
 
 

@@ -74,8 +74,6 @@ class Observation:
 
 
 async def run_step(ctx: CaseContext, step: dict) -> None:
-    # the events of this step carry its number (model.WireEvent), as its checks do
-    ctx.transcript.step, ctx.transcript.cleaning = ctx.step, ctx.cleaning
     timeout = float(step.get("timeout", ctx.timeout))
     if "http" in step:  # no TCP connection: the HTTP API has its own target
         await run_http(ctx, step, _outcomes(ctx, step), timeout)

@@ -256,6 +256,20 @@ def recipe_rule(case: ClientCase, reply: dict[str, Any] | None = None) -> str:
     return RECIPE_RULES[r["kind"]]
 
 
+#: What a client did as a process rather than as a protocol peer: it died (``crash``) or gave
+#: no answer within the bound (``hang``). A client fuzz run counts these as failures of the
+#: run (exit status 1, shrunk, saved, replayed) whatever the level of the rule they cite, as
+#: the server fuzzer stops on a target that is down: a crash on the server's bytes is a bug
+#: to fix whether or not a document's MUST covers it. The finding keeps its own verdict.
+PROCESS_KINDS = frozenset({"crash", "hang"})
+
+
+def counts(finding: Finding) -> bool:
+    """Whether a client fuzz run counts ``finding`` as a failure: a FAIL, or a crash or a
+    hang (:data:`PROCESS_KINDS`) at any level."""
+    return finding.fails or finding.kind in PROCESS_KINDS
+
+
 def _finding(profile: Profile, rid: str, kind: str, message: str,
              cap: bool = False) -> Finding:
     level = requirement_verdict(profile, rid)

@@ -37,7 +37,10 @@ Rules
    fits ``max_frame_bytes``: then the stream is read on from that frame, by a decoder
    without the pre-auth bound.
 4. While every slot is held by a parked poll, no further request is answered
-   (:attr:`blocked`); the shell waits for :meth:`~BunqueueConnection.unpark`. When the rest of a frame never
+   (:attr:`blocked`); the shell waits for :meth:`~BunqueueConnection.unpark`. A connection
+   has ``slots_before_hello`` slots (the profile's ``max_in_flight_without_hello``: 1, so a
+   client that sends no Hello is served sequentially, as protocol v1, BQ-HELLO-3) until a
+   Hello is answered ok, then ``max_in_flight`` (BQ-PIPE-2). When the rest of a frame never
    comes, the stream ends inside it (:meth:`~BunqueueConnection.receive_eof`) and it is not answered.
 5. An exception out of the gate or the engine is a bug, not the peer's doing: it is logged
    and this connection alone is closed.
@@ -67,6 +70,8 @@ __all__ = ["BunqueueConnection", "Close", "Park", "RateWindow"]
 
 log = logging.getLogger("queuewire.reference_server.bunqueue")
 
+#: The command that negotiates protocol v2 (pipelining); before it, a connection is v1.
+HELLO = "Hello"
 #: Bytes of earlier reads kept to read back the length prefix of a refused frame (the prefix
 #: is four bytes: at most three of them came before the chunk in which it was refused).
 PREFIX_TAIL = 3
@@ -139,11 +144,13 @@ class BunqueueConnection:
 
     __slots__ = ("_encoder", "_gate", "_held", "_inbox", "_max_frame", "_prefix_size",
                  "_refusal", "_room", "_shift", "_tail", "authenticated", "close_reason", "closed",
-                 "decoder", "handled", "id", "last_chunk", "max_in_flight", "parked", "rate")
+                 "decoder", "handled", "id", "last_chunk", "max_in_flight", "parked", "rate",
+                 "slots")
 
     def __init__(self, conn_id: str, gate: RequestGate, encoder: FrameEncoder | None,
                  room: WaitRoomView,
                  *, framed: bool = True, max_in_flight: int = 1,
+                 slots_before_hello: int | None = None,
                  pre_auth_frame_bytes: int | None = None, rate: RateWindow | None = None,
                  authenticated: bool = False):
         self.id = conn_id
@@ -161,6 +168,9 @@ class BunqueueConnection:
             profile, max_frame_bytes=pre_auth_frame_bytes if gate.tokens else None) \
             if framed else None
         self.max_in_flight = max_in_flight
+        #: the slots the connection has now: ``slots_before_hello`` (protocol v1, BQ-HELLO-3)
+        #: until a Hello is answered ok, then ``max_in_flight`` (BQ-PIPE-2)
+        self.slots = max_in_flight if slots_before_hello is None else slots_before_hello
         self.parked = 0            # long polls parked now, each holding a slot
         self.handled = 0           # frames handled by the last next_actions
         self.closed = False
@@ -182,7 +192,7 @@ class BunqueueConnection:
     @property
     def blocked(self) -> bool:
         """A request waits while every slot is held by a parked poll (BQ-PIPE-2)."""
-        return self.pending and self.parked >= self.max_in_flight
+        return self.pending and self.parked >= self.slots
 
     @property
     def progress(self) -> tuple[int, int, bytes, int]:
@@ -275,7 +285,7 @@ class BunqueueConnection:
                     return out
                 continue
             error = isinstance(item, ProtocolError)
-            if not error and self.parked >= self.max_in_flight:
+            if not error and self.parked >= self.slots:
                 break             # every slot is held by a parked poll (BQ-PIPE-2)
             inbox.popleft()
             left -= 1
@@ -290,6 +300,9 @@ class BunqueueConnection:
                                   self.id)
                     out.append(self._close("internal error"))
                     return out
+                if self.slots != self.max_in_flight and type(item) is dict and \
+                        item.get("cmd") == HELLO and type(reply) is dict and reply.get("ok") is True:
+                    self.slots = self.max_in_flight   # protocol v2 negotiated: pipelining
                 if isinstance(reply, Wait):
                     if not room.full:
                         self.parked += 1

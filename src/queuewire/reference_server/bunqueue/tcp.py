@@ -7,7 +7,8 @@ sans-IO :class:`~.connection.BunqueueConnection`; this module moves bytes and sc
 handler reads, hands each read to it and carries out the actions it gives, in order: a
 request that completes at once (all but a parked long poll) is answered inline, without a
 task, and its reply is gathered with the next ones into writes of about ``FLUSH_BYTES``; a
-long poll gets a task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2) until it is
+long poll gets a task that holds one of the connection's ``max_in_flight`` slots (BQ-PIPE-2; one
+slot until the connection's Hello, as protocol v1 is sequential: BQ-HELLO-3) until it is
 answered, so at most that many commands of one connection are in flight, the rest wait in
 arrival order (while all slots are taken one more chunk is read, no further, so a peer that
 goes away is still noticed), and replies go out as they finish (out of order, correlated by
@@ -206,6 +207,7 @@ class BunqueueServer(TcpService):
             raise ValueError(f"backlog must be at least 1, got {backlog!r}")
         self.backlog = backlog
         self._max_in_flight = int(self.profile.limit("max_in_flight").value)
+        self._slots_before_hello = int(self.profile.limit("max_in_flight_without_hello").value)
         self._max_frame = spec.max_frame_bytes
         safeguards = spec.safeguards  # BQ-SAFE-1
         self.max_connections = int(safeguards["max_connections"])
@@ -316,6 +318,7 @@ class BunqueueServer(TcpService):
         # before Auth, only small frames (BQ-SAFE-1 pre_auth_frame_bytes); Auth lifts it
         link = self.connection(f"c{next(self._ids)}", self.gate, self._encoder, self._room,
                                max_in_flight=self._max_in_flight,
+                               slots_before_hello=self._slots_before_hello,
                                pre_auth_frame_bytes=self.pre_auth_frame_bytes, rate=rate)
         intake = FrameIntake(self.frame_budget, self._partial_timeout, self._prefix_size,
                              small=READ_SIZE)
