@@ -333,3 +333,32 @@ def test_generated_cases_name_only_their_own_queues():
                     if value is None or not isinstance(value, str) or "${" in value:
                         continue
                     assert value in removed, f"{case.id}: queue {value!r} is not removed"
+
+
+WRONGLY_ACCEPTED = """
+cases:
+  - id: t.refused-webhook
+    title: a webhook the server must refuse; removed all the same when it was made
+    requirements: [BQ-CMD-AddWebhook]
+    steps:
+      - send: {cmd: AddWebhook, url: "https://example.com/${queue}", events: [job.completed]}
+        expect: {error: true}
+        save: {hook: "data.webhookId?"}
+    cleanup:
+      - send: {cmd: RemoveWebhook, webhookId: "${hook}"}
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_failed_check_still_leaves_the_cleanup_what_the_request_made():
+    """The step's expectation fails (the server accepts what the case says it must refuse),
+    which stops the case; the optional save was taken before the judgement, so the cleanup
+    removes the webhook and the server is left as found."""
+    async with embedded("bunqueue", BQ) as (host, port):
+        run = await runner.run_target("bunqueue", f"{host}:{port}", profile=BQ,
+                                      cases=cases_of(WRONGLY_ACCEPTED))
+    (result,) = run.results
+    assert result.verdict.value == "FAIL"
+    sent = [e.decoded.get("cmd") for e in result.transcript.events if e.direction == "send"]
+    assert sent == ["AddWebhook", "RemoveWebhook"]
+    assert run.residue is not None and run.residue.residue.appeared == ()

@@ -95,6 +95,7 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         if outcomes:
             obs = await observe(conn, outcomes, mark, timeout,
                                 lambda dl: conn.wait_next(dl, since=mark))
+            save_vars(ctx, step, obs, optional_only=True)
             judge(ctx, outcomes, obs, None)
             save_vars(ctx, step, obs)
     elif "send_frames" in step or "pipeline" in step:
@@ -108,6 +109,7 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         mark = conn.seq
         obs = await observe(conn, outcomes, mark, timeout,
                             lambda dl: conn.wait_next(dl, since=None, unsolicited=True))
+        save_vars(ctx, step, obs, optional_only=True)
         judge(ctx, outcomes, obs, None)
         save_vars(ctx, step, obs)
     else:  # the loader refuses such steps; a generated case may still carry one
@@ -138,6 +140,7 @@ async def run_http(ctx: CaseContext, step: dict, outcomes: list[dict], timeout: 
         else None, stream=bool(body.get("stream")), timeout=timeout)
     implicit = not outcomes
     obs = Observation(http=reply)
+    save_vars(ctx, step, obs, optional_only=True)
     judge(ctx, outcomes or [IMPLICIT_HTTP], obs, None, implicit=implicit)
     save_vars(ctx, step, obs)
 
@@ -171,6 +174,7 @@ async def _send(ctx: CaseContext, conn: Conn, step: dict, outcomes: list[dict],
             return conn.wait_next(dl, since=mark)
     obs = await observe(conn, outcomes, mark, timeout, getter)
     cmd = msg.get("cmd") if isinstance(msg.get("cmd"), str) else None
+    save_vars(ctx, step, obs, optional_only=True)
     judge(ctx, outcomes, obs, cmd, implicit=implicit, sent=msg)
     if obs.reply is not None and cmd is not None:
         validate(ctx, cmd, [obs.reply])
@@ -537,7 +541,12 @@ def _judge_cited(ctx: CaseContext, v: Any, cmd: str, rid: str, replies: list[Fra
                   kind="shape-observed", actual=shown)
 
 
-def save_vars(ctx: CaseContext, step: dict, obs: Observation) -> None:
+def save_vars(ctx: CaseContext, step: dict, obs: Observation, *,
+              optional_only: bool = False) -> None:
+    """The step's ``save:`` from the reply. ``optional_only``: only the optional ones (``?``),
+    which every step saves before it judges, so that a thing the request made (a webhook a
+    server wrongly accepted under a MUST expectation) is still known to the cleanup when a
+    failed check stops the case."""
     save = step.get("save")
     if not save:
         return
@@ -547,6 +556,8 @@ def save_vars(ctx: CaseContext, step: dict, obs: Observation) -> None:
         value = obs.reply.value if obs.reply is not None else None
     for name, written in save.items():
         optional = written.endswith("?")  # a thing the request may have made: kept if there
+        if optional_only and not optional:
+            continue
         path = written[:-1] if optional else written
         try:
             ctx.set_var(name, get_path(value, path))
