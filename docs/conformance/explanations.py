@@ -91,19 +91,31 @@ def deviations(fails: list[str]) -> list[Section]:
             note="`bunqueue.deps.waiting-state` also records, at SHOULD, that the held job is not "
                  "counted as `waiting` (BQ-DEPS-5, a queuewire decision)."),
         Section(
-            "GetJobCounts does not count prioritized or paused jobs as waiting",
-            ["BQ-CMD-GetJobCounts"],
+            "GetJobCounts and GetJobs do not count or list prioritized or paused jobs as waiting",
+            ["BQ-CMD-GetJobCounts", "BQ-CMD-GetJobs"],
             '001, GetJobCounts: "Get job counts grouped by state." Response "counts: { waiting: '
-            'number, delayed: number, active: number, completed: number, failed: number }"',
+            'number, delayed: number, active: number, completed: number, failed: number }"; '
+            'GetJobs: "List jobs with filtering and pagination." `state?: string`',
             "With two waiting jobs, one of them pushed with priority 5, `counts.waiting` is 1 and "
             "an extra `prioritized: 1` holds the other; with the queue paused, a waiting job "
             "(GetState answers `waiting` for it) is counted under an extra `paused` and "
-            "`waiting` is 0. The documents group the counts by the five states, and both jobs "
-            "are in the state `waiting`.",
+            "`waiting` is 0. GetJobs with `state: waiting` answers `jobs: []` for the same two "
+            "jobs. The documents group jobs by the five states, and both jobs are in the state "
+            "`waiting`. One behaviour of the server, seen through two commands: it keeps waiting "
+            "jobs with a priority, and those of a paused queue, in states of their own "
+            "(`prioritized`, `paused`) that the documents do not have.",
             [Evidence("bunqueue.queue.job-counts-priority", cmds=("GetJobCounts",)),
-             Evidence("bunqueue.queue.job-counts-paused", cmds=("GetState", "GetJobCounts"))],
-            ["bunqueue.queue.job-counts-priority", "bunqueue.queue.job-counts-paused"],
+             Evidence("bunqueue.queue.job-counts-paused", cmds=("GetState", "GetJobCounts")),
+             Evidence("bunqueue.queue.get-jobs-paused-waiting", cmds=("GetState", "GetJobs"))],
+            ["bunqueue.queue.job-counts-priority", "bunqueue.queue.job-counts-paused",
+             "bunqueue.queue.get-jobs-priority-waiting", "bunqueue.queue.get-jobs-paused-waiting"],
             lambda case_id: {
+                "bunqueue.queue.get-jobs-priority-waiting":
+                    "GetJobs state waiting leaves out a waiting job with priority > 0 "
+                    "(BQ-CMD-GetJobs)",
+                "bunqueue.queue.get-jobs-paused-waiting":
+                    "GetJobs state waiting leaves out the waiting jobs of a paused queue "
+                    "(BQ-CMD-GetJobs)",
                 "bunqueue.queue.job-counts-priority":
                     "GetJobCounts counts a waiting job with priority > 0 as 'prioritized', not "
                     "waiting (BQ-CMD-GetJobCounts)",
@@ -112,15 +124,60 @@ def deviations(fails: list[str]) -> list[Section]:
                     "waiting (BQ-CMD-GetJobCounts)",
             }[case_id]),
         Section(
-            "GetJobByCustomId does not find a completed job", ["BQ-CUSTOMID-2"],
+            "GetJobByCustomId does not find a completed or failed job", ["BQ-CUSTOMID-2"],
             '001, GetJobByCustomId: "Returns an error if no job with that custom ID exists."',
             "After a job pushed with a custom id is pulled and acknowledged, GetJobByCustomId "
             "answers `Job not found`, while GetState answers `completed` and GetJob finds the "
-            "job: the job exists, so the documented error does not apply.",
-            [Evidence("bunqueue.customid.lookup-completed")],
-            ["bunqueue.customid.lookup-completed"],
-            "GetJobByCustomId of a completed job answers Job not found although the job exists "
-            "(BQ-CUSTOMID-2)"),
+            "job; the same for a job failed with `maxAttempts: 1` (GetState answers `failed`). "
+            "The job exists, so the documented error does not apply.",
+            [Evidence("bunqueue.customid.lookup-completed"),
+             Evidence("bunqueue.customid.lookup-failed", cmds=("GetState", "GetJob",
+                                                                "GetJobByCustomId"))],
+            ["bunqueue.customid.lookup-completed", "bunqueue.customid.lookup-failed"],
+            lambda case_id: {
+                "bunqueue.customid.lookup-completed":
+                    "GetJobByCustomId of a completed job answers Job not found although the job "
+                    "exists (BQ-CUSTOMID-2)",
+                "bunqueue.customid.lookup-failed":
+                    "GetJobByCustomId of a failed job answers Job not found although the job "
+                    "exists (BQ-CUSTOMID-2)",
+            }[case_id]),
+        Section(
+            "Discard refuses an active job pulled with an owner", ["BQ-JOB-7"],
+            '001, Discard: "Discard a job by moving it to the dead-letter queue." Its request is '
+            "`{ cmd: 'Discard', id: string }`: no lock token.",
+            "A job pulled with `owner` (so it holds a lock) is refused by Discard with `Lock token "
+            "required for job ...`; the request has no field that could carry a token, so a "
+            "client following 001 cannot discard such a job at all. Without an owner the same "
+            "Discard succeeds (`bunqueue.job.discard-active` passes).",
+            [Evidence("bunqueue.job.discard-locked-active", cmds=("PULL", "Discard"))],
+            ["bunqueue.job.discard-locked-active"],
+            "Discard of an active job pulled with an owner answers Lock token required; 001 "
+            "gives Discard no token (BQ-JOB-7)"),
+        Section(
+            "Update refuses a completed job", ["BQ-CMD-Update"],
+            '001, Update: "Update the data payload of an existing job."',
+            "After the job is pulled and acknowledged (GetState: `completed`), Update answers "
+            "`Job not found or cannot be updated`. The job exists, and 001 puts no state "
+            "condition on Update.",
+            [Evidence("bunqueue.job.update-completed", cmds=("GetState", "Update"))],
+            ["bunqueue.job.update-completed"],
+            "Update of a completed job answers Job not found or cannot be updated (BQ-CMD-Update)"),
+        Section(
+            "AddWebhook accepts localhost and a metadata host spelled with a trailing dot",
+            ["BQ-WEBHOOK-1"],
+            '001, AddWebhook: "URLs are validated to prevent SSRF (localhost, private IPs, and '
+            'cloud metadata endpoints are blocked)."',
+            "`http://localhost./hook` and `http://metadata.google.internal./computeMetadata/v1/` "
+            "are registered (`ok`, a webhookId); without the final dot both are refused. A "
+            "trailing dot is the fully-qualified spelling of the same name, which every resolver "
+            "maps to the same address, so the block is bypassed. (Other names a resolver maps "
+            "to a blocked address, such as `localhost.localdomain` or `100.100.100.200`, are "
+            "readings, under *Readings* below.) The case removes the webhooks it made.",
+            [Evidence("bunqueue.webhook.ssrf-trailing-dot", cmds=("AddWebhook",))],
+            ["bunqueue.webhook.ssrf-trailing-dot"],
+            "AddWebhook registers http://localhost./ and http://metadata.google.internal./ "
+            "(BQ-WEBHOOK-1)"),
         Section(
             "Clean with a state removes jobs in other states", ["BQ-QUEUE-4"],
             '001, Clean: "Remove jobs older than a grace period, optionally filtered by state." '
@@ -154,7 +211,16 @@ def deviations(fails: list[str]) -> list[Section]:
                       cmds=("PUSH", "PULL", "JobHeartbeat"))],
             ["bunqueue.conn.close-releases-heartbeated-job"],
             "a closed connection's job whose lock was renewed by JobHeartbeat is not released "
-            "(BQ-CONN-1)"),
+            "(BQ-CONN-1)",
+            note="**The server's reason**, in its own source (`dist/application/clientTracking.js`, "
+            "`releaseClientJobs`): \"A job whose lock has been renewed since pull (renewalCount > "
+            "0) is being actively heartbeated by a live worker. With a pooled client, heartbeats "
+            "travel on a DIFFERENT connection than the one that pulled, so THIS socket closing "
+            "does not mean the worker died\"; lock expiry or stall detection reclaims the job "
+            "instead. 000 describes pooled clients (a pool of connections behind one client), so "
+            "the reason is a real one; the FAIL stands because 001 and 002 state the release on "
+            "close without an exception, and a maintainer who keeps the behaviour would document "
+            "it as one."),
         Section(
             "Cron does not validate its queue name", ["BQ-LIMIT-1", "BQ-LIMIT-2"],
             '001, Queue Name Validation: "Queue names must satisfy the following constraints: Not '
@@ -202,6 +268,13 @@ def deviations(fails: list[str]) -> list[Section]:
 
 FINDINGS = [
     Finding(
+        "bunqueue.hello.absent", "BQ-HELLO-3",
+        "A long poll and a Ping pipelined on a connection that sent no Hello come back Ping "
+        "first: the server serves the connection concurrently, as protocol v2. 000 says "
+        '"Older clients without Hello default to v1 (sequential)"; 001 describes parallel '
+        "processing without making it depend on Hello, so the spec rates BQ-HELLO-3 a SHOULD "
+        "and lists 001's sentence as the one that disagrees."),
+    Finding(
         "bunqueue.job.ackb-unknown-applies-none", "BQ-JOB-15",
         "BQ-JOB-15 asks that an ACKB naming an unknown id applies none of its entries. The "
         "server answers the ACKB with an error (`Job not found or not in processing state: "
@@ -214,21 +287,6 @@ FINDINGS = [
         'the command for an active job ("Move an active job back to the delayed state") but '
         "does not say a waiting job is refused, and 000's summary says only \"Move job to "
         'delayed state"; the spec itself rates this rule, BQ-JOB-16, a SHOULD.'),
-    Finding(
-        "bunqueue.deps.children-values", "BQ-DEPS-3",
-        "GetChildrenValues of a job pushed with `dependsOn: [a, b]` answers `{}` after a and b "
-        "completed. BQ-DEPS-3 reads a job's dependencies as its children; the documents name no "
-        "wire field that makes one job another's child (bunqueue links children by a "
-        '`parentId` they never mention) and say GetChildrenValues "Returns an empty values '
-        'object if the job has no children". The spec itself rates BQ-DEPS-3 a SHOULD because '
-        "it is a reading of the documents, not their words."),
-    Finding(
-        "bunqueue.job.backoff-exponential", "BQ-JOB-14",
-        "BQ-JOB-14 (a queuewire decision: no jitter) expects retry delays of 150, 300 and "
-        "600 ms for backoff 150. bunqueue multiplies `backoff * 2^attempts` by a random factor "
-        "between 0.5 and 1.5 (`calculateBackoff`, `dist/domain/job/state.js`); 001 says only "
-        '"exponential backoff".',
-        may_pass=True),
 ]
 
 CHANGED_CASES = """\
@@ -330,14 +388,13 @@ def readings(nonstrict: list[str]) -> list[Section]:
             "the same object, so this departs from the stated types; but a client reading either "
             "as unset is the common case, so that a null breaks a client is a reading (BQ-ENV-7, "
             "SHOULD). Each command's shape is judged by the cases citing it (the `shape` cases "
-            "and `cron.add-get-list-delete`, `cron.priority`, `webhook.secret`); the other cron "
-            "and webhook cases use the replies as steps and no longer fail on them.",
+            "and `cron.add-get-list-delete`, `cron.priority`); the other cron and webhook "
+            "cases use the replies as steps and no longer fail on them.",
             [Evidence("bunqueue.cron.add-get-list-delete", cmds=("Cron", "CronGet", "CronList")),
              Evidence("bunqueue.shape.ListWebhooks", cmds=("AddWebhook", "ListWebhooks"))],
             ["bunqueue.cron.add-get-list-delete", "bunqueue.cron.priority",
              "bunqueue.shape.Cron", "bunqueue.shape.CronGet", "bunqueue.shape.CronList",
-             "bunqueue.shape.AddWebhook", "bunqueue.shape.ListWebhooks",
-             "bunqueue.webhook.secret"], ""),
+             "bunqueue.shape.AddWebhook", "bunqueue.shape.ListWebhooks"], ""),
         Section(
             "Commands that look a queue up accept any queue name",
             ["BQ-LIMIT-13", "BQ-LIMIT-14"],
@@ -384,6 +441,36 @@ def readings(nonstrict: list[str]) -> list[Section]:
             [Evidence("bunqueue.env.missing-required-field", cmds=("PUSH",)),
              Evidence("bunqueue.queue.name-not-string", cmds=("PUSH", "Count"))],
             ["bunqueue.env.missing-required-field", "bunqueue.queue.name-not-string"], ""),
+        Section(
+            "AddWebhook accepts other names of localhost and of metadata endpoints",
+            ["BQ-WEBHOOK-6"],
+            '001, AddWebhook: "URLs are validated to prevent SSRF (localhost, private IPs, and '
+            'cloud metadata endpoints are blocked)."',
+            "`localhost.localdomain` (the loopback alias of the usual hosts file), `metadata` "
+            "(the short name GCP instances resolve to 169.254.169.254), `100.100.100.200` "
+            "(Alibaba Cloud's metadata address) and `[64:ff9b::a9fe:a9fe]` (169.254.169.254 "
+            "behind NAT64's well-known prefix) are all registered. The sentence names what is "
+            "blocked, not its spellings, so that these are blocked too is a reading; the "
+            "trailing-dot spellings, the same names, are the deviation above.",
+            [Evidence("bunqueue.webhook.ssrf-resolver-aliases", cmds=("AddWebhook",))],
+            ["bunqueue.webhook.ssrf-resolver-aliases"], ""),
+        Section(
+            "AddLog accepts levels outside info, warn and error", ["BQ-ENV-6"],
+            "001, AddLog: `level?: 'info' | 'warn' | 'error'`",
+            "AddLog with `level: \"debug\"` and with `level: 5` is answered `{added: true}`, "
+            "and GetLogs then lists three entries, one with `level: 5` (a number where 001 types "
+            "a string). That the server refuses a request outside its documented type is "
+            "BQ-ENV-6's reading.",
+            [Evidence("bunqueue.log.level-undocumented", cmds=("AddLog", "GetLogs"))],
+            ["bunqueue.log.level-undocumented"], ""),
+        Section(
+            "Metrics reports no active connection", ["BQ-QUERY-4"],
+            '001, Metrics: "Get detailed server metrics." `activeConnections: number`',
+            "With the case's two connections open, Metrics answers `activeConnections: 0`; it "
+            "is a constant 0 in 2.9.5 (`handlers/management.js`). 001 says nothing more of the "
+            "field than its name, so that it counts connections is a reading.",
+            [Evidence("bunqueue.monitor.metrics-active-connections", cmds=("Metrics",))],
+            ["bunqueue.monitor.metrics-active-connections"], ""),
         Section(
             "A priority sent as a 64-bit integer is refused", ["BQ-MSGPACK-9"],
             '001, Wire Format: "The next N bytes are the MessagePack-encoded command or response '

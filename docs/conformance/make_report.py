@@ -181,7 +181,12 @@ def render_page(run: dict, run295: dict, secs: list[Section], reads: list[Sectio
     n_limit = sum(1 for i in fails if i.startswith("bunqueue.limit."))
     n_queue = sum(1 for i in fails if i.startswith("bunqueue.limit.queue_name_"))
     row = " | ".join(str(c[v]) for v in ("FAIL", "ERROR", "UNIMPLEMENTED", "NON-STRICT", "INFO", "PASS"))
-    row = f"| {row} | {run['total']} |"
+    row = f"| {len(secs)} | {row} | {run['total']} |"
+    watched = {ch.get("requirement") for case in run["cases"] if case["verdict"] == "INFO"
+               for ch in case["checks"]}
+    observed = [r for r in cov["not_exercised_ids"] if r in watched
+                and profile.requirements[r].basis == "decision"]
+    unjudged = [r for r in cov["not_exercised_ids"] if r not in observed]
     documented = [f"`{i}`" for sec in secs if sec.documented_by_295 for i in sec.cases]
     out: list[str] = []
     w = out.append
@@ -246,16 +251,21 @@ not FAIL.
 
 ## Summary
 
-| FAIL | ERROR | UNIMPLEMENTED | NON-STRICT | INFO | PASS | total |
-|---:|---:|---:|---:|---:|---:|---:|
+| deviations | FAIL cases | ERROR | UNIMPLEMENTED | NON-STRICT | INFO | PASS | total cases |
+|---:|---:|---:|---:|---:|---:|---:|---:|
 {row}
 
+A deviation is one behaviour of the server that breaks a stated MUST, counted once however many
+cases show it (Hello's version is seen by `hello.version` and `shape.Hello`; the `prioritized`
+and `paused` states by GetJobCounts and GetJobs); each section below lists its cases.
+
 Requirement coverage: {cov['exercised']} of the {cov['applicable']} requirements of
-`bunqueue/v2` that bind a server were exercised by a judged check; the other
-{len(cov['not_exercised_ids'])} ({', '.join(cov['not_exercised_ids'])}) are not judged over the
-wire: a server setting or a receiver the suite does not control is needed (the INFO cases below
-observe some of them; the flow-control rules BQ-FLOW-* are tested on queuewire's own servers by
-`tests/reliability`). {len(cov['out_of_scope_ids'])} requirements bind clients or workers
+`bunqueue/v2` that bind a server were exercised by a judged check; of the other
+{len(cov['not_exercised_ids'])}, {len(observed)} are queuewire decisions the INFO cases only
+observe ({', '.join(observed) or 'none'}), and {len(unjudged)}
+({', '.join(unjudged)}) are not judged over the wire: a server setting or a receiver the suite
+does not control is needed (the INFO cases below observe some of them; the flow-control rules
+BQ-FLOW-* are tested on queuewire's own servers by `tests/reliability`). {len(cov['out_of_scope_ids'])} requirements bind clients or workers
 only and are out of scope for a server run.
 
 The {c['FAIL']} FAIL cases come from {len(secs)} deviations, each resting on a stated MUST
@@ -263,9 +273,11 @@ The {c['FAIL']} FAIL cases come from {len(secs)} deviations, each resting on a s
 {c['NON-STRICT']} NON-STRICT cases come from {len(reads)} readings and {len(FINDINGS)} findings.
 A behaviour case judges its behaviour: the shape of a reply it only uses as a step is judged by
 the cases that cite that command's shape, so one odd field no longer fails every case that
-touches the command. The NON-STRICT count can drop by one in a run:
-`bunqueue.job.backoff-exponential` passes by chance when the server's random jitter happens
-to land in all expected windows (about one run in a hundred).
+touches the command. Two cases only observe (INFO), because what they check is a queuewire
+decision the documents do not make: `bunqueue.job.backoff-exponential` (retry delays without
+jitter; 001 says only "exponential backoff", which bunqueue's jittered backoff satisfies) and
+`bunqueue.deps.children-values` (that a job's `dependsOn` parents make it their child; no
+document links the two).
 
 Under the documented extension profile `bunqueue/2.9.5` (`--profile bunqueue/2.9.5`, which
 retires BQ-HELLO-2 for protocol version 3 and the `separate-job-name` capability) the same
@@ -273,8 +285,10 @@ run gives {run295['counts']['FAIL']} FAIL ({run295['total']} cases): every case 
 {' and '.join(documented)}.
 
 Replies in the transcripts below carry `id: undefined` (MessagePack ext type 0, bytes
-`d4 00 00`) in every plain `{{ok: true}}` reply; that is how msgpackr encodes JavaScript's
-`undefined`. queuewire treats it as an absent field, so it is not a deviation.
+`d4 00 00`) in every plain `{{ok: true}}` reply (ACK, FAIL, Cancel, Pause, Obliterate, ...);
+that is how msgpackr encodes JavaScript's `undefined`. A documented field set to undefined
+counts as absent (BQ-ENV-7), but `id` is not documented for these replies, so every report
+lists it among the fields the documents do not define (an observation, not a deviation).
 
 ## Deviations
 

@@ -19,11 +19,11 @@ PROBE_EVENTS = ["job.completed"]
 async def webhook_urls_refused(ctx: CaseContext) -> None:
     """AddWebhook refuses each URL of ``params.urls`` (``[{url, why}]``) with an error reply.
 
-    ``params.level`` is the level each refusal is judged at (default: BQ-WEBHOOK-1's, MUST):
-    a URL that is a fully-qualified spelling of a name the document blocks is the stated MUST,
-    one that only a resolver maps to a blocked address is a reading of it (SHOULD)."""
+    ``params.requirement`` is the requirement each refusal cites (default BQ-WEBHOOK-1, the
+    stated MUST, for a fully-qualified spelling of a name the document blocks; BQ-WEBHOOK-6,
+    a reading at SHOULD, for a name or address that only a resolver maps to a blocked one)."""
     params = ctx.case.params or {}
-    level = params.get("level")
+    requirement = params.get("requirement", "BQ-WEBHOOK-1")
     conn = await ctx.connect()
     for i, entry in enumerate(params["urls"]):
         url, why = entry["url"], entry["why"]
@@ -39,5 +39,5 @@ async def webhook_urls_refused(ctx: CaseContext) -> None:
         else:
             said = "not answered with an error reply" if reply is not None else "not answered"
         ctx.check(is_error(reply), f"AddWebhook {url} ({why}): {said}",
-                  requirement="BQ-WEBHOOK-1", level=level, kind="reply",
+                  requirement=requirement, kind="reply",
                   expected="an error reply", actual=reply)
