@@ -147,6 +147,7 @@ tr.close td,tr.open td,tr.note td{background:#fafafa}
 .filters label{margin-right:1em}code{font-size:.95em}
 .legend{margin:.2em 0 .6em 0;padding-left:1.2em}.legend li{margin:0}
 tr.decided td{outline:2px solid #cf222e}td.step{white-space:nowrap}
+pre.hex{white-space:pre;word-break:normal}
 tr.omitted td,tr.silent td{background:#fff8c5;font-style:italic}
 details.group{border:1px dashed #8c959f;border-radius:6px;margin:.4em 0;padding:.3em .8em}
 blockquote.quote{margin:.2em 0 .4em 1.2em}
@@ -527,7 +528,7 @@ def _event_row(ev: WireEvent, protocol: str = "", decisive: bool = False) -> str
     step = e(step_label(ev)) + (' <b class="bad" title="decisive">◀</b>' if decisive else "")
     return (f'<tr class="{cls}"><td class="step">{step}</td>'
             f'<td class="n">{ev.t * 1000:.1f} ms</td>'
-            f"<td>{ev.conn}</td><td>{e(arrow)}{size}</td><td><pre>{e(data)}</pre>{note}</td>"
+            f"<td>{ev.conn}</td><td>{e(arrow)}{size}</td><td><pre class=\"hex\">{e(data)}</pre>{note}</td>"
             f"<td><pre>{e(decoded)}</pre></td></tr>")
 
 
