@@ -179,7 +179,7 @@ def deviations(fails: list[str]) -> list[Section]:
             "AddWebhook registers http://localhost./ and http://metadata.google.internal./ "
             "(BQ-WEBHOOK-1)"),
         Section(
-            "Clean with a state removes jobs in other states", ["BQ-QUEUE-4"],
+            "Clean with a state removes jobs in other states", ["BQ-QUEUE-8"],
             '001, Clean: "Remove jobs older than a grace period, optionally filtered by state." '
             "`state?: string, // Filter by state (optional)`",
             '`Clean {state: "delayed"}` removes both the delayed job and the waiting job '
@@ -187,7 +187,7 @@ def deviations(fails: list[str]) -> list[Section]:
             "one class (`cleanQueue` in `dist/application/operations/queueControl.js`).",
             [Evidence("bunqueue.queue.clean-state-filter", cmds=("PUSH", "Clean"))],
             ["bunqueue.queue.clean-state-filter"],
-            "Clean with state delayed also removes the waiting job (BQ-QUEUE-4)"),
+            "Clean with state delayed also removes the waiting job (BQ-QUEUE-8)"),
         Section(
             "Count counts only waiting and delayed jobs", ["BQ-CMD-Count"],
             '001, Count: "Get the total number of jobs in a queue (all states)."',
