@@ -120,8 +120,9 @@ def test_a_long_run_lasts_and_a_short_one_leaves_no_residue(tmp_path):
                 sock.sendall(encode_frame({**req, "reqId": req["cmd"]}, PROFILE))
                 sock.recv(1 << 16)
         before = _lists(port)
-        # seed 5: the first 15,000 cases do not reach the case (about 36,000 in) that makes
-        # bunqueue 2.9.5 shut down (fuzz-untriaged.txt), whatever the machine's speed
+        # seed 5: the first 15,000 cases do not reach the PULL with a numeric queue (about
+        # 36,600 cases in) that makes bunqueue 2.9.5 shut down (bunqueue-2.9.5-crash.md); the
+        # 60 s run may reach it on a fast machine, and then ends there, saying so
         long_run = _fuzz(long_port, tmp_path / "long", "--duration", "60", "--seed", "5",
                          "--known-failing", str(UNTRIAGED))
         # the untriaged ids are not known here, so the run saves cases to replay
@@ -133,7 +134,13 @@ def test_a_long_run_lasts_and_a_short_one_leaves_no_residue(tmp_path):
     finally:
         stop_serve(long_proc)
     try:
-        assert "stop: ran for the 60 s asked for (--duration)" in long_out, long_out[-3000:]
+        # the known deviations never stop the long run: it lasts its 60 s, unless the server
+        # dies of its documented crash first, which the run reports (DOWN) and the log shows
+        if "stop: the target stopped answering" in long_out:
+            assert "removeEventListener" in (tmp_path / "long.log").read_text(), long_out[-3000:]
+            assert "--max-failures" not in long_out.split("stop:", 1)[1].split("\n", 1)[0]
+        else:
+            assert "stop: ran for the 60 s asked for (--duration)" in long_out, long_out[-3000:]
         assert short_run.returncode in (0, 1) and "Traceback" not in short_out, short_out[-3000:]
         # What the run made is removed, except what the server itself cannot remove: 2.9.5
         # accepts a queue named by a binary or a number and then fails every command on it

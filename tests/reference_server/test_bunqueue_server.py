@@ -446,6 +446,26 @@ async def test_invalid_payload_is_answered_and_the_connection_continues(payload,
 
 
 @pytest.mark.asyncio
+async def test_without_hello_a_half_close_drops_the_poll_and_answers_what_followed_it():
+    """Protocol v1 (no Hello, BQ-HELLO-3): a long poll holds the connection's one slot, so the
+    Ping pipelined behind it waits. When the peer closes its half, the parked poll is dropped
+    (as at any end of stream) and the Ping is still answered before the connection closes."""
+    async def scenario():
+        async with BunqueueServer(port=0) as server:
+            c = await Client.open(server.port)
+            enc = FrameEncoder(PROFILE)
+            c.send_raw(enc.encode({"cmd": "PULL", "queue": "v1", "timeout": 10_000,
+                                   "reqId": "poll"}) + enc.encode({"cmd": "Ping", "reqId": "p"}))
+            await asyncio.sleep(0.2)
+            assert c.inbox == []          # sequential: the Ping waits behind the poll
+            c.writer.write_eof()
+            assert await c.closed()
+            assert [m["reqId"] for m in c.inbox] == ["p"]
+
+    await run(scenario())
+
+
+@pytest.mark.asyncio
 async def test_truncated_frame_at_close_is_closed_unanswered():
     async def scenario():
         async with BunqueueServer(port=0) as server:

@@ -460,10 +460,10 @@ class BunqueueServer(TcpService):
             writer.transport.abort()
 
     async def _wait_for_slot(self, conn: _Connection) -> bool:
-        """Wait until a parked poll gives its slot back; False when the peer went away (or
-        the connection is closing) meanwhile, and then the requests still waiting are
-        dropped. One chunk is read meanwhile, no further: a peer that sent more is answered
-        after this backlog."""
+        """Wait until a parked poll gives its slot back; False when the connection was reset
+        (or is closing) meanwhile, and then the requests still waiting are dropped. One chunk
+        is read meanwhile, no further: a peer that sent more is answered after this backlog;
+        a peer that closed its half has its parked polls dropped and its backlog answered."""
         link = conn.link
         while link.blocked and not conn.closing:
             conn.slot_free.clear()
@@ -478,9 +478,16 @@ class BunqueueServer(TcpService):
                     if not freed.done():
                         freed.cancel()
                 continue
-            if peek.cancelled() or peek.exception() is not None or not peek.result():
-                conn.closing = True  # the peer is gone: stop serving its backlog
+            if peek.cancelled() or peek.exception() is not None:
+                conn.closing = True  # the peer is gone (reset): stop serving its backlog
                 return False
+            if not peek.result():
+                # the peer closed its half: as at any end of stream its parked polls are
+                # dropped, which frees their slots, and the requests it sent after them are
+                # still answered (a protocol-v1 connection has one slot, so a long poll and
+                # the commands pipelined behind it before a half-close would be lost)
+                await self._settle(conn)
+                continue
             await conn.slot_free.wait()  # the peer sent more: that chunk is read after this
         return not conn.closing
 
