@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import itertools
 import logging
@@ -129,7 +130,7 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.tasks: set[asyncio.Task] = set()     # parked polls' tasks
-        self.parked: set[asyncio.Task] = set()    # ... those waiting in the wait room now
+        self.parked: set[asyncio.Task] = set()    # ... those not yet woken (or not yet run)
         self.slot_free = asyncio.Event()          # set when a parked poll gives its slot back
         self.closing = False
         # a read started while the connection waits for a slot, so that a peer that goes
@@ -409,8 +410,11 @@ class BunqueueServer(TcpService):
                         out.append(action)
                     elif type(action) is Park:
                         task = asyncio.create_task(self._park(conn, action))
+                        # parked from now on (a poll cancelled before its task first runs is
+                        # dropped too), and its slot given back however the task ends
                         conn.tasks.add(task)
-                        task.add_done_callback(conn.tasks.discard)
+                        conn.parked.add(task)
+                        task.add_done_callback(functools.partial(self._slot_back, conn))
                     else:
                         await self._flush(conn, out)
                         await self._end(conn, cast(Close, action))
@@ -531,11 +535,10 @@ class BunqueueServer(TcpService):
         try:
             task = asyncio.current_task()
             assert task is not None
-            conn.parked.add(task)
             try:
                 reply = await self._room.park(conn.id, park.wait)
             finally:
-                conn.parked.discard(task)
+                conn.parked.discard(task)   # woken or expired: its reply is written now
             writer = conn.writer
             if not writer.is_closing():
                 writer.write(conn.link.answer(park.request, reply))
@@ -550,9 +553,15 @@ class BunqueueServer(TcpService):
             conn.closing = True
             conn.writer.transport.abort()
         finally:
-            conn.link.unpark()
-            conn.slot_free.set()
             self.poke_timer()
+
+    def _slot_back(self, conn: _Connection, task: asyncio.Task) -> None:
+        """A parked poll's task ended (answered, expired, cancelled, even before it first
+        ran): its slot is free again."""
+        conn.tasks.discard(task)
+        conn.parked.discard(task)
+        conn.link.unpark()
+        conn.slot_free.set()
 
     def _notify(self, event: Event) -> None:
         """The engine's hook: wake the parked polls this event concerns. (Called for every
