@@ -48,6 +48,7 @@ from ..codecs.validation import BunqueueValidator
 from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict
 from ..judge.exchange import REQUEST_CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
 from ..spec import Profile
+from ..spec.quicx import struct_format
 from .case import Case
 
 
@@ -451,6 +452,12 @@ class QuicxExpected:
     messages: list[Any] = field(default_factory=list)
     close_error: ProtocolError | None = None
     partial: bool = False
+    #: refusals a daemon may leave unanswered (0 or 1): the last one, when the frame it
+    #: refuses declared a payload the stream never completes. The spec's decoder refuses a
+    #: bad version or type from the header at once; a daemon that reads a whole frame before
+    #: it validates it never gets there, and 004 does not say when to reject, so both are
+    #: accepted (the suite's own split and truncated cases want silence until a frame is in).
+    optional: int = 0
 
 
 def expect_quicx(case: Case, profile: Profile) -> QuicxExpected:
@@ -469,7 +476,26 @@ def expect_quicx(case: Case, profile: Profile) -> QuicxExpected:
             exp.errors.append(err)
             data = b""
     exp.partial = dec.in_frame
+    if exp.partial and exp.errors and _never_completes(case.stream, exp.errors[-1], dec):
+        exp.optional = 1
     return exp
+
+
+def _never_completes(stream: bytes, err: ProtocolError, dec: QuicxDecoder) -> bool:
+    """Whether the frame ``err`` refused (from its header: ``err.offset`` is the refused
+    field's) is the stream's last, cut short: it declared more payload than the stream holds.
+    Frames follow each other by their declared lengths, as the decoder skips a refused one."""
+    head = struct.Struct(struct_format(dec.spec.header))
+    at = [f.id for f in dec.spec.header].index("len_payload")
+    if err.offset is None:
+        return False
+    pos = 0
+    while pos + head.size <= len(stream):
+        end = pos + head.size + head.unpack_from(stream, pos)[at]
+        if end > len(stream):
+            return pos <= err.offset < pos + head.size
+        pos = end
+    return False
 
 
 class QuicxJudge:
@@ -493,7 +519,7 @@ class QuicxJudge:
         got = Counter(m.fields.get("error_code") for m in replies if m.name == "MSG_ERROR")
         want = Counter(e.error_code for e in exp.errors)
         why = "timed out" if timed_out else "connection closed" if closed else "no reply"
-        if sum(got.values()) < len(exp.errors):
+        if sum(got.values()) < len(exp.errors) - exp.optional:
             # a daemon may cap payloads lower than the spec (a local policy the codec allows),
             # so a frame can be refused by another rule first: count MSG_ERRORs, not codes
             err = exp.errors[sum(got.values())]
@@ -501,7 +527,7 @@ class QuicxJudge:
                                      f"{len(exp.errors) - sum(got.values())} of "
                                      f"{len(exp.errors)} MSG_ERROR not sent (first missing: "
                                      f"{err.kind}; {why})"))
-        elif any(got[c] < n for c, n in want.items()):
+        elif sum(got.values()) >= len(exp.errors) and any(got[c] < n for c, n in want.items()):
             out.append(Finding(Verdict.INFO, "QX-ERR-3", "other_error_code",
                                f"MSG_ERROR codes {dict(got)} where the spec's decoder "
                                f"gives {dict(want)}"))

@@ -101,7 +101,7 @@ class _Link(asyncio.Protocol):
         server = self.server
         self.transport = transport
         limit_output(transport, server.output_high_water)
-        self.conn = QuicxConnection(server.engine)
+        self.conn = server.connection(server.engine)
         server._links[self.conn.id] = self
 
     def data_received(self, data: bytes) -> None:
@@ -256,6 +256,10 @@ class QuicxServer(TcpService):
     are the flow-control limits of :mod:`.._flow` and of this module, settable for tests and
     tuning.
     """
+
+    #: the sans-IO connection each accepted socket gets (a seam: a test's design variant or
+    #: deliberately broken daemon gives a subclass)
+    connection: type[QuicxConnection] = QuicxConnection
 
     def __init__(self, profile: Profile | str = "quicx/v1", host: str = "127.0.0.1",
                  port: int | None = None, *, pool_bytes: int = DEFAULT_POOL_BYTES,
