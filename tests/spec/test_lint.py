@@ -7,28 +7,14 @@ copy and checks that lint names the defect (and that the pristine copy is clean)
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from queuewire.spec import clear_cache, spec_dir
+from queuewire.spec import clear_cache
 from queuewire.spec.lint import lint
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-
-
-@pytest.fixture
-def spec_copy(tmp_path, monkeypatch):
-    root = tmp_path / "spec"
-    shutil.copytree(spec_dir(), root)
-    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
-    if SHARED.is_dir():
-        monkeypatch.setenv("QUEUEWIRE_SOURCES_DIR", str(SHARED))
-    clear_cache()
-    yield root
-    monkeypatch.undo()
-    clear_cache()
 
 
 def edit(path: Path, old: str, new: str, count: int = 1) -> None:

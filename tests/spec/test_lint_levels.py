@@ -10,28 +10,12 @@ copy of spec/ with one requirement broken, and the message must name the require
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from queuewire.spec import clear_cache, spec_dir
+from queuewire.spec import clear_cache
 from queuewire.spec.lint import SILENCE, check_kinds, lint
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-
-
-@pytest.fixture
-def spec_copy(tmp_path, monkeypatch):
-    root = tmp_path / "spec"
-    shutil.copytree(spec_dir(), root)
-    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
-    if SHARED.is_dir():
-        monkeypatch.setenv("QUEUEWIRE_SOURCES_DIR", str(SHARED))
-    clear_cache()
-    yield root
-    monkeypatch.undo()
-    clear_cache()
 
 
 def edit(path: Path, old: str, new: str) -> None:

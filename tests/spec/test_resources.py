@@ -7,25 +7,13 @@ Lint tests copy spec/ to a temporary directory, break one thing and check that l
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from queuewire.spec import SpecError, clear_cache, load_profile, profile_names, spec_dir
+from queuewire.spec import SpecError, load_profile, profile_names
 from queuewire.spec.lint import lint
 from queuewire.spec.resources import build, problems
-
-
-@pytest.fixture
-def spec_copy(tmp_path, monkeypatch):
-    root = tmp_path / "spec"
-    shutil.copytree(spec_dir(), root)
-    monkeypatch.setenv("QUEUEWIRE_SPEC_DIR", str(root))
-    clear_cache()
-    yield root
-    monkeypatch.undo()
-    clear_cache()
 
 
 def edit(path: Path, old: str, new: str) -> None:
