@@ -21,7 +21,7 @@ Every error a caller meets is a :class:`ClientError`; a server that cannot be re
 raised on entering a Queue or Worker or by the first command, within the connect timeout.
 """
 
-from .bunqueue_session import (
+from .bunqueue_errors import (
     BunqueueAuthError,
     BunqueueClientError,
     BunqueueConnectError,
