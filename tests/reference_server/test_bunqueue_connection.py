@@ -378,7 +378,7 @@ def test_a_bug_answering_a_request_closes_its_connection_alone(caplog):
                       + _frame({"cmd": "Ping", "reqId": "c"}))
     *answered, close = conn.next_actions()
     assert [r["reqId"] for r in _replies(answered)] == ["a"]   # the bug's request: none
-    assert close == Close("internal error")                    # reset, nothing more written
+    assert close == Close("internal error", abort=True)   # reset, nothing more written
     assert conn.closed and conn.close_reason == "internal error" and not conn.pending
     assert conn.handled == 2
     (record,) = [r for r in caplog.records if r.name == LOGGER]

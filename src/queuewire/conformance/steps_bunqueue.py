@@ -95,9 +95,9 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         if outcomes:
             obs = await observe(conn, outcomes, mark, timeout,
                                 lambda dl: conn.wait_next(dl, since=mark))
-            save_vars(ctx, step, obs, optional_only=True)
+            save_vars(ctx, step, obs, optional=True)
             judge(ctx, outcomes, obs, None)
-            save_vars(ctx, step, obs)
+            save_vars(ctx, step, obs, optional=False)
     elif "send_frames" in step or "pipeline" in step:
         if "pipeline" in step:
             body = step["pipeline"]
@@ -109,9 +109,9 @@ async def run_step(ctx: CaseContext, step: dict) -> None:
         mark = conn.seq
         obs = await observe(conn, outcomes, mark, timeout,
                             lambda dl: conn.wait_next(dl, since=None, unsolicited=True))
-        save_vars(ctx, step, obs, optional_only=True)
+        save_vars(ctx, step, obs, optional=True)
         judge(ctx, outcomes, obs, None)
-        save_vars(ctx, step, obs)
+        save_vars(ctx, step, obs, optional=False)
     else:  # the loader refuses such steps; a generated case may still carry one
         raise StepError(f"step {ctx.step}: no action")
 
@@ -140,9 +140,9 @@ async def run_http(ctx: CaseContext, step: dict, outcomes: list[dict], timeout: 
         else None, stream=bool(body.get("stream")), timeout=timeout)
     implicit = not outcomes
     obs = Observation(http=reply)
-    save_vars(ctx, step, obs, optional_only=True)
+    save_vars(ctx, step, obs, optional=True)
     judge(ctx, outcomes or [IMPLICIT_HTTP], obs, None, implicit=implicit)
-    save_vars(ctx, step, obs)
+    save_vars(ctx, step, obs, optional=False)
 
 
 def _outcomes(ctx: CaseContext, step: dict) -> list[dict]:
@@ -174,11 +174,11 @@ async def _send(ctx: CaseContext, conn: Conn, step: dict, outcomes: list[dict],
             return conn.wait_next(dl, since=mark)
     obs = await observe(conn, outcomes, mark, timeout, getter)
     cmd = msg.get("cmd") if isinstance(msg.get("cmd"), str) else None
-    save_vars(ctx, step, obs, optional_only=True)
+    save_vars(ctx, step, obs, optional=True)
     judge(ctx, outcomes, obs, cmd, implicit=implicit, sent=msg)
     if obs.reply is not None and cmd is not None:
         validate(ctx, cmd, [obs.reply])
-    save_vars(ctx, step, obs)
+    save_vars(ctx, step, obs, optional=False)
 
 
 async def _send_many(ctx: CaseContext, conn: Conn, step: dict, msgs: list[dict],
@@ -542,11 +542,12 @@ def _judge_cited(ctx: CaseContext, v: Any, cmd: str, rid: str, replies: list[Fra
 
 
 def save_vars(ctx: CaseContext, step: dict, obs: Observation, *,
-              optional_only: bool = False) -> None:
-    """The step's ``save:`` from the reply. ``optional_only``: only the optional ones (``?``),
-    which every step saves before it judges, so that a thing the request made (a webhook a
-    server wrongly accepted under a MUST expectation) is still known to the cleanup when a
-    failed check stops the case."""
+              optional: bool | None = None) -> None:
+    """The step's ``save:`` from the reply: all of them, or with ``optional`` True only the
+    optional ones (``?``), False only the others. A step saves its optional ones before it
+    judges, so that a thing the request made (a webhook a server wrongly accepted under a
+    MUST expectation) is still known to the cleanup when a failed check stops the case, and
+    the others after."""
     save = step.get("save")
     if not save:
         return
@@ -555,14 +556,14 @@ def save_vars(ctx: CaseContext, step: dict, obs: Observation, *,
     else:
         value = obs.reply.value if obs.reply is not None else None
     for name, written in save.items():
-        optional = written.endswith("?")  # a thing the request may have made: kept if there
-        if optional_only and not optional:
+        maybe = written.endswith("?")  # a thing the request may have made: kept if there
+        if optional is not None and maybe is not optional:
             continue
-        path = written[:-1] if optional else written
+        path = written[:-1] if maybe else written
         try:
             ctx.set_var(name, get_path(value, path))
         except KeyError:
-            if optional:
+            if maybe:
                 ctx.unsaved[name] = path
                 continue
             ctx.check(False, f"step {ctx.step}: the reply has no {path} to save as {name}",

@@ -174,6 +174,7 @@ class Analyzer:
         stats, sink, judge = conn.stats, self.sink, conn.judge
         conn_id = stats.conn_id
         c2s = direction == "c2s"
+        redact = self.proto.redact if c2s and sink is not None else None
         handle = judge.client_frame if c2s else judge.server_frame
         commands = self.commands
         frames = 0
@@ -189,9 +190,8 @@ class Analyzer:
                 continue
             frames += 1
             if sink is not None:
-                redact = self.proto.redact
                 sink("frame", conn_id, direction, t_ns,
-                     redact(item.raw, item.message) if c2s and redact is not None else item.raw)
+                     item.raw if redact is None else redact(item.raw, item.message))
             if c2s:
                 cmd = handle(item, t_ns)
                 if cmd is not None:

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-#: MessagePack headers that may precede a string or binary of ``n`` bytes:
-#: fixstr (n < 32), str8, str16, str32, bin8, bin16, bin32.
-_HEADS: tuple[tuple[int, int, int | None], ...] = (
-    # (first byte, header size, largest n it holds or None for the fixstr rule)
+#: MessagePack headers that may precede a string or binary of ``n`` bytes, besides fixstr
+#: (n < 32, one byte ``0xa0 | n``): str8, str16, str32, bin8, bin16, bin32.
+_HEADS: tuple[tuple[int, int, int], ...] = (
+    # (first byte, header size, largest n it holds)
     (0xD9, 2, 0xFF), (0xDA, 3, 0xFFFF), (0xDB, 5, 0xFFFFFFFF),
     (0xC4, 2, 0xFF), (0xC5, 3, 0xFFFF), (0xC6, 5, 0xFFFFFFFF),
 )
@@ -42,7 +42,7 @@ def _headed(raw: bytes | bytearray, at: int, n: int) -> bool:
     if n < 32 and at >= 1 and raw[at - 1] == 0xA0 | n:
         return True
     for first, size, most in _HEADS:
-        if at >= size and raw[at - size] == first and n <= (most or 0) \
+        if at >= size and raw[at - size] == first and n <= most \
                 and int.from_bytes(raw[at - size + 1:at], "big") == n:
             return True
     return False

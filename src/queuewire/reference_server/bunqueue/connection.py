@@ -92,6 +92,8 @@ class Close:
 
     reason: str
     farewell: bytes = b""
+    #: reset the connection instead (a bug answering a request: nothing more is written)
+    abort: bool = False
 
 
 class WaitRoomView(Protocol):
@@ -298,7 +300,7 @@ class BunqueueConnection:
                 except Exception:  # a bug: close this connection only
                     log.exception("connection %s: error answering a request, closing it",
                                   self.id)
-                    out.append(self._close("internal error"))
+                    out.append(self._close("internal error", abort=True))
                     return out
                 if self.slots != self.max_in_flight and type(item) is dict and \
                         item.get("cmd") == HELLO and type(reply) is dict and reply.get("ok") is True:
@@ -387,6 +389,6 @@ class BunqueueConnection:
                                                max=dec.max_frame_bytes))
         return [self._close("frame too large", farewell)]
 
-    def _close(self, reason: str, farewell: bytes = b"") -> Close:
+    def _close(self, reason: str, farewell: bytes = b"", *, abort: bool = False) -> Close:
         self.close(reason)
-        return Close(reason, farewell)
+        return Close(reason, farewell, abort)

@@ -432,9 +432,9 @@ class BunqueueServer(TcpService):
             self.poke_timer()
 
     async def _end(self, conn: _Connection, close: Close) -> None:
-        """The connection's Close: a bug resets it; a refused frame (BQ-FRAME-2) cancels its
-        parked polls, writes the refusal and closes it."""
-        if close.reason == "internal error":
+        """The connection's Close: an abort (a bug) resets it; a refused frame (BQ-FRAME-2)
+        cancels its parked polls, writes the refusal and closes it."""
+        if close.abort:
             conn.closing = True
             conn.writer.transport.abort()
             return
