@@ -1047,3 +1047,30 @@ def test_the_decoder_reads_a_header_with_a_field_of_its_own(own_profiles):
         with pytest.raises(EncodeError) as refused:
             build()
         assert refused.value.detail == f"header {header}: no value for field 'flags'"
+
+
+def test_a_length_sent_little_endian_is_named_at_once_by_a_client():
+    """A daemon that writes the header length little-endian (issue 30): a client decoder
+    names QX-HDR-5 from the header alone instead of waiting for hundreds of megabytes; the
+    daemon's decoder answers such a frame by the length rule it breaks, as before."""
+    enc = QuicxEncoder("quicx/v1")
+    for frame, role in ((enc.ok(5), "producer"), (enc.task(7, "send_email", b"xyz"), "worker"),
+                        (enc.stats_response(queue_depth=1, workers_total=2, workers_idle=1,
+                                            pmad_bytes_used=3, pmad_bytes_total=9), "monitor")):
+        swapped = frame[:2] + struct.pack("<I", len(frame) - 6) + frame[6:]
+        dec = QuicxDecoder("quicx/v1", role, max_payload=64 << 20)
+        with pytest.raises(ProtocolError) as info:
+            dec.feed(swapped[:6])   # the header alone is enough
+        assert info.value.kind == "byte_order" and info.value.requirement == "QX-HDR-5"
+        assert info.value.reaction == "close" and str(len(frame) - 6) in str(info.value)
+    # a length too short is not taken for a swapped one (its swap is larger, not plausible)
+    short = enc.frame(load_profile("quicx/v1").model.message("MSG_TASK").code, b"\x00" * 4)
+    with pytest.raises(ProtocolError) as info:
+        QuicxDecoder("quicx/v1", "worker").feed(short)
+    assert info.value.kind != "byte_order"
+    # the daemon's own decoder keeps judging lengths by their rules
+    sub = enc.submit("t", b"x")
+    with pytest.raises(ProtocolError) as info:
+        QuicxDecoder("quicx/v1", "daemon", max_payload=1 << 20).feed(
+            sub[:2] + struct.pack("<I", len(sub) - 6) + sub[6:])
+    assert info.value.kind == "payload_too_large"

@@ -124,8 +124,9 @@ def test_the_cli_reports_a_violation_with_its_steps(tmp_path):
             "fuzz", "--stateful", "--protocol", "quicx", "--target",
             f"{server.host}:{server.port}", "--max-examples", "300", "--seed", "5", "--steps",
             "8", "--artifacts", str(tmp_path)])
-    assert result.exit_code == 1, result.output
-    assert "FAIL" in result.output and "QX-WORKER-1 (SHOULD)" in result.output
+    # a SHOULD not followed is NON-STRICT, as conform calls it, and does not fail the run
+    assert result.exit_code == 0, result.output
+    assert "NON-STRICT QX-WORKER-1 (SHOULD)" in result.output and "FAIL" not in result.output
     [path] = list(tmp_path.iterdir())
     assert '"requirement": "QX-WORKER-1"' in path.read_text()
 

@@ -5,6 +5,7 @@ client under test against a conformance server (``client``)."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +103,21 @@ def conform() -> None:
               help="Which cases' wire transcripts the HTML reports (--html, --report-dir) hold: "
                    "'failing' every case but those that passed, 'all' every case (pages of "
                    "several MB). The JSON report has every transcript either way.")
+@click.option("--stateful", "stateful_examples", type=click.IntRange(min=0), default=50,
+              show_default=True, metavar="N",
+              help="quicx: after the cases, a bounded stateful pass (quicx.stateful.dispatch): "
+                   "N random sequences of producers, workers and a monitor checked against a "
+                   "model of the profile (the pass 'queuewire fuzz --stateful' runs, with a "
+                   "fixed seed), reported as one more case under the requirement it finds "
+                   "broken. 0 leaves it out.")
 def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str, ...],
                    auth_token: str | None, strict: bool, select: tuple[str, ...],
                    skip: tuple[str, ...], known_failing: str | None, timeout: float,
                    report_dir: str | None, junit: str | None, json_out: str | None,
                    html: str | None, http_targets: tuple[str, ...] = (),
                    jobs: int = 1, keep_residue: bool = False,
-                   no_health_probes: bool = False, html_transcripts: str = "failing") -> None:
+                   no_health_probes: bool = False, html_transcripts: str = "failing",
+                   stateful_examples: int = 50) -> None:
     """Run the conformance suite against each --target and report.
 
     Prints a live progress bar, then per target the count of each verdict, the requirement
@@ -165,7 +174,8 @@ def conform_server(protocol: str, targets: tuple[str, ...], profiles: tuple[str,
                                           known_failing=tuple(known), timeout=timeout,
                                           progress=progress, http_target=http_of.get(target),
                                           jobs=jobs, remove_residue=not keep_residue,
-                                          probe_health=not no_health_probes)
+                                          probe_health=not no_health_probes,
+                                          passes=stateful_passes(protocol, stateful_examples, name))
                 except ValueError as exc:  # a case file or option the runner refused
                     raise click.ClickException(str(exc)) from None
                 runs.append(run)
@@ -584,3 +594,60 @@ def conform_client(protocol: str, listen: str, profile_name: str | None,
     for path in written:
         console.print(f"wrote {path}", highlight=False)
     sys.exit(exit_status(runs))
+
+
+# -- the stateful pass of conform server ------------------------------------------------------
+STATEFUL_SEED = 30     # the pass is reproducible: the same sequences on every run
+STATEFUL_STEPS = 15    # steps per sequence
+_STATEFUL_LOCK = threading.Lock()  # targets judged at once take turns at their stateful pass
+
+
+def stateful_passes(protocol: str, examples: int, profile_name: str) -> list[Any]:
+    """The bounded stateful pass ``conform server`` adds after the quicx cases: the dispatch
+    machine of :mod:`queuewire.fuzz.stateful_quicx` against the target, its violation (shrunk)
+    reported as the failed check of one more case, ``quicx.stateful.dispatch``, at the level
+    of the requirement it cites (issue 30: the semantic bugs only a model sees, a task lost
+    with its worker or stats figures that move wrongly, reach the conformance report)."""
+    if protocol != "quicx" or examples <= 0:
+        return []
+    import asyncio
+
+    from hypothesis import Phase
+
+    from ..conformance.model import Case, Check
+    from ..conformance.runner import ExtraPass
+    from ..fuzz.stateful_quicx import REQUIREMENTS, run_stateful_quicx
+
+    unshrunk = (Phase.explicit, Phase.reuse, Phase.generate)
+
+    def play(target: str, profile: Any) -> Any:
+        with _STATEFUL_LOCK:  # hypothesis runs one test per process at a time
+            # not shrunk: a daemon that leaves a request unanswered costs a timeout per
+            # replay (fuzz --stateful, the rerun line, shrinks)
+            return run_stateful_quicx(target, profile, max_examples=examples,
+                                      seed=STATEFUL_SEED, step_count=STATEFUL_STEPS,
+                                      extra_settings={"phases": unshrunk})
+
+    async def run(host: str, port: int, profile: Any) -> tuple[list[Check], list[str]]:
+        report = await asyncio.to_thread(play, f"{host}:{port}", profile)
+        head = (f"{examples} random sequences of up to {STATEFUL_STEPS} steps (seed "
+                f"{STATEFUL_SEED}), {report.elapsed_s:.1f} s; rerun alone: queuewire fuzz "
+                f"--stateful --protocol quicx --profile {profile.name} --target {host}:{port} "
+                f"--max-examples {examples} --steps {STATEFUL_STEPS} --seed {STATEFUL_SEED}")
+        if report.passed:
+            return [Check(None, "MUST", True, "behaviour", "every sequence agreed with the "
+                          "model of the profile", None, None, None)], [head]
+        level: Any = report.level or "MUST"  # a LifecycleViolation's level is the requirement's
+        return [Check(report.requirement, level, False, "behaviour",
+                      f"{report.message} (after {len(report.steps)} steps; rerun it alone to "
+                      f"shrink them)",
+                      "what the model of the profile says",
+                      {"steps": report.steps}, None)], [head, *report.steps]
+
+    case = Case(id="quicx.stateful.dispatch",
+                title="Random sequences of submits, READYs, results, disconnects, heartbeats "
+                      "and stats agree with a model of the profile's dispatch",
+                protocol="quicx", exclusive=True,
+                requirements=tuple(r for r in REQUIREMENTS if r in load(profile_name).requirements),
+                tags=("stateful",), source="conform server --stateful")
+    return [ExtraPass(case, run)]

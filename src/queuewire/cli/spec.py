@@ -114,11 +114,16 @@ def _find(prof: Any, name: str) -> tuple[str, Any] | None:
 @profile_option()
 def spec_lint(profile: str | None) -> None:
     """Check the spec: docs on every element, requirements cited and quoted, schemas valid,
-    no opcode collisions. Exits 1 when anything is wrong."""
+    no opcode collisions; and the conformance cases against it (a check whose level would
+    come from a requirement it does not test). Exits 1 when anything is wrong."""
+    from ..conformance.case_lint import lint_cases
     from ..spec.lint import lint, sources_dir
 
     names = [profile] if profile else profile_names()
     issues = lint(names)
+    for name in names:
+        if not any(i.profile == name and i.path == "<load>" for i in issues):
+            issues.extend(lint_cases(name))
     for issue in issues:
         err_console.print(f"[red]✗[/red] {issue}")
     counts = []

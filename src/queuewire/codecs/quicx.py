@@ -245,6 +245,7 @@ class QuicxDecoder:
         # message name, opcode), for the opcodes that pass the opcode checks for this receiver
         # len_payload is an integer field, so it has a max_value
         top = cast(int, spec.header[order.index("len_payload")].max_value)
+        self._len_bytes = (top.bit_length() + 7) // 8
         self._plans: dict[int, _Entry] = {}
         for code, msg in spec.by_code.items():
             if msg.reserved or msg.transport != spec.transport or not self._accepts(msg):
@@ -486,6 +487,12 @@ class QuicxDecoder:
             raise refuse(QuicxMessageError, kind,
                          f"{msg.name} is not sent to {'/'.join(sorted(self.roles or ()))}",
                          "msg_type")
+        swapped = self._swap(length) if self._client else length
+        if swapped < length and not self._fits(code, length) and self._fits(code, swapped):
+            raise refuse(QuicxFramingError, "byte_order",
+                         f"{msg.name} claims {length} bytes ({length:#010x}), which it cannot "
+                         f"be; read little-endian the length is {swapped}, which fits: "
+                         f"the length was sent in the wrong byte order", "len_payload")
         if self.max_payload is not None and length > self.max_payload:
             raise refuse(QuicxFramingError, "payload_too_large",
                          f"{msg.name} claims {length} bytes, more than {self.max_payload}",
@@ -506,6 +513,15 @@ class QuicxDecoder:
                          f"{msg.name} needs at least {msg.min_size} bytes, length is {length}",
                          "len_payload")
         return self._plans[code]  # every check passed: the fast path has this plan
+
+    def _swap(self, length: int) -> int:
+        """``length`` with the byte order of the header's length field reversed."""
+        return int.from_bytes(length.to_bytes(self._len_bytes, "big"), "little")
+
+    def _fits(self, code: int, length: int) -> bool:
+        """Whether the length checks accept ``length`` for opcode ``code``."""
+        plan = self._plans.get(code)
+        return plan is not None and plan[0] <= length <= plan[1]
 
     def _accepts(self, msg: MessageType) -> bool:
         if self.roles is None:

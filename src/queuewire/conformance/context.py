@@ -22,7 +22,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.quicx import QuicxEncoder
@@ -34,6 +34,9 @@ from .model import Case, CaseTranscript, Check, CheckLevel
 from .wire import Closed, Connection, Frame, Garbled, record_send
 
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+CLOSED_AFTER_ERROR = "closed after MSG_ERROR"  # signatures of defects (known_defect)
+DAEMON_FRAME = "frame"
+ERROR_FIELD = "error_code"  # the quicx layout field that makes a message an error message
 _LEVEL_RANK = {"MAY": 0, "SHOULD": 1, "MUST": 2}
 QUEUE_PREFIX = "qw-"
 
@@ -57,6 +60,11 @@ class Conn:
         self.inbox: list[tuple[int, Frame]] = []  # (sequence number, frame) not yet claimed
         self.garbled: list[tuple[int, Garbled]] = []
         self.closed: str | None = None  # why the peer closed, once seen
+        self.last_frame: Frame | None = None  # the last frame taken from the wire
+        # quicx: a MSG_HEARTBEAT the daemon sends is answered MSG_PONG and kept out of the
+        # inbox (as any worker does, QX-HB-2), unless a step waits for one
+        self.expect_heartbeat = False
+        self.heartbeats = 0  # daemon heartbeats answered so far
         self.seq = 0                    # items taken from the wire so far
         self.close_seq: int | None = None
         self.pending: set[Any] = set()  # reqIds sent and not yet answered (bunqueue)
@@ -94,14 +102,30 @@ class Conn:
             frame = await self.wait_reply(rid, deadline)
             return None if frame is None else frame.value
         await self.send(msg, **fields)
+        mark = len(self.garbled)
         frame = await self.wait_next(deadline, since=None)
+        if frame is None:
+            self._garbled_since(mark)
         return None if frame is None else frame.value
 
     async def recv(self, timeout: float | None = None) -> Any:
         """The next frame that answers no pending request (bunqueue map / quicx Message),
         or None."""
+        mark = len(self.garbled)
         frame = await self.wait_next(self.ctx.deadline(timeout), since=None, unsolicited=True)
+        if frame is None and self.ctx.protocol == "quicx":
+            self._garbled_since(mark)
         return None if frame is None else frame.value
+
+    def _garbled_since(self, mark: int) -> None:
+        """quicx, a Python case: instead of the frame it waited for, the daemon sent bytes
+        that break a MUST of the frame rules: that rule's finding (once per run), and the case
+        stops (:meth:`CaseContext.daemon_frame`)."""
+        if self.ctx.protocol != "quicx" or len(self.garbled) <= mark:
+            return
+        err = self.garbled[mark][1].error
+        if self.ctx.level_of(err.get("requirement")) == "MUST":
+            self.ctx.daemon_frame(err)
 
     async def send_raw(self, data: bytes | str, note: str = "", split: int = 0) -> None:
         if isinstance(data, str):
@@ -152,7 +176,20 @@ class Conn:
         self._require_open()
         await self.wire.send(data, decoded, note, split)
 
+    @property
+    def gone(self) -> str | None:
+        """Why the peer closed this connection, when it did (seen or not yet taken)."""
+        return self.closed or self.wire.closed_by_peer
+
+    def closed_after_error(self) -> bool:
+        """quicx: the daemon closed this connection right after sending it a MSG_ERROR."""
+        last = self.last_frame
+        return self.gone is not None and last is not None and self.ctx.protocol == "quicx" \
+            and getattr(last.value, "name", None) in error_messages(self.ctx.profile.model)
+
     def _require_open(self) -> None:
+        if self.closed_after_error():  # a finding about the daemon, not the case's mistake
+            self.ctx.closed_after_error(self)
         if self.closed is not None or self.wire.closed_by_peer is not None:
             raise StepError(f"connection {self.num} was closed by the server "
                             f"({self.closed or self.wire.closed_by_peer}); use another conn:")
@@ -168,15 +205,31 @@ class Conn:
         item = await self.wire.next_item(deadline - time.monotonic())
         if item is None:
             return False
+        if isinstance(item, Frame) and self._daemon_heartbeat(item):
+            await self._pong()  # answered, not an item of the case
+            return True
         self.seq += 1
         if isinstance(item, Frame):
             self.inbox.append((self.seq, item))
+            self.last_frame = item
         elif isinstance(item, Garbled):
             self.garbled.append((self.seq, item))
         elif isinstance(item, Closed):
             self.closed = item.reason
             self.close_seq = self.seq
         return True
+
+    def _daemon_heartbeat(self, frame: Frame) -> bool:
+        return (self.ctx.protocol == "quicx" and not self.expect_heartbeat
+                and getattr(frame.value, "name", None) == "MSG_HEARTBEAT"
+                and "MSG_PONG" in self.ctx.profile.model.messages)
+
+    async def _pong(self) -> None:
+        """Answer the daemon's MSG_HEARTBEAT (QX-HB-1 lets it send one to an idle peer)."""
+        self.heartbeats += 1
+        self.ctx.note("the daemon sent MSG_HEARTBEAT; answered MSG_PONG (not a step)", self.num)
+        if self.gone is None and not self.wire.closed_by_us:
+            await self.send_quicx("MSG_PONG", {})
 
     def _take(self, pred, start: int = 0) -> Frame | None:
         """The first unclaimed frame from inbox position ``start`` on that ``pred`` accepts."""
@@ -206,6 +259,8 @@ class Conn:
             if f is not None:
                 return f
             seen = 0 if rescan else self.seq
+            if self.wire.decoder_stopped and not self.wire.items:
+                return None  # no frame can come after bytes the decoder could not trust
             if not await self.pull(deadline):
                 return None
 
@@ -229,9 +284,9 @@ class Conn:
     async def wait_anything(self, deadline: float) -> bool:
         """Whether any new item (frame, garbage, close) arrives before the deadline."""
         start = self.seq
-        if self.closed is not None:
-            return False
-        await self.pull(deadline)
+        while self.closed is None and self.seq == start:
+            if not await self.pull(deadline):
+                break
         return self.seq > start
 
     def frames_since(self, seq: int) -> list[Frame]:
@@ -246,8 +301,12 @@ class CaseContext:
 
     def __init__(self, case: Case, profile: Profile, host: str, port: int, *,
                  timeout: float = 5.0, auth_token: str | None = None,
-                 http_target: tuple[str, int] | None = None):
+                 http_target: tuple[str, int] | None = None,
+                 defects: dict[Any, str] | None = None):
         self.case = case
+        # defects of the target already reported in this run: signature -> the case that
+        # reported it (shared by the run's cases, see known_defect)
+        self.defects: dict[Any, str] = {} if defects is None else defects
         self.http_target = http_target  # the server's HTTP API (--http-target), when known
         self.profile = profile
         self.protocol = profile.protocol
@@ -265,6 +324,8 @@ class CaseContext:
         self._queues = 3
         # variables of an optional save (path ending in ?) whose reply lacked the path
         self.unsaved: dict[str, str] = {}
+        # quicx: the (message, field) each saved variable was read from
+        self.origins: dict[str, tuple[str | None, str]] = {}
         slug = re.sub(r"[^a-zA-Z0-9_.:-]", "-", case.id)[:60]
         tag = uuid.uuid4().hex[:8]
         self.vars: dict[str, Any] = {
@@ -328,8 +389,59 @@ class CaseContext:
         req = self.profile.requirements.get(requirement) if requirement else None
         return req.level if req is not None else "MUST"
 
-    def default_requirement(self) -> str | None:
-        return self.case.requirements[0] if self.case.requirements else None
+    def default_requirement(self, tested: Sequence[str] = ()) -> str | None:
+        """The requirement of a check that names none: the first of the case's requirements
+        among ``tested`` (those the spec ties to what the check looks at: the message and
+        fields it expects), else the case's first. ``spec lint`` flags a case whose check
+        would take its level from a requirement it does not test."""
+        reqs = self.case.requirements
+        return next((r for r in reqs if r in tested), reqs[0] if reqs else None)
+
+    def known_defect(self, signature: Any) -> str | None:
+        """The case that already reported the defect ``signature`` in this run (None: this is
+        its first report, now recorded as this case's). A defect of the target that every
+        later case would meet again (a malformed message type, a daemon that closes after
+        MSG_ERROR) is then reported once, under its rule, instead of once per case."""
+        first = self.defects.setdefault(signature, self.case.id)
+        return None if first == self.case.id else first
+
+    def defect(self, signature: Any, requirement: str | None, what: str) -> NoReturn:
+        """A defect of the target every later case would meet again: its failed check the
+        first time in the run, else an INFO naming the case that reported it
+        (:meth:`blocked`); the case stops either way."""
+        first = self.known_defect(signature)
+        if first is not None:
+            self.blocked(first, what, requirement)
+        where = "" if self.step is None else f"step {self.step}: "
+        self.check(False, f"{where}{what}", requirement=requirement,
+                   level=self.level_of(requirement), kind="defect")
+        raise CaseAbort()
+
+    def daemon_frame(self, error: Mapping[str, Any]) -> NoReturn:
+        """The daemon sent a frame that breaks a rule of the frames (``error``: the decoder's
+        error): a :meth:`defect` under that rule."""
+        rid = error.get("requirement")
+        self.defect((DAEMON_FRAME, error.get("kind"), rid), rid,
+                    f"the daemon sent a frame that breaks {rid}: {error.get('message', '')}")
+
+    def closed_after_error(self, conn: Conn) -> NoReturn:
+        """A case needs connection ``conn``, which the daemon closed after its MSG_ERROR:
+        judged once per run by the requirement of the profile's ``open_after_error`` flag
+        (QX-ERR-6, a reading: 004 does not say the daemon keeps the connection), then the
+        case stops (:class:`CaseAbort`)."""
+        rid = self.profile.model.semantics["open_after_error"].requirement
+        self.defect((CLOSED_AFTER_ERROR, rid), rid, f"the daemon closed connection "
+                    f"{conn.num} after its MSG_ERROR ({conn.gone}), and the case goes on on it")
+
+    def blocked(self, first: str, what: str, requirement: str | None) -> NoReturn:
+        """End the case at a defect case ``first`` reported: an INFO observation (not a
+        pass: the case is not judged past this step), then :class:`CaseAbort`."""
+        self.info = True
+        where = "" if self.step is None else f"step {self.step}: "
+        self.check(True, f"{where}not judged further: {what} (the defect case "
+                   f"{first} reports, under {requirement})", requirement=requirement,
+                   level="INFO", kind="blocked")
+        raise CaseAbort()
 
     def check(self, ok: bool, message: str, *, requirement: str | None = None,
               level: CheckLevel | None = None, kind: str = "behaviour", expected: Any = None,
@@ -463,3 +575,8 @@ def quicx_message(msg: Any, fields: Mapping[str, Any]) -> tuple[str, dict[str, A
 
 async def sleep_ms(ms: float) -> None:
     await asyncio.sleep(max(ms, 0) / 1000.0)
+
+
+def error_messages(spec: Any) -> set[str]:
+    """The quicx messages that carry an error code (MSG_ERROR), by the layout field."""
+    return {m.name for m in spec.messages.values() if any(f.id == ERROR_FIELD for f in m.layout)}

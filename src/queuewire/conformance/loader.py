@@ -41,7 +41,7 @@ ACTIONS = {
 }
 MODIFIERS = {
     "bunqueue": {"conn", "expect", "save", "timeout", "reqid", "split", "wait", "auth", "doc"},
-    "quicx": {"conn", "role", "expect", "save", "timeout", "doc"},
+    "quicx": {"conn", "role", "expect", "save", "timeout", "doc", "probe"},
 }
 OUTCOMES = {
     "bunqueue": {"ok", "error", "close", "none", "frame", "http"},

@@ -395,7 +395,8 @@ class Coverage:
     client role). ``exercised``: those cited by at least one case that ran and was judged
     (verdict PASS, FAIL, NON-STRICT or UNIMPLEMENTED). ``observed``: applicable ids cited only
     by cases whose verdict was INFO (looked at, not judged; they are also in
-    ``not_exercised``). ``out_of_scope``: ids about clients, not servers.
+    ``not_exercised``). ``out_of_scope``: ids about clients, not servers, or about a
+    transport the suite does not reach (quicx/1.0.3 stats on its Unix socket).
     """
 
     applicable: tuple[str, ...]

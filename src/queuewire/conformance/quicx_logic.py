@@ -18,12 +18,20 @@ recorded connections, so the report shows the evidence without holding the whole
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 from ..codecs.errors import ProtocolError
 from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
 from ..spec.quicx import DAEMON, QuicxSpec
+from .steps_quicx import (
+    KNOWN_SILENCE_S,
+    UNANSWERED,
+    mirror_defect,
+    swapped_defect,
+    unanswered,
+)
 
 SUBMIT, OK, ERROR, READY, TASK = "MSG_SUBMIT", "MSG_OK", "MSG_ERROR", "MSG_READY", "MSG_TASK"
 DONE, FAILED, HEARTBEAT, PONG = "MSG_DONE", "MSG_FAILED", "MSG_HEARTBEAT", "MSG_PONG"
@@ -64,15 +72,51 @@ async def _expect(ctx: Any, msg: Message | None, name: str, what: str, *, requir
     """Check ``msg`` is message ``name`` with ``fields``."""
     spec = _spec(ctx)
     ok = msg is not None and msg.name == name and all(msg.fields.get(k) == v for k, v in fields.items())
+    if not ok and msg is not None and msg.name == name:
+        _as_said(ctx, msg, name, fields)
     ctx.check(ok, what, requirement=requirement, level=level, kind="reply",
               expected={"type": name, "fields": fields}, actual=_describe(msg, spec))
     return ok
 
 
+def _as_said(ctx: Any, msg: Message, name: str, fields: dict[str, Any]) -> None:
+    """``msg`` is the message ``name`` but its ``fields`` differ: a defect every case would
+    meet (the task type and payload altered, an id in the wrong byte order) is reported once
+    per run and stops the case."""
+    for found in (mirror_defect(_spec(ctx), name, fields, msg),
+                  swapped_defect(ctx, name, fields, msg)):
+        if found is not None:
+            ctx.defect(found[0], found[1], found[2])
+
+
+def _as_submitted(ctx: Any, msg: Message, **submitted: Any) -> None:
+    """A MSG_TASK must carry the type and payload as submitted (the fields the spec marks
+    ``mirrors``): where it does not, that defect is reported once per run and the case stops
+    (:meth:`~.context.CaseContext.defect`), rather than a failure of the rule the case tests
+    (order, requeue) that the altered bytes would make it look like."""
+    mirror = mirror_defect(_spec(ctx), msg.name, submitted, msg)
+    if mirror is not None:
+        ctx.defect(mirror[0], mirror[1], mirror[2])
+
+
 async def _pong(ctx: Any, conn: Any, requirement: str = "QX-HB-2") -> bool:
     """MSG_HEARTBEAT -> MSG_PONG: the daemon has read everything sent on ``conn`` before."""
-    return await _expect(ctx, await conn.request(HEARTBEAT), PONG,
+    return await _expect(ctx, await _ask(ctx, conn, HEARTBEAT, requirement), PONG,
                          "MSG_HEARTBEAT is answered MSG_PONG", requirement=requirement)
+
+
+async def _ask(ctx: Any, conn: Any, name: str, requirement: str) -> Message | None:
+    """Send the empty request ``name`` and return its answer. One that gets nothing at all
+    is a defect every case meets (the request is the same bytes each time): reported once
+    per run under ``requirement``, and the case stops (the steps' rule, :mod:`.steps_quicx`)."""
+    known = (UNANSWERED, name) in ctx.defects
+    msg = await conn.request(name, timeout=KNOWN_SILENCE_S if known else None)
+    if msg is None and conn.gone is None and not conn.garbled:
+        answer = {HEARTBEAT: PONG, STATS: STATS_RESPONSE}.get(name)
+        unanswered(ctx, name, [answer] if answer else [], requirement,
+                   f"the daemon does not answer {name} (nothing within "
+                   f"{KNOWN_SILENCE_S if known else ctx.timeout:g} s)")
+    return msg
 
 
 async def _take_and_finish(ctx: Any, worker: Any, tid: int, *, requirement: str | None = None) -> None:
@@ -173,6 +217,8 @@ async def pipelined_submits(ctx: Any) -> None:
         if msg is None or msg.name != TASK:
             await _expect(ctx, msg, TASK, "the worker gets the next task")
             break
+        if msg.fields["task_id"] in ids:
+            _as_submitted(ctx, msg, payload=str(ids.index(msg.fields["task_id"])).encode())
         got.append((msg.fields["task_id"], msg.fields["payload"]))
         await worker.send(DONE, task_id=msg.fields["task_id"])
         if again:
@@ -261,9 +307,41 @@ async def failed_reason_over_max(ctx: Any) -> None:
                       "producer", requirement="QX-PROD-101", task_id=tid)
 
 
+# ------------------------------------------------------------------------------ heartbeat
+DAEMON_HEARTBEAT_WATCH_S = 1.0  # how long an idle worker connection is watched
+
+
+async def daemon_heartbeat(ctx: Any) -> None:
+    """Observe whether the daemon sends MSG_HEARTBEAT to an idle worker (QX-HB-1: either
+    side may; QX-HB-3: meant for long-idle worker sockets), and answer it MSG_PONG. The case
+    only observes: a MAY is never a failure, and 004 gives the daemon no interval."""
+    ctx.info = True
+    worker = await ctx.conn(1, role="worker")
+    started = time.monotonic()
+    if not await _expect(ctx, await _ask(ctx, worker, READY, "QX-READY-3"), WAIT,
+                         "MSG_READY on an empty queue is answered MSG_WAIT",
+                         requirement="QX-READY-3"):
+        return
+    worker.expect_heartbeat = True
+    try:
+        msg = await worker.recv(timeout=DAEMON_HEARTBEAT_WATCH_S)
+    finally:
+        worker.expect_heartbeat = False
+    if msg is None:
+        ctx.check(True, f"the daemon sent no MSG_HEARTBEAT to the idle worker within "
+                  f"{DAEMON_HEARTBEAT_WATCH_S:g} s (it may; 004 sets no interval)",
+                  requirement="QX-HB-1", level="MAY")
+        return
+    after = round((time.monotonic() - started) * 1000)
+    ctx.check(msg.name == HEARTBEAT, f"the daemon sent the idle worker {msg.name} after "
+              f"{after} ms", requirement="QX-HB-1", level="MAY", actual=_describe(msg, _spec(ctx)))
+    if msg.name == HEARTBEAT:
+        await worker.send(PONG)  # QX-HB-2 binds the worker too
+
+
 # ---------------------------------------------------------------------------------- stats
 async def _stats(ctx: Any, mon: Any) -> dict[str, int] | None:
-    msg = await mon.request(STATS)
+    msg = await _ask(ctx, mon, STATS, "QX-STATS-2")
     if msg is None or msg.name != STATS_RESPONSE:
         await _expect(ctx, msg, STATS_RESPONSE, "MSG_STATS is answered MSG_STATS_RESPONSE",
                       requirement="QX-STATS-2")
@@ -275,50 +353,83 @@ async def stats_figures(ctx: Any) -> None:
     """The MSG_STATS_RESPONSE figures follow the daemon's state: a submitted task raises
     queue_depth and pmad_bytes_used, handing it out lowers queue_depth and adds a busy (not
     idle) worker, MSG_DONE returns the pool bytes, and pmad_bytes_used never exceeds
-    pmad_bytes_total."""
+    pmad_bytes_total. The snapshots are taken first and judged after: figures that do not
+    follow the state read big-endian but all do read little-endian break the byte-order rule
+    (QX-STATS-4, one MUST finding), not their meaning (QX-STATS-5)."""
     await asyncio.sleep(QUIET)  # let the previous case's connections finish closing
     mon = await ctx.conn(1, role="monitor")
     prod = await ctx.conn(2, role="producer")
-    s0 = await _stats(ctx, mon)
-    if s0 is None:
+    snaps: list[dict[str, int]] = []
+
+    async def snap() -> bool:
+        got = await _stats(ctx, mon)
+        if got is not None:
+            snaps.append(got)
+        return got is not None
+
+    if not await snap():
         return
-    ctx.check(s0["pmad_bytes_used"] <= s0["pmad_bytes_total"],
-              "pmad_bytes_used <= pmad_bytes_total", expected="used <= total", actual=s0)
     msg = await prod.request(SUBMIT, task_type="stats", payload=b"s" * 100)
     if not await _expect(ctx, msg, OK, "MSG_SUBMIT is answered MSG_OK", requirement="QX-OK-1"):
         return
     tid = msg.fields["task_id"]
-    s1 = await _stats(ctx, mon)
-    if s1 is None:
-        return
-    ctx.check(s1["queue_depth"] == s0["queue_depth"] + 1, "an accepted task adds 1 to queue_depth",
-              expected=s0["queue_depth"] + 1, actual=s1["queue_depth"])
-    ctx.check(s1["pmad_bytes_used"] > s0["pmad_bytes_used"], "an accepted task uses pool bytes",
-              expected=f"> {s0['pmad_bytes_used']}", actual=s1["pmad_bytes_used"])
-    ctx.check(s1["pmad_bytes_total"] == s0["pmad_bytes_total"], "pmad_bytes_total does not change",
-              expected=s0["pmad_bytes_total"], actual=s1["pmad_bytes_total"])
     worker = await ctx.conn(3, role="worker")
-    if not await _expect(ctx, await worker.request(READY), TASK, "the worker gets the task",
-                         requirement="QX-READY-3", task_id=tid):
+    if not await snap() or not await _expect(ctx, await worker.request(READY), TASK,
+                                             "the worker gets the task",
+                                             requirement="QX-READY-3", task_id=tid):
         return
-    s2 = await _stats(ctx, mon)
-    if s2 is None:
+    if not await snap():
         return
-    ctx.check(s2["queue_depth"] == s0["queue_depth"], "a task handed out leaves queue_depth",
-              expected=s0["queue_depth"], actual=s2["queue_depth"])
-    ctx.check(s2["workers_total"] == s1["workers_total"] + 1,
-              "a worker that sent MSG_READY counts in workers_total",
-              expected=s1["workers_total"] + 1, actual=s2["workers_total"])
-    ctx.check(s2["workers_idle"] == s1["workers_idle"], "a worker holding a task is not idle",
-              expected=s1["workers_idle"], actual=s2["workers_idle"])
     await worker.send(DONE, task_id=tid)
     await _pong(ctx, worker)  # the daemon has handled the MSG_DONE
-    s3 = await _stats(ctx, mon)
-    if s3 is None:
+    if not await snap():
         return
-    ctx.check(s3["pmad_bytes_used"] == s0["pmad_bytes_used"],
-              "MSG_DONE returns the task's slot to the pool", requirement="QX-DONE-2",
-              expected=s0["pmad_bytes_used"], actual=s3["pmad_bytes_used"])
+    rules = _figure_rules()
+    broken = [r for r in rules if not r[1](*snaps)]
+    layout = ctx.profile.model.message(STATS_RESPONSE).layout
+    swapped = [{f.id: int.from_bytes(v[f.id].to_bytes(f.width, "big"), "little") for f in layout}
+               for v in snaps]
+    if broken and all(r[1](*swapped) for r in rules):
+        ctx.check(False, "the figures do not follow the daemon's state read big-endian, and "
+                  "all do read little-endian: they are sent in the wrong byte order",
+                  requirement="QX-STATS-4", expected="big-endian figures",
+                  actual={"as sent (big-endian)": snaps, "read little-endian": swapped})
+        return
+    for message, ok, requirement, expected, actual in rules:
+        ctx.check(ok(*snaps), message, requirement=requirement, expected=expected(*snaps),
+                  actual=actual(*snaps))
+
+
+def _figure_rules() -> list[tuple[str, Any, str | None, Any, Any]]:
+    """(message, holds(s0, s1, s2, s3), requirement, expected, actual) for the four snapshots
+    of :func:`stats_figures`: before the submit, after it, with the task handed out, after
+    MSG_DONE. A requirement of None is the case's first (QX-STATS-5, the figures' meaning)."""
+    return [
+        ("pmad_bytes_used <= pmad_bytes_total",
+         lambda a, b, c, d: a["pmad_bytes_used"] <= a["pmad_bytes_total"], None,
+         lambda a, b, c, d: "used <= total", lambda a, b, c, d: a),
+        ("an accepted task adds 1 to queue_depth",
+         lambda a, b, c, d: b["queue_depth"] == a["queue_depth"] + 1, None,
+         lambda a, b, c, d: a["queue_depth"] + 1, lambda a, b, c, d: b["queue_depth"]),
+        ("an accepted task uses pool bytes",
+         lambda a, b, c, d: b["pmad_bytes_used"] > a["pmad_bytes_used"], None,
+         lambda a, b, c, d: f"> {a['pmad_bytes_used']}", lambda a, b, c, d: b["pmad_bytes_used"]),
+        ("pmad_bytes_total does not change",
+         lambda a, b, c, d: b["pmad_bytes_total"] == a["pmad_bytes_total"], None,
+         lambda a, b, c, d: a["pmad_bytes_total"], lambda a, b, c, d: b["pmad_bytes_total"]),
+        ("a task handed out leaves queue_depth",
+         lambda a, b, c, d: c["queue_depth"] == a["queue_depth"], None,
+         lambda a, b, c, d: a["queue_depth"], lambda a, b, c, d: c["queue_depth"]),
+        ("a worker that sent MSG_READY counts in workers_total",
+         lambda a, b, c, d: c["workers_total"] == b["workers_total"] + 1, None,
+         lambda a, b, c, d: b["workers_total"] + 1, lambda a, b, c, d: c["workers_total"]),
+        ("a worker holding a task is not idle",
+         lambda a, b, c, d: c["workers_idle"] == b["workers_idle"], None,
+         lambda a, b, c, d: b["workers_idle"], lambda a, b, c, d: c["workers_idle"]),
+        ("MSG_DONE returns the task's slot to the pool",
+         lambda a, b, c, d: d["pmad_bytes_used"] == a["pmad_bytes_used"], "QX-DONE-2",
+         lambda a, b, c, d: a["pmad_bytes_used"], lambda a, b, c, d: d["pmad_bytes_used"]),
+    ]
 
 
 # ----------------------------------------------------------------------------------- pool
@@ -550,6 +661,9 @@ async def disconnect_requeue(ctx: Any) -> None:
     msg = await _ready_until_task(ctx, second)
     got = []
     while msg is not None and msg.name == TASK:
+        if msg.fields["task_id"] in ids:
+            _as_submitted(ctx, msg, task_type="requeue_me",
+                          payload=str(ids.index(msg.fields["task_id"])).encode())
         got.append((msg.fields["task_id"], msg.fields["task_type"], msg.fields["payload"]))
         await second.send(DONE, task_id=msg.fields["task_id"])
         if len(got) == n:

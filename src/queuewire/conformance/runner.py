@@ -7,7 +7,12 @@ once, an ``exclusive`` case always alone: :class:`_Gate`). Each case gets a fres
 :class:`~.context.CaseContext` (its own connections, transcript, variables and unique queue
 names), is bounded by a wall-clock limit, then runs its ``cleanup`` steps whatever happened
 (:func:`run_cleanup`: recorded, never judged, the verdict is fixed before), and has every
-connection closed at its end, so one case cannot leak into the next. A case that raises, cannot
+connection closed at its end, so one case cannot leak into the next; a quicx case that
+touched the daemon's one task queue also has the queue drained after it
+(:func:`.steps_quicx.drain_daemon`), however it ended. A defect of the target that later
+cases would meet again (a malformed message type, a daemon that closes after MSG_ERROR) is
+reported by the first case that meets it; the others end INFO there, naming that case
+(:meth:`.CaseContext.known_defect`). A case that raises, cannot
 connect, or checks nothing is an ERROR with a one-line message; otherwise its verdict is
 :func:`~.model.verdict_of` of its checks. Every result carries a one-line reproduction command,
 and has the ``--auth-token`` masked (:func:`~.model.redact_result`) before anyone sees it, so
@@ -33,7 +38,8 @@ import contextlib
 import datetime as _dt
 import fnmatch
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..spec import Profile, default_profile, load_profile
@@ -45,6 +51,7 @@ from .loader import load_cases as _load_cases
 from .model import (
     Case,
     CaseResult,
+    Check,
     Coverage,
     TargetRun,
     Transcript,
@@ -57,7 +64,8 @@ from .reproduce import DEFAULT_TIMEOUT, server_argv
 from .targets import EMBEDDED, embedded_target, parse_target
 from .wire import ConnectError
 
-__all__ = ["CaseError", "load_cases", "load_dir", "run_case", "run_cleanup", "run_target",
+__all__ = ["CaseError", "ExtraPass", "load_cases", "load_dir", "run_case", "run_cleanup",
+           "run_pass", "run_target",
            "run_target_sync",
            "select_cases", "coverage_of", "reproduction"]
 
@@ -98,11 +106,20 @@ def reproduction(case: Case, protocol: str, target: str, profile: str, *,
 
 def coverage_of(profile: Profile, results: Iterable[CaseResult]) -> Coverage:
     client_roles = set(CLIENT_ROLES)
+    elsewhere: set[str] = set()  # requirements of messages the suite's transport cannot reach
     if profile.protocol == "quicx":
-        client_roles |= set(profile.model.peer_roles)
+        spec = profile.model
+        client_roles |= set(spec.peer_roles)
+        for m in spec.messages.values():
+            if m.transport != spec.transport:
+                elsewhere |= {r for r in (m.requirement, *(f.requirement for f in m.layout)) if r}
+
+    def out_of_scope(rid: str, subject: str) -> bool:
+        return subject in client_roles or rid in elsewhere
+
     applicable = tuple(r for r, req in profile.requirements.items()
-                       if req.subject not in client_roles)
-    out = tuple(r for r, req in profile.requirements.items() if req.subject in client_roles)
+                       if not out_of_scope(r, req.subject))
+    out = tuple(r for r, req in profile.requirements.items() if out_of_scope(r, req.subject))
     results = list(results)
     judged = {rid for res in results if res.verdict in JUDGED for rid in res.case.requirements}
     seen = {rid for res in results if res.verdict is Verdict.INFO
@@ -115,11 +132,14 @@ def coverage_of(profile: Profile, results: Iterable[CaseResult]) -> Coverage:
 async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeout: float = 5.0,
                    auth_token: str | None = None, reproduction_line: str = "",
                    known_failing: bool = False,
-                   http_target: tuple[str, int] | None = None) -> CaseResult:
+                   http_target: tuple[str, int] | None = None,
+                   defects: dict[Any, str] | None = None) -> CaseResult:
     """Run one case on a fresh context; never raises for a problem of the case or target.
-    ``http_target``: the server's HTTP API for ``http:`` steps (None: those cases are INFO)."""
+    ``http_target``: the server's HTTP API for ``http:`` steps (None: those cases are INFO).
+    ``defects``: the run's defects already reported (:meth:`.CaseContext.known_defect`),
+    shared by its cases."""
     ctx = CaseContext(case, profile, host, port, timeout=timeout, auth_token=auth_token,
-                      http_target=http_target)
+                      http_target=http_target, defects=defects)
     start = time.monotonic()
     error: str | None = None
     limit = timeout * (LOGIC_TIMEOUTS if case.logic else len(case.steps) + STEP_SLACK)
@@ -146,6 +166,8 @@ async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeou
             await ctx.close_all()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
+        if case.exclusive and case.protocol == "quicx":
+            await steps_quicx.drain_daemon(ctx)
     ctx.checks = checks
     verdict = verdict_of(checks, error=error, unimplemented=unimplemented, info=info)
     if verdict is Verdict.ERROR and error is None:
@@ -305,7 +327,8 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
                      progress: Progress | None = None,
                      cases: Sequence[Case] | None = None, jobs: int = 1,
                      http_target: str | None = None, remove_residue: bool = True,
-                     probe_health: bool = True) -> TargetRun:
+                     probe_health: bool = True,
+                     passes: Sequence[ExtraPass] = ()) -> TargetRun:
     """Run the suite (or ``cases``) against ``target`` ("HOST:PORT" or "embedded").
 
     ``http_target`` ("HOST:PORT"): the server's HTTP API, for the ``http:`` cases; the
@@ -319,7 +342,9 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     Where the profile has a ``resources`` section (:mod:`.residue`), the run takes an
     inventory of the server before the first case and after the last, removes what appeared
     (``remove_residue``; else it only reports it), lists again, and with ``probe_health``
-    probes the server after each case; ``TargetRun.residue`` holds what it found."""
+    probes the server after each case; ``TargetRun.residue`` holds what it found.
+
+    ``passes`` (:class:`ExtraPass`) run after the cases, each reported as one more case."""
     prof = profile if isinstance(profile, Profile) else load_profile(
         profile or default_profile(protocol))
     if prof.protocol != protocol:
@@ -329,14 +354,17 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     pool = list(cases) if cases is not None else load_cases(protocol, prof)
     chosen = select_cases((c for c in pool if c.protocol == protocol and c.applies_to(prof.name)),
                           select, skip)
+    extras = [x for x in passes if x.case.id in
+              {c.id for c in select_cases([x.case for x in passes], select, skip)}]
     known = set(known_failing)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     notify = progress or (lambda kind, value: None)
-    notify("start", len(chosen))
+    notify("start", len(chosen) + len(extras))
     label = EMBEDDED if where == EMBEDDED else f"{where[0]}:{where[1]}"
 
     keeper: residue.Housekeeper | None = None
+    defects: dict[Any, str] = {}  # reported once per run (CaseContext.known_defect)
 
     async def run_one(case: Case, host: str, port: int, unreachable: str | None) -> CaseResult:
         repro = reproduction(case, protocol, label, prof.name, auth_token=auth_token,
@@ -350,7 +378,8 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
             try:
                 res = await run_case(case, prof, host, port, timeout=timeout,
                                      auth_token=auth_token, reproduction_line=repro,
-                                     known_failing=case.id in known, http_target=http_addr)
+                                     known_failing=case.id in known, http_target=http_addr,
+                                     defects=defects)
             finally:
                 if keeper is not None:
                     keeper.finished(case.id)
@@ -385,6 +414,12 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
                     await keeper.checkpoint()
                 return res
             results = list(await asyncio.gather(*(gated(c) for c in chosen)))
+        for x in extras:
+            res = await run_pass(x, prof, host, port, reproduction(
+                x.case, protocol, label, prof.name, auth_token=auth_token, strict=strict,
+                timeout=timeout, http_target=http_target))
+            notify("case", res)
+            results.append(res)
         left = await keeper.end() if keeper is not None else None
         if left is not None and auth_token:
             left = residue.redact_residue(left, auth_token)
@@ -407,6 +442,36 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
                     residue=left)
     notify("done", run)
     return run
+
+
+@dataclass(frozen=True)
+class ExtraPass:
+    """A judged pass over the whole target after the cases, reported as one more case: the
+    CLI plugs the stateful fuzzer in this way (the conformance package does not import the
+    fuzzers, its siblings). ``case`` gives its id, title and requirements (``--select`` and
+    ``--skip`` match its id); ``run(host, port, profile)`` returns its checks and transcript
+    notes; an exception it raises makes the pass an ERROR."""
+
+    case: Case
+    run: Callable[[str, int, Profile], Awaitable[tuple[list[Check], list[str]]]]
+
+
+async def run_pass(extra: ExtraPass, profile: Profile, host: str, port: int,
+                   reproduction_line: str = "") -> CaseResult:
+    """Run one :class:`ExtraPass` as a case; never raises for a problem of the target."""
+    start = time.monotonic()
+    transcript = Transcript()
+    error: str | None = None
+    checks: list[Check] = []
+    try:
+        checks, notes = await extra.run(host, port, profile)
+        for text in notes:
+            transcript.add(0, "note", note=text)
+    except Exception as exc:  # noqa: BLE001 - a pass that raises is an ERROR, never a crash
+        error = _one_line(exc, extra.case)
+    verdict = verdict_of(checks, error=error, info=extra.case.info)
+    return CaseResult(extra.case, verdict, checks, transcript, time.monotonic() - start, error,
+                      reproduction_line)
 
 
 def run_target_sync(protocol: str, target: str, **kwargs: Any) -> TargetRun:

@@ -229,6 +229,12 @@ class Connection:
         return self
 
     @property
+    def decoder_stopped(self) -> bool:
+        """The decoder stopped at bytes it could not trust (a ``close`` error): no frame can
+        arrive on this connection any more, so nobody waits for one."""
+        return self._dead
+
+    @property
     def is_open(self) -> bool:
         return self._writer is not None and not self.closed_by_us and self.closed_by_peer is None
 

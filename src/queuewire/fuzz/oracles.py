@@ -510,7 +510,7 @@ class QuicxJudge:
     def client_decoder(self) -> QuicxDecoder:
         return QuicxDecoder(self.profile, self.clients)
 
-    def _finding(self, rid: str, kind: str, message: str) -> Finding:
+    def _finding(self, rid: str | None, kind: str, message: str) -> Finding:
         return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
 
     def judge(self, exp: QuicxExpected, replies: list[Any], closed: bool, timed_out: bool,
@@ -522,11 +522,23 @@ class QuicxJudge:
         if sum(got.values()) < len(exp.errors) - exp.optional:
             # a daemon may cap payloads lower than the spec (a local policy the codec allows),
             # so a frame can be refused by another rule first: count MSG_ERRORs, not codes
-            err = exp.errors[sum(got.values())]
-            out.append(self._finding(err.requirement, "lost_reply",
-                                     f"{len(exp.errors) - sum(got.values())} of "
-                                     f"{len(exp.errors)} MSG_ERROR not sent (first missing: "
-                                     f"{err.kind}; {why})"))
+            missing = self._unanswered(exp, [m.fields.get("error_code") for m in replies
+                                             if m.name == "MSG_ERROR"])
+            answered: int = sum(got.values())
+            short = len(exp.errors) - answered
+            if closed and answered > 0:  # it refused a frame, then closed (QX-ERR-6)
+                rid = self.spec.semantics["open_after_error"].requirement
+                which = "the frames after the connection closed: " + \
+                    ", ".join(e.kind for e in missing)
+            elif len(missing) == short:  # the codes say which refusals are missing
+                rid = self.spec.error(missing[0].kind).answered_by
+                which = ", ".join(e.kind for e in missing)
+            else:  # they cannot: blame the rule every refusal rests on, name the candidates
+                rid = self.spec.error("unknown_type").answered_by
+                which = "one of " + ", ".join(e.kind for e in missing)
+            out.append(self._finding(rid, "lost_reply",
+                                     f"{short} of {len(exp.errors)} MSG_ERROR not sent "
+                                     f"(missing: {which}; {why})"))
         elif sum(got.values()) >= len(exp.errors) and any(got[c] < n for c, n in want.items()):
             out.append(Finding(Verdict.INFO, "QX-ERR-3", "other_error_code",
                                f"MSG_ERROR codes {dict(got)} where the spec's decoder "
@@ -534,7 +546,49 @@ class QuicxJudge:
         if exp.close_error is not None and not closed:
             out.append(self._finding(exp.close_error.requirement, "no_close",
                                      f"connection not closed after {exp.close_error.kind}"))
+        return out + self._answers(exp, replies, closed, sum(got.values()) > 0, why)
+
+    def _answers(self, exp: QuicxExpected, replies: list[Any], closed: bool, refused: bool,
+                 why: str) -> list[Finding]:
+        """Every well-formed request the daemon read gets its answer: a MSG_HEARTBEAT a
+        MSG_PONG (where any peer may send one, QX-HB-2), a MSG_STATS a MSG_STATS_RESPONSE
+        (where stats are served on this transport, QX-STATS-2) whose figures can be right
+        (QX-STATS-5: the pool bytes used within its size, the idle workers among all). Answers
+        lost after the daemon refused a frame and closed are its closing (QX-ERR-6)."""
+        spec, out = self.spec, []
+        want: list[tuple[str, str, str]] = []
+        if set(spec.peer_roles) <= set(spec.flag("heartbeat_from")):
+            want.append(("MSG_HEARTBEAT", "MSG_PONG", "QX-HB-2"))
+        if spec.flag("stats_on_tcp") and "MSG_STATS" in spec.messages:
+            want.append(("MSG_STATS", "MSG_STATS_RESPONSE", "QX-STATS-2"))
+        after_close = spec.semantics["open_after_error"].requirement
+        for asked, answer, rule in want:
+            n = sum(m.name == asked for m in exp.messages)
+            got = sum(m.name == answer for m in replies)
+            if got < n:
+                out.append(self._finding(after_close if closed and refused else rule,
+                                         "lost_reply", f"{n - got} of {n} {asked} not "
+                                         f"answered {answer} ({why})"))
+        for m in replies:
+            if m.name != "MSG_STATS_RESPONSE" or "pmad_bytes_total" not in m.fields:
+                continue
+            f = m.fields
+            if f["pmad_bytes_used"] > f["pmad_bytes_total"] or \
+                    f["workers_idle"] > f["workers_total"]:
+                out.append(self._finding("QX-STATS-5", "stats_figures",
+                                         f"MSG_STATS_RESPONSE figures that cannot be right: {f}"))
         return out
+
+    @staticmethod
+    def _unanswered(exp: QuicxExpected, codes: list[Any]) -> list[ProtocolError]:
+        """The expected refusals no MSG_ERROR answers, matching the codes received to the
+        refusals in order (each code to the first refusal still open that wants it)."""
+        open_ = list(exp.errors)
+        for code in codes:
+            hit = next((e for e in open_ if e.error_code == code), None)
+            if hit is not None:
+                open_.remove(hit)
+        return open_
 
     def judge_alive(self, replies: list[Any]) -> list[Finding]:
         if any(m.name == "MSG_PONG" for m in replies):

@@ -70,6 +70,7 @@ from hypothesis.stateful import (
 )
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
+from ..judge import Verdict, verdict_for
 from ..judge.opening import AUTH, refused
 from ..spec import Profile, load_profile
 from ..spec.model import StateMachine, Transition
@@ -671,6 +672,14 @@ class StatefulReport:
     level: str | None = None
     message: str | None = None
     steps: list[str] = field(default_factory=list)
+    # the violation's verdict in the one vocabulary (judge.verdict_for of its level and the
+    # requirement's basis): FAIL only for a stated MUST, as conform judges the same behaviour
+    verdict: str | None = None
+
+    @property
+    def fails(self) -> bool:
+        """Whether the violation found is a FAIL (a stated MUST not followed)."""
+        return self.verdict == Verdict.FAIL
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -680,7 +689,7 @@ class StatefulReport:
         if self.passed:
             return head + f"{self.max_examples} examples, no violation ({self.elapsed_s:.1f} s)"
         steps = "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(self.steps))
-        return head + f"FAIL {self.requirement} ({self.level}): {self.message}\n{steps}"
+        return head + f"{self.verdict} {self.requirement} ({self.level}): {self.message}\n{steps}"
 
 
 def play_machine(machine: Any, name: str, profile_name: str, *, max_examples: int,
@@ -719,6 +728,8 @@ def play_machine(machine: Any, name: str, profile_name: str, *, max_examples: in
     if verdict is not None:
         report.passed = False
         report.requirement, report.level, report.message = verdict
+        req = load_profile(profile_name).requirements.get(report.requirement or "")
+        report.verdict = str(verdict_for(report.level, req.basis if req else "stated"))
         report.steps = list(machine.steps_log)
     report.elapsed_s = time.monotonic() - started
     return report

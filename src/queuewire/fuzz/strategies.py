@@ -483,7 +483,8 @@ class QuicxStrategies:
                     "MSG_READY": lambda d: enc.ready(),
                     "MSG_HEARTBEAT": lambda d: enc.heartbeat(),
                     "MSG_DONE": lambda d: enc.done(d(ints(0, 2**32 - 1))),
-                    "MSG_FAILED": lambda d: enc.failed(d(ints(0, 2**32 - 1)), d(text(8)))}
+                    "MSG_FAILED": lambda d: enc.failed(d(ints(0, 2**32 - 1)), d(text(8))),
+                    "MSG_STATS": lambda d: enc.stats()}
         return {n: sendable[n] for n in sorted(sendable) if n in spec.messages
                 and not spec.messages[n].reserved
                 and spec.messages[n].transport == spec.transport}

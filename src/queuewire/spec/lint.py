@@ -123,7 +123,7 @@ def _cited_ids(tree: Any) -> Iterable[tuple[tuple[Any, ...], str]]:
     for path, node in walk(tree):
         if not isinstance(node, dict) or (path and path[0] == "requirements"):
             continue
-        for key in ("requirement", "x-requirement"):
+        for key in ("requirement", "x-requirement", "answer-requirement"):
             if isinstance(node.get(key), str):
                 yield path + (key,), node[key]
         by_kw = node.get("x-keywordRequirements")

@@ -125,6 +125,14 @@ class ProtocolErrorKind:
     requirement: str
     reaction: str  # close | reply | raise
     error_code: str | None = None  # quicx: the error_codes entry a `reply` answers with
+    # the requirement a daemon's answer is judged by, where it is not ``requirement`` (the rule
+    # broken binds the peer and the documents leave the daemon's reaction open)
+    answer_requirement: str | None = None
+
+    @property
+    def answered_by(self) -> str:
+        """The requirement a receiver's reaction to this kind is judged by."""
+        return self.answer_requirement or self.requirement
 
 
 def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
@@ -143,7 +151,8 @@ def error_kinds(raw: Mapping[str, Any] | None) -> Mapping[str, ProtocolErrorKind
     """The protocol error kinds of a ``protocol_errors`` section."""
     return frozen_map({
         k: ProtocolErrorKind(name=k, doc=v.get("doc", ""), requirement=v.get("requirement", ""),
-                             reaction=v.get("reaction", "close"), error_code=v.get("error_code"))
+                             reaction=v.get("reaction", "close"), error_code=v.get("error_code"),
+                             answer_requirement=v.get("answer-requirement"))
         for k, v in (raw or {}).items()
     })
 

@@ -75,6 +75,10 @@ class LayoutField:
     max_bytes: int | None = None        # that limit's ``max`` in this profile (None: unbounded)
     enum: str | None = None             # spec table the value refers to (error_codes, messages)
     errors: Mapping[str, str] = field(default_factory=frozen_map)
+    # ``mirrors: {of: MSG_SUBMIT.task_type, requirement: QX-TASK-2}``: the value is that field
+    # of the message this one answers, byte for byte; a mismatch breaks ``requirement``
+    mirrors: str | None = None
+    mirror_requirement: str | None = None
 
     @property
     def is_int(self) -> bool:
@@ -264,6 +268,8 @@ def _field(raw: Mapping[str, Any], limits: Mapping[str, Limit], kinds: Mapping[s
         size=size, size_eos=eos, encoding=encoding, max_size=max_size,
         max_bytes=None if max_bytes is None else int(max_bytes), enum=raw.get("enum"),
         errors=frozen_map(errors),
+        mirrors=(raw.get("mirrors") or {}).get("of"),
+        mirror_requirement=(raw.get("mirrors") or {}).get("requirement"),
     )
 
 

@@ -52,7 +52,7 @@ async def play(server: ConformanceServer | QuicxConformanceServer, testee: Teste
                request: dict[str, Any], mangle: Mangle, limit: float,
                behaviour: dict[str, Any] | None = None) -> Played:
     """One request to the testee, served with ``mangle`` in force (see the module docs);
-    ``behaviour``: further server behaviours of the session (quicx: ``fresh_engine``)."""
+    ``behaviour``: further server behaviours of the session (the scenario language's)."""
     transcript = BoundedTranscript()
     checker = server.new_checker({}, request.get("options") or {})
     session = server.begin({**(behaviour or {}), "mangle": mangle}, checker, transcript)

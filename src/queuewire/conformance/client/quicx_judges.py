@@ -37,6 +37,11 @@ def _by_conn(ctx: JudgeContext) -> dict[int, list[tuple[float, str, dict]]]:
     return out
 
 
+def _closed_by_server(ctx: JudgeContext, conn: int) -> bool:
+    return any(e["what"] == "close" and e["conn"] == conn and e.get("by") == "server"
+               for e in ctx.session.events)
+
+
 def _closed_at(ctx: JudgeContext, conn: int) -> float | None:
     return next((e["t"] for e in ctx.session.events if e["what"] == "close" and e["conn"] == conn),
                 None)
@@ -126,7 +131,13 @@ async def tasks_answered(ctx: JudgeContext, j: Any) -> list[Check]:
         return [_check(j, False, "the server handed out no task", "a task run", None)]
     answered = {f.get("task_id") for _, _, n, f in quicx_checker(ctx).received
                 if n in ("MSG_DONE", "MSG_FAILED")}
-    missing = sorted(t for t in given if t not in answered)
+    # a task whose connection the server dropped could not be answered there (it was
+    # requeued, QX-WORKER-1): only a task handed out again and left unanswered counts
+    dropped = {task for conn, tasks in quicx_checker(ctx).given.items()
+               if _closed_by_server(ctx, conn) for task in tasks}
+    again = {task for conn, tasks in quicx_checker(ctx).given.items()
+             if not _closed_by_server(ctx, conn) for task in tasks}
+    missing = sorted(t for t in given if t not in answered and (t not in dropped or t in again))
     return [_check(j, not missing, f"{len(given) - len(missing)} of {len(given)} task(s) answered "
                    "with MSG_DONE or MSG_FAILED carrying their id", "every task answered",
                    missing or sorted(given))]

@@ -19,8 +19,9 @@ that long after it connects (the client must answer MSG_PONG, QX-HB-2). A sessio
 what the bunqueue session does (``events``, ``transcript``, ``live``), so the runner drives
 both alike.
 
-Fuzz mode (``queuewire fuzz --client --protocol quicx``, :mod:`.fuzzing`): ``fresh_engine``
-gives the session an engine of its own (no task of an earlier case is queued), and ``mangle``,
+Every session (a scenario, or a fuzz case) gets an engine of its own, so no task an earlier
+one left queued reaches its worker. Fuzz mode (``queuewire fuzz --client --protocol quicx``,
+:mod:`.fuzzing`): ``mangle``,
 a callable ``(message, n, frame, fields)`` called with every frame the engine sends (``n``
 counting that message's frames in the session), may return a plan ``{"writes": [bytes...],
 "close": bool, "note": str, "intact": bool, "delay": seconds}`` to send instead: the writes
@@ -149,8 +150,9 @@ class QuicxSession:
         self.mangle: Callable[[str, int, bytes, dict], dict | None] | None = behaviour.get("mangle")
         self.computed: dict[tuple[str, int], dict] = {}   # fuzz mode: the real frames
         self._sent_counts: Counter[str] = Counter()
-        if behaviour.get("fresh_engine"):
-            owner.engine = QuicxEngine(owner.profile)
+        # every scenario (and fuzz case) starts on an empty daemon: no task an earlier one
+        # left queued reaches its worker (the scenario over, its connections are released)
+        owner.engine = QuicxEngine(owner.profile)
 
     def now(self) -> float:
         return time.monotonic() - self.transcript.started
@@ -316,7 +318,7 @@ class QuicxSession:
 
 
 class QuicxConformanceServer(ScenarioListener):
-    """One listening port and one reference engine for a whole run."""
+    """One listening port for a whole run, and a fresh reference engine per session."""
 
     def __init__(self, profile: Profile, host: str = "127.0.0.1", port: int = 0):
         super().__init__(profile, host, port)
