@@ -241,3 +241,22 @@ async def test_quicx_info_and_error_verdicts():
 """))
     assert r.verdict is Verdict.ERROR
     assert r.error.startswith("step 1: cannot encode MSG_SUBMIT:") and "task_type" in r.error
+
+
+def test_unimplemented_only_where_the_unknown_type_code_says_only_that():
+    """quicx/v1 answers an unknown type and every invalid frame with INVALID_MESSAGE, and in
+    quicx/1.0.3 0x04 is also an unknown task type: neither code can tell an unhandled message
+    from a refusal (issue 30). A profile whose unknown-type code is its own can."""
+    import dataclasses
+
+    from queuewire.conformance.steps_quicx import _unimplemented_code
+    for name in ("quicx/v1", "quicx/1.0.3"):
+        assert _unimplemented_code(load_profile(name).model) is None
+    spec = load_profile("quicx/v1").model
+    own = max(spec.error_names) + 1
+    replies = {k: (own if k == "unknown_type" else v) for k, v in spec.error_replies.items()}
+    unique = dataclasses.replace(spec, error_replies=replies, error_names={
+        **spec.error_names, own: "UNKNOWN_TYPE_ONLY"}, error_codes={**spec.error_codes})
+    object.__setattr__(unique, "error_code", lambda name: own if name == "INVALID_MESSAGE"
+                       else spec.error_code(name))
+    assert _unimplemented_code(unique) == own

@@ -81,3 +81,56 @@ async def test_a_daemon_that_validates_whole_frames_passes_a_bounded_fuzz_run():
     assert stats.cases > 50
     assert stats.failures == 0, [(c.index, [str(f) for f in fs if f.fails])
                                  for c, _s, fs in stats.failed]
+
+
+# -- what the plain fuzzer's quicx oracle says of answers (issue 30, items 3 and 6) -----------
+def _frames(*names_fields) -> Case:
+    from queuewire.codecs.quicx import QuicxEncoder
+    enc = QuicxEncoder(PROFILE)
+    return Case("quicx", PROFILE, [enc.encode(n, **f) for n, f in names_fields])
+
+
+def test_a_heartbeat_or_stats_left_unanswered_is_a_finding_under_its_rule():
+    judge, profile = QuicxJudge(load_profile(PROFILE)), load_profile(PROFILE)
+    exp = expect_quicx(_frames(("MSG_HEARTBEAT", {}), ("MSG_STATS", {})), profile)
+    lost = judge.judge(exp, [], closed=True, timed_out=False)
+    assert {(f.requirement, f.kind) for f in lost} == {("QX-HB-2", "lost_reply"),
+                                                      ("QX-STATS-2", "lost_reply")}
+    assert all(f.fails for f in lost)
+
+
+def test_answers_lost_after_a_refusal_and_a_close_are_the_close_not_the_rules():
+    from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
+    judge, profile = QuicxJudge(load_profile(PROFILE)), load_profile(PROFILE)
+    enc = QuicxEncoder(PROFILE)
+    case = Case("quicx", PROFILE, [_bad_version(3, 3), enc.heartbeat(), _bad_version(2, 2)])
+    exp = expect_quicx(case, profile)
+    refusal = QuicxDecoder(PROFILE, "producer").feed(enc.error("INVALID_MESSAGE", "v"))
+    (close,) = {f.requirement for f in judge.judge(exp, refusal, closed=True, timed_out=False)}
+    assert close == SPEC.semantics["open_after_error"].requirement   # QX-ERR-6, a SHOULD
+
+
+def test_a_missing_refusal_is_named_by_the_codes_that_did_come():
+    from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
+    judge, profile = QuicxJudge(load_profile(PROFILE)), load_profile(PROFILE)
+    enc = QuicxEncoder(PROFILE)
+    unknown_type = HEAD.pack(*[1, 0xEE, 0][:len(SPEC.header)])
+    exp = expect_quicx(Case("quicx", PROFILE, [unknown_type, _bad_version(2, 2),
+                                               enc.heartbeat()]), profile)
+    assert [e.kind for e in exp.errors] == ["unknown_type", "bad_version"]
+    one = QuicxDecoder(PROFILE, "producer").feed(enc.error("INVALID_MESSAGE", "?"))
+    one += QuicxDecoder(PROFILE, "producer").feed(enc.pong())
+    (lost,) = judge.judge(exp, one, closed=False, timed_out=True)
+    assert lost.kind == "lost_reply" and "one of unknown_type, bad_version" in lost.message
+    assert lost.requirement == "QX-ERR-3"   # the rule both refusals rest on, not either one
+
+
+def test_stats_figures_that_cannot_be_right_are_a_should_finding():
+    from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
+    judge, profile = QuicxJudge(load_profile(PROFILE)), load_profile(PROFILE)
+    enc = QuicxEncoder(PROFILE)
+    exp = expect_quicx(_frames(("MSG_STATS", {})), profile)
+    reply = QuicxDecoder(PROFILE, "monitor").feed(enc.stats_response(
+        queue_depth=0, workers_total=1, workers_idle=2, pmad_bytes_used=9, pmad_bytes_total=8))
+    (odd,) = judge.judge(exp, reply, closed=True, timed_out=False)
+    assert odd.requirement == "QX-STATS-5" and odd.kind == "stats_figures" and not odd.fails

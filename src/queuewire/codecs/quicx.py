@@ -206,6 +206,12 @@ class _Refused(Exception):
         self.error = error
 
 
+#: The bound a producer, worker or monitor puts on a daemon's frame where the profile bounds
+#: payloads only by the u32 length field (quicx/v1): bunqueue's frame limit, 64 MiB. Past it a
+#: length is refused at once (``byte_order`` when it fits read little-endian), not waited for.
+REPLY_PAYLOAD_MAX = 64 << 20
+
+
 class QuicxDecoder:
     """Incremental, strict decoder of a quicx byte stream as received by ``role``.
 

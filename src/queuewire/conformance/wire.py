@@ -42,7 +42,7 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameDecoder
 from ..codecs.errors import ProtocolError
-from ..codecs.quicx import QuicxDecoder
+from ..codecs.quicx import REPLY_PAYLOAD_MAX, QuicxDecoder
 from ..codecs.validation import jsonable
 from ..spec import Profile
 from .model import Transcript, WireEvent
@@ -61,7 +61,7 @@ RECV_FRAMES_MAX = 10_000
 RAW_RECORD_MAX = 64 << 10  # undecodable bytes recorded after the decoder stopped
 # quicx/v1 bounds a payload only by its u32 length field (4 GiB): the runner decodes a reply
 # of at most bunqueue's own frame limit and reports a longer one as too large.
-QUICX_PAYLOAD_MAX = 64 << 20
+QUICX_PAYLOAD_MAX = REPLY_PAYLOAD_MAX
 STOPPED_NOTE = ("the tester stopped reading connection {num}: the server sent {nbytes} bytes "
                 "in {frames} frames in this case, over the runner's receive budget "
                 "({max_bytes} bytes / {max_frames} frames per connection); what it sends next "

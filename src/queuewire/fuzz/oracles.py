@@ -43,7 +43,7 @@ from typing import Any
 
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
-from ..codecs.quicx import QuicxDecoder
+from ..codecs.quicx import REPLY_PAYLOAD_MAX, QuicxDecoder
 from ..codecs.validation import BunqueueValidator
 from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict
 from ..judge.exchange import REQUEST_CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
@@ -498,6 +498,10 @@ def _never_completes(stream: bytes, err: ProtocolError, dec: QuicxDecoder) -> bo
     return False
 
 
+#: refusals a daemon may make by a rule of its own before the one the spec's decoder names
+LOCAL_REFUSALS = ("payload_too_large", "task_too_large", "queue_full")
+
+
 class QuicxJudge:
     """Every frame the daemon sends decodes for a client; every ``reply`` error is answered
     by a MSG_ERROR with its code (more may come: refusals of well-formed frames)."""
@@ -508,7 +512,10 @@ class QuicxJudge:
         self.clients = tuple(r for r in self.spec.roles if r != "daemon")
 
     def client_decoder(self) -> QuicxDecoder:
-        return QuicxDecoder(self.profile, self.clients)
+        """How the fuzzer reads the daemon: as a client would, a length past
+        :data:`~..codecs.quicx.REPLY_PAYLOAD_MAX` refused at once (lengths sent little-endian
+        are named so, QX-HDR-5) instead of waited for until the bound."""
+        return QuicxDecoder(self.profile, self.clients, max_payload=REPLY_PAYLOAD_MAX)
 
     def _finding(self, rid: str | None, kind: str, message: str) -> Finding:
         return Finding(requirement_verdict(self.profile, rid), rid, kind, message)
@@ -530,19 +537,29 @@ class QuicxJudge:
                 rid = self.spec.semantics["open_after_error"].requirement
                 which = "the frames after the connection closed: " + \
                     ", ".join(e.kind for e in missing)
-            elif len(missing) == short:  # the codes say which refusals are missing
-                rid = self.spec.error(missing[0].kind).answered_by
-                which = ", ".join(e.kind for e in missing)
-            else:  # they cannot: blame the rule every refusal rests on, name the candidates
-                rid = self.spec.error("unknown_type").answered_by
-                which = "one of " + ", ".join(e.kind for e in missing)
+            else:
+                rid, which = self._blame(exp, missing, exact=len(missing) == short)
             out.append(self._finding(rid, "lost_reply",
                                      f"{short} of {len(exp.errors)} MSG_ERROR not sent "
                                      f"(missing: {which}; {why})"))
         elif sum(got.values()) >= len(exp.errors) and any(got[c] < n for c, n in want.items()):
-            out.append(Finding(Verdict.INFO, "QX-ERR-3", "other_error_code",
-                               f"MSG_ERROR codes {dict(got)} where the spec's decoder "
-                               f"gives {dict(want)}"))
+            # a daemon may refuse a frame by a rule of its own first (a lower payload cap, a
+            # full pool): a code of such a refusal is an observation; any other code in place
+            # of the one the spec gives is a wrong answer, under the refusal's rule
+            local = {self.spec.error_replies.get(k) for k in LOCAL_REFUSALS}
+            missing = self._unanswered(exp, [m.fields.get("error_code") for m in replies
+                                             if m.name == "MSG_ERROR"])
+            extra = set(got) - set(want) - local
+            if missing and extra:
+                rid, which = self._blame(exp, missing)
+                out.append(self._finding(rid, "wrong_error_code",
+                                         f"MSG_ERROR codes {dict(got)} where the spec's decoder "
+                                         f"gives {dict(want)} (not answered as the spec says: "
+                                         f"{which})"))
+            else:
+                out.append(Finding(Verdict.INFO, "QX-ERR-3", "other_error_code",
+                                   f"MSG_ERROR codes {dict(got)} where the spec's decoder "
+                                   f"gives {dict(want)}"))
         if exp.close_error is not None and not closed:
             out.append(self._finding(exp.close_error.requirement, "no_close",
                                      f"connection not closed after {exp.close_error.kind}"))
@@ -578,6 +595,20 @@ class QuicxJudge:
                 out.append(self._finding("QX-STATS-5", "stats_figures",
                                          f"MSG_STATS_RESPONSE figures that cannot be right: {f}"))
         return out
+
+    def _blame(self, exp: QuicxExpected, missing: list[ProtocolError], exact: bool = True
+               ) -> tuple[str | None, str]:
+        """The rule and the refusals to blame for the ``missing`` answers: themselves, unless
+        one shares its code with a refusal that was answered (then any of those may be the
+        unanswered one: the rule they share, else the one every refusal rests on, QX-ERR-3)."""
+        codes = {e.error_code for e in missing}
+        candidates = [e for e in exp.errors if e.error_code in codes]
+        if exact and len(candidates) == len(missing):
+            return self.spec.error(missing[0].kind).answered_by, \
+                ", ".join(e.kind for e in missing)
+        rules = {self.spec.error(e.kind).answered_by for e in candidates}
+        rid = rules.pop() if len(rules) == 1 else self.spec.error("unknown_type").answered_by
+        return rid, "one of " + ", ".join(dict.fromkeys(e.kind for e in candidates))
 
     @staticmethod
     def _unanswered(exp: QuicxExpected, codes: list[Any]) -> list[ProtocolError]:

@@ -55,9 +55,31 @@ async def ready_first(ctx: JudgeContext, j: Any) -> list[Check]:
             continue
         out.append(_check(j, names[0] == "MSG_READY", f"worker connection {conn} began with "
                           f"{names[0]}", "MSG_READY first", names[:3]))
+    if not out and any(a.get("op") == "work" for a in ctx.actions):
+        # asked to work, the client never registered a connection as a worker
+        sent = {conn: [n for _, n, _ in msgs][:3] for conn, msgs in _by_conn(ctx).items()}
+        out.append(_check(j, False, "the client was asked to work and no connection sent "
+                          "MSG_READY", "a worker connection beginning with MSG_READY", sent))
     if not out:
         ctx.notes.append("no connection sent MSG_READY")
     return out
+
+
+async def submitted_as_asked(ctx: JudgeContext, j: Any) -> list[Check]:
+    """Each ``submit`` action reaches the daemon as a MSG_SUBMIT of the task type and payload
+    it was given (a type_len that does not count the type's bytes moves bytes between the two,
+    and the frame still decodes)."""
+    asked = [(a.get("type"), str(a.get("payload", "")).encode())
+             for a in ctx.actions if a.get("op") == "submit"]
+    got = [(f.get("task_type"), bytes(f.get("payload") or b""))
+           for _, _, n, f in quicx_checker(ctx).received if n == "MSG_SUBMIT"]
+    if not asked:
+        ctx.notes.append("the scenario submits nothing")
+        return []
+    missing = [a for a in asked if a not in got]
+    return [_check(j, not missing, f"{len(asked) - len(missing)} of {len(asked)} submit(s) "
+                   "sent as MSG_SUBMIT of the task type and payload asked",
+                   [list(map(repr, a)) for a in asked], [list(map(repr, g)) for g in got])]
 
 
 async def ready_again(ctx: JudgeContext, j: Any) -> list[Check]:
@@ -68,8 +90,9 @@ async def ready_again(ctx: JudgeContext, j: Any) -> list[Check]:
             if name in ("MSG_DONE", "MSG_FAILED"):
                 if "MSG_READY" in names[i + 1:]:
                     answered += 1
-                else:
+                elif i + 1 < len(names):  # it went on without asking for its next task
                     missing += 1
+                # else its last result: a worker that then stops needs no next task
     if not answered and not missing:
         ctx.notes.append("the worker answered no task")
         return []
@@ -187,5 +210,5 @@ async def late_pong_observed(ctx: JudgeContext, j: Any) -> list[Check]:
 
 
 QUICX_JUDGES = {f.__name__: f for f in (
-    ready_first, ready_again, ready_after_wait, wait_backoff, tasks_answered,
+    ready_first, submitted_as_asked, ready_again, ready_after_wait, wait_backoff, tasks_answered,
     reconnected_worker, answers_heartbeat, late_pong_observed)}

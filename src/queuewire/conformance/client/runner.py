@@ -8,7 +8,9 @@ within a limit derived from the actions and options, lets late frames settle, an
 against what the server saw, and every frame's checks. The verdict is the server runner's
 :func:`~..model.verdict_of`: ERROR when the testee broke (exited, no answer in time),
 UNIMPLEMENTED when it reported an action ``unsupported``, INFO when a judgement found nothing
-to judge and nothing failed. Results are the server runner's ``CaseResult`` (the scenario as a
+to judge and nothing failed. A scenario whose every failure repeats one an earlier scenario
+of the run reported ends INFO naming it (:func:`once`): a client's defect is reported once,
+under its rule. Results are the server runner's ``CaseResult`` (the scenario as a
 ``Case`` citing every requirement its checks cite), so the report package renders them
 unchanged; coverage counts the profile's client and peer requirements.
 
@@ -30,13 +32,23 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...spec import Profile
-from ..model import Case, CaseResult, Check, Coverage, TargetRun, Verdict, verdict_of
+from ..model import (
+    Case,
+    CaseResult,
+    Check,
+    Coverage,
+    TargetRun,
+    Verdict,
+    deciding_check,
+    verdict_of,
+)
 from ..reproduce import client_argv, line
 from .capabilities import Observation, Sighting, observe, table
 from .judges import JUDGES, JudgeContext
@@ -161,9 +173,11 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
     ctx = JudgeContext(session, checker, queue, actions, results)
     unsupported = [i for i, r in enumerate(results) if r.get("error_type") == "unsupported"]
     if error is None and not unsupported:
-        checks += [_expect(e, results) for e in scenario.expect]
+        # the judgements first: where one fails, it says why an action failed (a worker that
+        # never sent MSG_READY), so it heads the scenario's verdict
         for j in scenario.judge:
             checks += await ALL_JUDGES[j.check](ctx, j)
+        checks += [_expect(e, results) for e in scenario.expect]
     if sightings is not None:
         sightings += observe(Observation(
             scenario.id, scenario.protocol, profile, behaviour, options, actions, session.events,
@@ -196,6 +210,35 @@ async def run_scenario(server: Any, testee: Testee, scenario: Scenario,
                       reproduction=reproduction(scenario, testee, profile.name))
 
 
+def _signature(check: Check) -> tuple[Any, str]:
+    """A failed check, numbers aside: the same defect met again in another scenario (a task
+    id, a connection number and a count differ from one scenario to the next)."""
+    return check.requirement, re.sub(r"\d+", "N", check.message)
+
+
+def once(result: CaseResult, seen: dict[tuple[Any, str], str]) -> CaseResult:
+    """A scenario whose deciding failure (the check its verdict rests on) repeats one an
+    earlier scenario of the run reported ends INFO, naming that scenario: the client's defect
+    is reported once, under its rule, and what it makes fail after it (an action that could
+    not complete) is its consequence. ``seen`` records the failures reported so far."""
+    decisive = deciding_check(result.checks)
+    if result.verdict not in (Verdict.FAIL, Verdict.NON_STRICT) or decisive is None:
+        return result
+    first = seen.get(_signature(decisive))
+    if first is None:
+        for c in result.checks:
+            if not c.ok:
+                seen.setdefault(_signature(c), result.case.id)
+        return result
+    failed = [decisive]
+    check = Check(failed[0].requirement, "INFO", True, "blocked",
+                  f"not judged again: {failed[0].message} (the defect scenario {first} "
+                  f"reports, under {failed[0].requirement})", None, None)
+    result.checks = [c for c in result.checks if c.ok] + [check]
+    result.verdict = Verdict.INFO
+    return result
+
+
 async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Profile, *,
                      host: str = "127.0.0.1", port: int = 0,
                      progress: Progress | None = None,
@@ -211,9 +254,11 @@ async def run_client(testee: Testee, scenarios: Sequence[Scenario], profile: Pro
         progress("start", len(scenarios))
     results: list[CaseResult] = []
     sightings: list[Sighting] = []
+    seen: dict[tuple[Any, str], str] = {}  # the failures reported so far, by signature
     try:
         for scenario in scenarios:
-            result = await run_scenario(server, testee, scenario, profile, sightings)
+            result = once(await run_scenario(server, testee, scenario, profile, sightings),
+                          seen)
             results.append(result)
             if progress:
                 progress("case", result)
