@@ -92,10 +92,12 @@ def _frames(*names_fields) -> Case:
 
 def test_a_heartbeat_or_stats_left_unanswered_is_a_finding_under_its_rule():
     judge, profile = QuicxJudge(load_profile(PROFILE)), load_profile(PROFILE)
-    exp = expect_quicx(_frames(("MSG_HEARTBEAT", {}), ("MSG_STATS", {})), profile)
+    exp = expect_quicx(_frames(("MSG_HEARTBEAT", {}), ("MSG_STATS", {}), ("MSG_READY", {}),
+                               ("MSG_SUBMIT", {"task_type": "t", "payload": b"p"})), profile)
     lost = judge.judge(exp, [], closed=True, timed_out=False)
-    assert {(f.requirement, f.kind) for f in lost} == {("QX-HB-2", "lost_reply"),
-                                                      ("QX-STATS-2", "lost_reply")}
+    assert {(f.requirement, f.kind) for f in lost} == {
+        ("QX-HB-2", "lost_reply"), ("QX-STATS-2", "lost_reply"), ("QX-READY-3", "lost_reply"),
+        ("QX-OK-1", "lost_reply")}
     assert all(f.fails for f in lost)
 
 

@@ -568,24 +568,32 @@ class QuicxJudge:
     def _answers(self, exp: QuicxExpected, replies: list[Any], closed: bool, refused: bool,
                  why: str) -> list[Finding]:
         """Every well-formed request the daemon read gets its answer: a MSG_HEARTBEAT a
-        MSG_PONG (where any peer may send one, QX-HB-2), a MSG_STATS a MSG_STATS_RESPONSE
+        MSG_PONG (where any peer may send one, QX-HB-2), a MSG_READY a MSG_TASK or MSG_WAIT
+        (where an empty queue is answered MSG_WAIT, QX-READY-3), a MSG_SUBMIT a MSG_OK or a
+        refusal (QX-OK-1), a MSG_STATS a MSG_STATS_RESPONSE
         (where stats are served on this transport, QX-STATS-2) whose figures can be right
         (QX-STATS-5: the pool bytes used within its size, the idle workers among all). Answers
         lost after the daemon refused a frame and closed are its closing (QX-ERR-6)."""
         spec, out = self.spec, []
-        want: list[tuple[str, str, str]] = []
+        want: list[tuple[str, tuple[str, ...], str]] = []
         if set(spec.peer_roles) <= set(spec.flag("heartbeat_from")):
-            want.append(("MSG_HEARTBEAT", "MSG_PONG", "QX-HB-2"))
+            want.append(("MSG_HEARTBEAT", ("MSG_PONG",), "QX-HB-2"))
         if spec.flag("stats_on_tcp") and "MSG_STATS" in spec.messages:
-            want.append(("MSG_STATS", "MSG_STATS_RESPONSE", "QX-STATS-2"))
+            want.append(("MSG_STATS", ("MSG_STATS_RESPONSE",), "QX-STATS-2"))
+        if spec.flag("wait_when_empty"):  # a READY is answered at once (else it is held)
+            want.append(("MSG_READY", ("MSG_TASK", "MSG_WAIT"), "QX-READY-3"))
+        # a MSG_SUBMIT is answered MSG_OK or refused: the answers beyond the spec's refusals
+        want.append(("MSG_SUBMIT", ("MSG_OK", "MSG_ERROR"), "QX-OK-1"))
         after_close = spec.semantics["open_after_error"].requirement
-        for asked, answer, rule in want:
+        for asked, answers, rule in want:
             n = sum(m.name == asked for m in exp.messages)
-            got = sum(m.name == answer for m in replies)
+            got = sum(m.name in answers for m in replies)
+            if "MSG_ERROR" in answers:  # those that answer the refused frames do not count
+                got -= min(sum(m.name == "MSG_ERROR" for m in replies), len(exp.errors))
             if got < n:
                 out.append(self._finding(after_close if closed and refused else rule,
                                          "lost_reply", f"{n - got} of {n} {asked} not "
-                                         f"answered {answer} ({why})"))
+                                         f"answered {' or '.join(answers)} ({why})"))
         for m in replies:
             if m.name != "MSG_STATS_RESPONSE" or "pmad_bytes_total" not in m.fields:
                 continue
