@@ -249,9 +249,9 @@ def test_unimplemented_only_where_the_unknown_type_code_says_only_that():
     from a refusal (issue 30). A profile whose unknown-type code is its own can."""
     import dataclasses
 
-    from queuewire.conformance.steps_quicx import _unimplemented_code
+    from queuewire.conformance.steps_quicx import unimplemented_code
     for name in ("quicx/v1", "quicx/1.0.3"):
-        assert _unimplemented_code(load_profile(name).model) is None
+        assert unimplemented_code(load_profile(name).model) is None
     spec = load_profile("quicx/v1").model
     own = max(spec.error_names) + 1
     replies = {k: (own if k == "unknown_type" else v) for k, v in spec.error_replies.items()}
@@ -259,4 +259,4 @@ def test_unimplemented_only_where_the_unknown_type_code_says_only_that():
         **spec.error_names, own: "UNKNOWN_TYPE_ONLY"}, error_codes={**spec.error_codes})
     object.__setattr__(unique, "error_code", lambda name: own if name == "INVALID_MESSAGE"
                        else spec.error_code(name))
-    assert _unimplemented_code(unique) == own
+    assert unimplemented_code(unique) == own

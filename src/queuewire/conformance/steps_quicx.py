@@ -336,7 +336,7 @@ def _requirement(ctx: CaseContext, o: dict) -> str | None:
     return ctx.default_requirement(by_fields)
 
 
-def _unimplemented_code(spec) -> int | None:
+def unimplemented_code(spec) -> int | None:
     """The error code that says "the daemon does not handle this message type", when it says
     only that: in quicx/v1 an unknown type shares INVALID_MESSAGE with every invalid frame, so
     that code cannot tell an unhandled type from a refusal and nothing is UNIMPLEMENTED."""
@@ -495,7 +495,7 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, sent: str | 
             raise CaseAbort()
         return
     value = obs.reply.value if obs.reply is not None else None
-    unhandled = _unimplemented_code(spec)
+    unhandled = unimplemented_code(spec)
     if (sent is not None and sent == ctx.case.command and unhandled is not None
             and value is not None and _is_error(spec, value, spec.error_names[unhandled])):
         ctx.unimplemented = True
