@@ -46,7 +46,6 @@ from ..model import (
     Coverage,
     TargetRun,
     Verdict,
-    deciding_check,
     verdict_of,
 )
 from ..reproduce import client_argv, line
@@ -217,25 +216,28 @@ def _signature(check: Check) -> tuple[Any, str]:
 
 
 def once(result: CaseResult, seen: dict[tuple[Any, str], str]) -> CaseResult:
-    """A scenario whose deciding failure (the check its verdict rests on) repeats one an
-    earlier scenario of the run reported ends INFO, naming that scenario: the client's defect
-    is reported once, under its rule, and what it makes fail after it (an action that could
-    not complete) is its consequence. ``seen`` records the failures reported so far."""
-    decisive = deciding_check(result.checks)
-    if result.verdict not in (Verdict.FAIL, Verdict.NON_STRICT) or decisive is None:
+    """Report a client's defect once per run, under its rule: in a scenario, a failed check
+    that repeats one an earlier scenario reported becomes an INFO note naming that scenario,
+    and so do the action results that failed with it (an action a repeated defect kept from
+    completing); the verdict is then that of what is left, INFO when nothing fresh failed. A
+    fresh failure keeps its verdict. ``seen`` records the failures reported so far."""
+    failed = [c for c in result.checks if not c.ok]
+    if result.verdict not in (Verdict.FAIL, Verdict.NON_STRICT) or not failed:
         return result
-    first = seen.get(_signature(decisive))
-    if first is None:
-        for c in result.checks:
-            if not c.ok:
-                seen.setdefault(_signature(c), result.case.id)
+    repeats = [c for c in failed if _signature(c) in seen]
+    for c in failed:
+        seen.setdefault(_signature(c), result.case.id)
+    judged = [c for c in repeats if c.kind != "result"]
+    if not judged:
         return result
-    failed = [decisive]
-    check = Check(failed[0].requirement, "INFO", True, "blocked",
-                  f"not judged again: {failed[0].message} (the defect scenario {first} "
-                  f"reports, under {failed[0].requirement})", None, None)
-    result.checks = [c for c in result.checks if c.ok] + [check]
-    result.verdict = Verdict.INFO
+    fresh = [c for c in failed if c not in repeats and c.kind != "result"]
+    first = seen[_signature(judged[0])]
+    note = Check(judged[0].requirement, "INFO", True, "blocked",
+                 f"not judged again: {judged[0].message} (the defect scenario {first} "
+                 f"reports, under {judged[0].requirement})", None, None)
+    kept = [c for c in result.checks if c.ok or c in fresh]
+    result.checks = kept + [note]
+    result.verdict = verdict_of(result.checks, info=True)
     return result
 
 
