@@ -38,6 +38,8 @@ VARIANTS = {
     "stop-after-final-ready": "after its last task's DONE still sends one READY, then closes",
     "heartbeat-idle": "sends MSG_HEARTBEAT itself after 100 ms without a frame either way "
                       "and ignores the PONG",
+    "no-reconnect": "a worker whose connection the daemon drops stops working and reports "
+                    "the loss (004 does not make it reconnect)",
 }
 
 MUTANTS = {
@@ -64,6 +66,7 @@ _SWITCHES: dict[str, dict[str, object]] = {
     "stop-after-final-ready": {"final_ready": True},
     "heartbeat-idle": {"idle_heartbeat": IDLE_HEARTBEAT_S},
     "sync-producer": {"sync_producer": True},
+    "no-reconnect": {"reconnect": False},
     "no-ready": {"ready_first": False},
     "done-wrong-id": {"done_id_delta": 1},
     "done-little-endian": {"done_id_order": "<"},
@@ -83,6 +86,7 @@ class Behaviour:
     submit_typelen_extra = 0
     ready_after_wait = True
     sync_producer = False
+    reconnect = True
 
     def __init__(self, variant: str):
         for name, value in _SWITCHES[variant].items():
@@ -254,7 +258,10 @@ class Player:
                 continue
             try:
                 await self.serve_worker(link, types, want, work_s, ids)
-            except (ActionError, ConnectionError):
+            except (ActionError, ConnectionError) as exc:
+                if not self.how.reconnect:   # no-reconnect variant: the loss ends the work
+                    raise ActionError("connection_lost", f"the daemon dropped the worker: "
+                                                         f"{exc}") from None
                 await asyncio.sleep(RECONNECT_BACKOFF_S)   # dropped: reconnect, READY again
             finally:
                 await link.close()

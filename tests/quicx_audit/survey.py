@@ -23,7 +23,6 @@ import argparse
 import collections
 import concurrent.futures
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -35,20 +34,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-
-
-def load(name: str) -> ModuleType:
-    """``tests/quicx_audit/<name>.py`` as module ``quicx_audit_<name>`` (by path: no package,
-    and no clash with an installed module of the same name)."""
-    spec = importlib.util.spec_from_file_location(f"quicx_audit_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
+sys.path.insert(0, str(HERE))
+from audit_support import load  # noqa: E402 - the folder is no package
 
 audit_daemon = load("daemon")
 audit_client = load("client")

@@ -6,27 +6,18 @@ scenario. The expected bytes are written out from document 004, not read from qu
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import struct
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from audit_support import load
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"quicx_audit_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-daemon = _load("daemon")
-client = _load("client")
+daemon = load("daemon")
+client = load("client")
 
 
 def frame(mtype: int, body: bytes = b"") -> bytes:
