@@ -38,11 +38,19 @@ async def test_npm_client_survives_reordered_split_and_dead_links() -> None:
         pytest.fail("bun/bunqueue are not installed in tests/interop: run `make setup`")
     testee = Testee(f"{BUN} bunqueue_js_testee.mjs", cwd=str(HERE), label="bunqueue-npm")
     run = await run_client(testee, chosen("*out-of-order", "*split", "*dead-link"), PROFILE)
-    assert {r.case.id: r.verdict for r in run.results} == {
-        "bunqueue.client.replies-out-of-order": Verdict.NON_STRICT,
-        "bunqueue.client.replies-split": Verdict.NON_STRICT,
-        "bunqueue.client.dead-link": Verdict.NON_STRICT}
-    assert all(opening_only(r) and r.failed_checks for r in run.results)
+    # the missing Hello is reported once, by the first scenario; the others pass otherwise
+    # and end INFO naming it (a client's defect is one finding, issue 30)
+    # (dead-link reconnects: a connection that opens with another command than before is a
+    # fresh sighting, NON-STRICT again)
+    verdicts = {r.case.id: r.verdict for r in run.results}
+    assert verdicts["bunqueue.client.replies-out-of-order"] is Verdict.NON_STRICT
+    assert verdicts["bunqueue.client.replies-split"] is Verdict.INFO
+    assert verdicts["bunqueue.client.dead-link"] in (Verdict.INFO, Verdict.NON_STRICT)
+    first, *rest = run.results
+    assert opening_only(first) and first.failed_checks
+    for r in rest:
+        assert opening_only(r) and (r.verdict is Verdict.NON_STRICT or any(
+            c.kind == "blocked" and first.case.id in c.message for c in r.checks))
 
 
 @pytest.mark.asyncio

@@ -12,7 +12,7 @@ touched the daemon's one task queue also has the queue drained after it
 (:func:`.steps_quicx.drain_daemon`), however it ended. A defect of the target that later
 cases would meet again (a malformed message type, a daemon that closes after MSG_ERROR) is
 reported by the first case that meets it; the others end INFO there, naming that case
-(:meth:`.CaseContext.known_defect`). A case that raises, cannot
+(:meth:`.context.CaseContext.known_defect`). A case that raises, cannot
 connect, or checks nothing is an ERROR with a one-line message; otherwise its verdict is
 :func:`~.model.verdict_of` of its checks. Every result carries a one-line reproduction command,
 and has the ``--auth-token`` masked (:func:`~.model.redact_result`) before anyone sees it, so
@@ -136,7 +136,7 @@ async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeou
                    defects: dict[Any, str] | None = None) -> CaseResult:
     """Run one case on a fresh context; never raises for a problem of the case or target.
     ``http_target``: the server's HTTP API for ``http:`` steps (None: those cases are INFO).
-    ``defects``: the run's defects already reported (:meth:`.CaseContext.known_defect`),
+    ``defects``: the run's defects already reported (:meth:`.context.CaseContext.known_defect`),
     shared by its cases."""
     ctx = CaseContext(case, profile, host, port, timeout=timeout, auth_token=auth_token,
                       http_target=http_target, defects=defects)
