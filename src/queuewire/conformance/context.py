@@ -189,7 +189,7 @@ class Conn:
 
     def _require_open(self) -> None:
         if self.closed_after_error():  # a finding about the daemon, not the case's mistake
-            self.ctx.closed_after_error(self)
+            self.ctx.report_closed_after_error(self)
         if self.closed is not None or self.wire.closed_by_peer is not None:
             raise StepError(f"connection {self.num} was closed by the server "
                             f"({self.closed or self.wire.closed_by_peer}); use another conn:")
@@ -424,7 +424,7 @@ class CaseContext:
         self.defect((DAEMON_FRAME, error.get("kind"), rid), rid,
                     f"the daemon sent a frame that breaks {rid}: {error.get('message', '')}")
 
-    def closed_after_error(self, conn: Conn) -> NoReturn:
+    def report_closed_after_error(self, conn: Conn) -> NoReturn:
         """A case needs connection ``conn``, which the daemon closed after its MSG_ERROR:
         judged once per run by the requirement of the profile's ``open_after_error`` flag
         (QX-ERR-6, a reading: 004 does not say the daemon keeps the connection), then the
