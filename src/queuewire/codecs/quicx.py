@@ -127,6 +127,38 @@ class Message(NamedTuple):
         return {"type": self.name, "code": self.code, "fields": to_json(self.fields)}
 
 
+class FrameSpan(NamedTuple):
+    """Where one frame lies in a byte string, read from its header alone."""
+
+    version: int
+    code: int
+    start: int   # offset of its header
+    end: int     # start + header + declared length: past the data for a frame cut short
+
+
+def frame_spans(spec: QuicxSpec, data: bytes) -> list[FrameSpan]:
+    """The frames laid end to end in ``data``, each found from the one before by its
+    header's declared length, as a receiver that skips a refused frame walks them; nothing is
+    decoded or checked. A trailing piece shorter than a header is no frame; the last span's
+    ``end`` past ``len(data)`` is a frame cut short."""
+    head = struct.Struct(struct_format(spec.header))
+    order = [f.id for f in spec.header]
+    at_v, at_t, at_n = (order.index(k) for k in ("version", "msg_type", "len_payload"))
+    out, pos = [], 0
+    while pos + head.size <= len(data):
+        fields = head.unpack_from(data, pos)
+        end = pos + head.size + fields[at_n]
+        out.append(FrameSpan(fields[at_v], fields[at_t], pos, end))
+        pos = end
+    return out
+
+
+def swap_bytes(value: int, width: int) -> int:
+    """``value`` as a ``width``-byte integer with its byte order reversed (what a peer that
+    writes it little-endian puts on a big-endian wire)."""
+    return int.from_bytes(value.to_bytes(width, "big"), "little")
+
+
 def to_json(fields: dict[str, Any]) -> dict[str, Any]:
     """Field values for JSON: integers and text as they are, bytes as lowercase hex."""
     return {k: v.hex() if isinstance(v, (bytes, bytearray, memoryview)) else v
@@ -493,7 +525,7 @@ class QuicxDecoder:
             raise refuse(QuicxMessageError, kind,
                          f"{msg.name} is not sent to {'/'.join(sorted(self.roles or ()))}",
                          "msg_type")
-        swapped = self._swap(length) if self._client else length
+        swapped = swap_bytes(length, self._len_bytes) if self._client else length
         if swapped < length and not self._fits(code, length) and self._fits(code, swapped):
             raise refuse(QuicxFramingError, "byte_order",
                          f"{msg.name} claims {length} bytes ({length:#010x}), which it cannot "
@@ -520,9 +552,6 @@ class QuicxDecoder:
                          "len_payload")
         return self._plans[code]  # every check passed: the fast path has this plan
 
-    def _swap(self, length: int) -> int:
-        """``length`` with the byte order of the header's length field reversed."""
-        return int.from_bytes(length.to_bytes(self._len_bytes, "big"), "little")
 
     def _fits(self, code: int, length: int) -> bool:
         """Whether the length checks accept ``length`` for opcode ``code``."""

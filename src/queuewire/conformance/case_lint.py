@@ -22,11 +22,11 @@ from collections.abc import Iterable
 
 from ..spec import Profile, load_profile
 from ..spec.lint import LintIssue
+from ..spec.model import Level
+from .context import strongest
 from .loader import load_cases
 from .model import Case
 from .steps_quicx import describe, tested
-
-_RANK = {"MAY": 0, "SHOULD": 1, "MUST": 2}
 
 
 def lint_cases(profile: Profile | str, cases: Iterable[Case] | None = None) -> list[LintIssue]:
@@ -46,7 +46,7 @@ def _outcomes(step: dict) -> Iterable[dict]:
     return [o for o in expect.get("any_of", [expect]) if isinstance(o, dict)]
 
 
-def _level(prof: Profile, rid: str | None) -> str:
+def _level(prof: Profile, rid: str | None) -> Level:
     req = prof.requirements.get(rid) if rid else None
     return req.level if req is not None else "MUST"
 
@@ -64,12 +64,11 @@ def _case(prof: Profile, case: Case) -> Iterable[LintIssue]:
                 continue
             reqs = case.requirements
             took = next((r for r in reqs if r in ties), reqs[0] if reqs else None)
-            strongest = max(ties, key=lambda r: _RANK.get(_level(prof, r), 2))
-            if took in ties or _RANK.get(_level(prof, took), 2) >= \
-                    _RANK.get(_level(prof, strongest), 2):
+            level, tied = _level(prof, took), strongest([_level(prof, r) for r in ties])
+            if took in ties or strongest([level, tied]) == level:
                 continue
             yield LintIssue(prof.name, f"case {case.id} step {n}",
-                            f"the check of {describe(o)} takes its level "
-                            f"({_level(prof, took)}) from {took}, which it does not test; it "
-                            f"tests {', '.join(ties)} ({_level(prof, strongest)}): give the "
-                            f"outcome its own requirement (or a level, if the weaker one is meant)")
+                            f"the check of {describe(o)} takes its level ({level}) from "
+                            f"{took}, which it does not test; it tests {', '.join(ties)} "
+                            f"({tied}): give the outcome its own requirement (or a level, if "
+                            f"the weaker one is meant)")

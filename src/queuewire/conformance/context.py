@@ -417,21 +417,21 @@ class CaseContext:
                    level=self.level_of(requirement), kind="defect")
         raise CaseAbort()
 
-    def daemon_frame(self, error: Mapping[str, Any]) -> NoReturn:
+    def daemon_frame(self, error: Mapping[str, Any], context: str = "") -> NoReturn:
         """The daemon sent a frame that breaks a rule of the frames (``error``: the decoder's
-        error): a :meth:`defect` under that rule."""
+        error): a :meth:`defect` under that rule (``context`` leads its message)."""
         rid = error.get("requirement")
-        self.defect((DAEMON_FRAME, error.get("kind"), rid), rid,
-                    f"the daemon sent a frame that breaks {rid}: {error.get('message', '')}")
+        self.defect((DAEMON_FRAME, error.get("kind"), rid), rid, f"{context}the daemon sent "
+                    f"a frame that breaks {rid}: {error.get('message', '')}")
 
-    def report_closed_after_error(self, conn: Conn) -> NoReturn:
-        """A case needs connection ``conn``, which the daemon closed after its MSG_ERROR:
+    def report_closed_after_error(self, conn: Conn, context: str = "") -> NoReturn:
+        """The case needs connection ``conn``, which the daemon closed after its MSG_ERROR:
         judged once per run by the requirement of the profile's ``open_after_error`` flag
         (QX-ERR-6, a reading: 004 does not say the daemon keeps the connection), then the
-        case stops (:class:`CaseAbort`)."""
+        case stops (:class:`CaseAbort`); ``context`` leads the message."""
         rid = self.profile.model.semantics["open_after_error"].requirement
-        self.defect((CLOSED_AFTER_ERROR, rid), rid, f"the daemon closed connection "
-                    f"{conn.num} after its MSG_ERROR ({conn.gone}), and the case goes on on it")
+        self.defect((CLOSED_AFTER_ERROR, rid), rid, f"{context}the daemon closed connection "
+                    f"{conn.num} after its MSG_ERROR ({conn.gone})")
 
     def blocked(self, first: str, what: str, requirement: str | None) -> NoReturn:
         """End the case at a defect case ``first`` reported: an INFO observation (not a

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..codecs.quicx import QuicxEncoder
+from ..codecs.quicx import QuicxEncoder, frame_spans
 from ..spec import Profile, load_profile
 from ..spec.quicx import DAEMON, QuicxSpec
 from ..vectors.quicx import SAMPLE_REST_BYTES, SAMPLE_SIZED_TEXT, generate
@@ -122,36 +122,26 @@ def _case(profile: Profile, cid: str, title: str, requirements: Iterable[str | N
                 exclusive=uses_task_queue(steps, profile.model))
 
 
-def uses_task_queue(steps: Iterable[dict], spec: QuicxSpec | None = None) -> bool:
+def uses_task_queue(steps: Iterable[dict], spec: QuicxSpec) -> bool:
     """Whether steps touch the daemon's one task queue (a worker asks for a task, a producer
     submits one, a monitor reads the counts): such a case is exclusive (runs alone under
     --jobs), since another case's tasks would reach its worker or its figures, and the runner
-    drains the queue after it. With ``spec``, raw bytes count too when a frame in them is one
-    of those messages: a daemon may accept a MSG_SUBMIT the spec refuses (an invalid task
-    type, a lenient reading), and its task must not reach a later case."""
+    drains the queue after it. Raw bytes count too when a frame in them is one of those
+    messages: a daemon may accept a MSG_SUBMIT the spec refuses (an invalid task type, a
+    lenient reading), and its task must not reach a later case."""
     names = (SUBMIT, READY, "MSG_STATS")
-    codes = {spec.messages[n].code for n in names if n in spec.messages} if spec else set()
+    codes = {spec.messages[n].code for n in names if n in spec.messages}
     for s in steps:
         if isinstance(s.get("send"), dict) and s["send"].get("type") in names:
             return True
         raw = s.get("send_raw")
-        if codes and isinstance(raw, str) and _frame_codes(spec, raw) & codes:
+        if isinstance(raw, str) and any(
+                f.code in codes and f.version in spec.accepted_versions  # else it is refused
+                for f in frame_spans(spec, bytes.fromhex(re.sub(r"\s+", "", raw)))):
             return True
     return False
 
 
-def _frame_codes(spec: QuicxSpec | None, hexes: str) -> set[int]:
-    """The opcodes of the frames laid end to end in ``hexes`` (by their declared lengths)."""
-    assert spec is not None
-    data = bytes.fromhex(re.sub(r"\s+", "", hexes))
-    hs, at, ty = spec.header_size, spec.header_offsets["len_payload"], \
-        spec.header_offsets["msg_type"]
-    out, pos = set(), 0
-    while pos + hs <= len(data):
-        if data[pos] in spec.accepted_versions:  # a frame of another version is refused
-            out.add(data[pos + ty])
-        pos += hs + int.from_bytes(data[pos + at:pos + hs], "big")
-    return out
 
 
 def _code_requirement(spec: QuicxSpec, code: int) -> str | None:
@@ -204,11 +194,8 @@ def vector_cases(profile: Profile | str) -> list[Case]:
 
 def _complete(spec: QuicxSpec, data: bytes) -> bool:
     """Whether ``data`` holds every byte its header declares (frames back to back)."""
-    hs, at = spec.header_size, spec.header_offsets["len_payload"]
-    pos = 0
-    while pos + hs <= len(data):
-        pos += hs + int.from_bytes(data[pos + at:pos + hs], "big")
-    return pos == len(data)
+    spans = frame_spans(spec, data)
+    return (spans[-1].end if spans else 0) == len(data)
 
 
 def _vector_ids(profile: Profile) -> set[str]:

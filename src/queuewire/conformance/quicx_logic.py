@@ -20,16 +20,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from ..codecs.errors import ProtocolError
-from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
+from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder, swap_bytes
 from ..spec.quicx import DAEMON, QuicxSpec
 from .steps_quicx import (
     KNOWN_SILENCE_S,
     UNANSWERED,
+    altered_defect,
     mirror_defect,
-    swapped_defect,
     unanswered,
 )
 
@@ -83,10 +83,9 @@ def _as_said(ctx: Any, msg: Message, name: str, fields: dict[str, Any]) -> None:
     """``msg`` is the message ``name`` but its ``fields`` differ: a defect every case would
     meet (the task type and payload altered, an id in the wrong byte order) is reported once
     per run and stops the case."""
-    for found in (mirror_defect(_spec(ctx), name, fields, msg),
-                  swapped_defect(ctx, name, fields, msg)):
-        if found is not None:
-            ctx.defect(found[0], found[1], found[2])
+    altered = altered_defect(ctx, name, fields, msg)
+    if altered is not None:
+        ctx.defect(*altered)
 
 
 def _as_submitted(ctx: Any, msg: Message, **submitted: Any) -> None:
@@ -96,7 +95,7 @@ def _as_submitted(ctx: Any, msg: Message, **submitted: Any) -> None:
     (order, requeue) that the altered bytes would make it look like."""
     mirror = mirror_defect(_spec(ctx), msg.name, submitted, msg)
     if mirror is not None:
-        ctx.defect(mirror[0], mirror[1], mirror[2])
+        ctx.defect(*mirror)
 
 
 async def _pong(ctx: Any, conn: Any, requirement: str = "QX-HB-2") -> bool:
@@ -387,8 +386,7 @@ async def stats_figures(ctx: Any) -> None:
     rules = _figure_rules()
     broken = [r for r in rules if not r[1](*snaps)]
     layout = ctx.profile.model.message(STATS_RESPONSE).layout
-    swapped = [{f.id: int.from_bytes(v[f.id].to_bytes(f.width, "big"), "little") for f in layout}
-               for v in snaps]
+    swapped = [{f.id: swap_bytes(v[f.id], cast(int, f.width)) for f in layout} for v in snaps]
     if broken and all(r[1](*swapped) for r in rules):
         ctx.check(False, "the figures do not follow the daemon's state read big-endian, and "
                   "all do read little-endian: they are sent in the wrong byte order",

@@ -166,8 +166,9 @@ async def run_case(case: Case, profile: Profile, host: str, port: int, *, timeou
             await ctx.close_all()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
-        if case.exclusive and case.protocol == "quicx":
-            await steps_quicx.drain_daemon(ctx)
+        after = _AFTER_EXCLUSIVE.get(case.protocol)
+        if case.exclusive and after is not None:
+            await after(ctx)
     ctx.checks = checks
     verdict = verdict_of(checks, error=error, unimplemented=unimplemented, info=info)
     if verdict is Verdict.ERROR and error is None:
@@ -222,6 +223,10 @@ async def _body(ctx: CaseContext) -> None:
 
 # The step interpreter of each protocol: run_step(ctx, step) runs one YAML step.
 _STEP_RUNNERS = {"bunqueue": steps_bunqueue.run_step, "quicx": steps_quicx.run_step}
+# What runs after each case that touched server-wide state, however it ended: quicx drains
+# the daemon's one task queue (bunqueue's cases have queues of their own, and the residue
+# Housekeeper).
+_AFTER_EXCLUSIVE = {"quicx": steps_quicx.drain_daemon}
 
 
 def _one_line(exc: BaseException, case: Case) -> str:

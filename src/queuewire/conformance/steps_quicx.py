@@ -12,7 +12,8 @@ MUST failures stop the case) is the bunqueue interpreter's, except that a ``degr
 also stops the case (the steps after it were written for the outcome asked first), and that
 a miss is judged by the rule it shows broken where that is not the step's (:func:`judge`:
 a connection the daemon closed after its MSG_ERROR, a frame of the daemon's that breaks a
-rule, a failed ``probe``; each such defect is reported once per run). A MSG_ERROR carrying
+rule, a failed ``probe``; each such defect is reported once per run:
+:func:`_stop_at_defect`). A MSG_ERROR carrying
 the code the profile answers an unknown message type with, sent in reply to the case's
 ``command``, makes the case UNIMPLEMENTED when no other refusal shares that code. A
 MSG_HEARTBEAT the daemon sends is answered MSG_PONG by the connection and is not a step's
@@ -29,11 +30,9 @@ import struct
 import time
 from typing import Any, NoReturn
 
-from ..codecs.quicx import QuicxEncoder
+from ..codecs.quicx import QuicxEncoder, frame_spans, swap_bytes
 from ..spec.quicx import struct_format
 from .context import (
-    CLOSED_AFTER_ERROR,
-    DAEMON_FRAME,
     ERROR_FIELD,
     CaseAbort,
     CaseContext,
@@ -52,8 +51,6 @@ from .steps_bunqueue import (
     match_transport,
     save_vars,
 )
-
-_RANK = {"MAY": 0, "SHOULD": 1, "MUST": 2}
 
 
 async def run_step(ctx: CaseContext, step: dict) -> None:
@@ -118,18 +115,14 @@ UNANSWERED = "unanswered"  # the signature of a request the daemon never answers
 
 
 def _frames_of(spec, data: bytes) -> tuple[str, ...]:
-    """The names of the whole, well-headed frames laid end to end in ``data``."""
-    hs, at, ty = spec.header_size, spec.header_offsets["len_payload"], \
-        spec.header_offsets["msg_type"]
-    out, pos = [], 0
-    while pos + hs <= len(data):
-        end = pos + hs + int.from_bytes(data[pos + at:pos + hs], "big")
-        msg = spec.opcode(data[pos + ty])
-        if end > len(data) or msg is None or data[pos] not in spec.accepted_versions:
-            return ()
-        out.append(msg.name)
-        pos = end
-    return tuple(out) if pos == len(data) else ()
+    """The names of the frames laid end to end in ``data``, when every one is whole, of an
+    accepted version and a known message (else none)."""
+    spans = frame_spans(spec, data)
+    msgs = [spec.opcode(f.code) for f in spans]
+    if not spans or spans[-1].end != len(data) or None in msgs \
+            or any(f.version not in spec.accepted_versions for f in spans):
+        return ()
+    return tuple(m.name for m in msgs)
 
 
 def _request(spec, asked: tuple[str, ...]) -> str | None:
@@ -350,39 +343,36 @@ def unimplemented_code(spec) -> int | None:
     return None if shared else code
 
 
-def _defect(ctx: CaseContext, conn: Conn | None, obs: Observation, probe: Any,
-            outcomes: list[dict], asked: tuple[str, ...] = (), alone: bool | None = None
-            ) -> tuple[Any, str | None, str] | None:
-    """What a missed expectation says about the target beyond this step, when it is a defect
-    every later case would meet again: (signature, requirement, what). A connection the daemon
-    closed right after its MSG_ERROR (judged by the ``open_after_error`` requirement, not the
-    step's); a frame from the daemon that breaks a rule of its own (judged by that rule); a
-    probe that failed (by the probe's requirement; when its request goes unanswered on a
-    fresh connection too, by the requirement the step's ``probe:`` names); an empty request
-    (MSG_HEARTBEAT, MSG_READY, MSG_STATS) that got nothing at all. None for a miss that is
-    this case's own."""
+def _stop_at_defect(ctx: CaseContext, conn: Conn | None, obs: Observation, probe: Any,
+                    outcomes: list[dict], expected: str, asked: tuple[str, ...] = (),
+                    alone: bool | None = None) -> None:
+    """Where a missed expectation shows a defect every later case would meet again, report
+    it once per run and stop the case (:meth:`~.context.CaseContext.defect`, which raises):
+    a connection the daemon closed right after its MSG_ERROR (judged by the
+    ``open_after_error`` requirement, not the step's); a frame from the daemon that breaks a
+    rule of its own (judged by that rule); a message that alters what was submitted or holds
+    an id in the wrong byte order (:func:`altered_defect`); an empty request (MSG_HEARTBEAT,
+    MSG_READY, MSG_STATS) that got nothing at all; a probe that failed (by the probe's
+    requirement; when its request goes unanswered on a fresh connection too, by the
+    requirement the step's ``probe:`` names). ``expected`` leads the message. Returns for a
+    miss that is this case's own."""
     spec = ctx.profile.model
     if obs.closed is not None and obs.reply is None and conn is not None \
             and conn.closed_after_error():
-        rid = spec.semantics["open_after_error"].requirement
-        return (CLOSED_AFTER_ERROR, rid), rid, \
-            f"the daemon closed the connection after its MSG_ERROR ({obs.closed})"
+        ctx.report_closed_after_error(conn, expected)
     if obs.garbled and obs.reply is None:
         err = obs.garbled[0].error
-        rid = err.get("requirement")
         wanted = strongest([o.get("level") or ctx.level_of(_requirement(ctx, o))
                             for o in outcomes])
-        if _RANK[ctx.level_of(rid)] >= _RANK[wanted]:  # else the missing answer weighs more
-            return (DAEMON_FRAME, err.get("kind"), rid), rid, \
-                f"the daemon sent a frame that breaks {rid}: {err.get('message', '')}"
+        broken = ctx.level_of(err.get("requirement"))
+        if strongest([broken, wanted]) == broken:  # else the missing answer weighs more
+            ctx.daemon_frame(err, expected)
     want = outcomes[0].get("message")
     if obs.reply is not None and want is not None:
-        for found in (mirror_defect(spec, want.get("type"), want.get("fields") or {},
-                                    obs.reply.value),
-                      swapped_defect(ctx, want.get("type"), want.get("fields") or {},
-                                     obs.reply.value)):
-            if found is not None:
-                return found
+        altered = altered_defect(ctx, want.get("type"), want.get("fields") or {},
+                                 obs.reply.value)
+        if altered is not None:
+            ctx.defect(altered[0], altered[1], f"{expected}{altered[2]}")
     nothing = obs.reply is None and obs.closed is None and not obs.garbled
     name = _request(spec, asked)
     if nothing and name is not None and (not probe or alone is False):
@@ -400,8 +390,31 @@ def _defect(ctx: CaseContext, conn: Conn | None, obs: Observation, probe: Any,
                         f"sends ({why_not(spec, outcomes[0], obs)})", None)
     if probe:
         rid = _requirement(ctx, outcomes[0])
-        return ("probe", rid, describe(outcomes[0])), rid, why_not(spec, outcomes[0], obs)
-    return None
+        ctx.defect(("probe", rid, describe(outcomes[0])), rid,
+                   f"{expected}{why_not(spec, outcomes[0], obs)}")
+
+
+def _differing(spec, name: str | None, want: dict, value: Any
+               ) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """For a message ``name`` that came (``value``) but not as ``want`` says: its layout by
+    field id, and why each field of ``want`` that differs does (None: another message came,
+    or nothing differs)."""
+    msg = spec.messages.get(name) if name else None
+    if msg is None or getattr(value, "name", None) != name:
+        return None
+    why = {k: subset_mismatch({k: v}, value.fields, "fields") for k, v in want.items()}
+    wrong = {k: w for k, w in why.items() if w is not None}
+    return ({f.id: f for f in msg.layout}, wrong) if wrong else None
+
+
+def altered_defect(ctx: CaseContext, name: str | None, want: dict, value: Any
+                   ) -> tuple[Any, str | None, str] | None:
+    """A message ``name`` that came but not as ``want`` says, because the daemon alters what
+    it passes on (:func:`mirror_defect`) or writes an id in the wrong byte order
+    (:func:`swapped_defect`): a defect every later case meets again. (signature,
+    requirement, what) or None."""
+    return mirror_defect(ctx.profile.model, name, want, value) or \
+        swapped_defect(ctx, name, want, value)
 
 
 def mirror_defect(spec, name: str | None, want: dict, value: Any
@@ -410,18 +423,15 @@ def mirror_defect(spec, name: str | None, want: dict, value: Any
     the spec says mirror another message's (``mirrors``: MSG_TASK's type and payload are the
     submitted ones): the daemon alters what it passes on, a defect every case that hands a
     task out meets again. (signature, requirement, what) or None."""
-    msg = spec.messages.get(name) if name else None
-    if msg is None or getattr(value, "name", None) != name:
+    differing = _differing(spec, name, want, value)
+    if differing is None:
         return None
-    layout = {f.id: f for f in msg.layout}
-    why = {k: subset_mismatch({k: v}, value.fields, "fields") for k, v in want.items()}
-    wrong = [k for k, w in why.items() if w is not None]
-    if not wrong or not all(k in layout and layout[k].mirrors for k in wrong):
+    layout, wrong = differing
+    if not all(k in layout and layout[k].mirrors for k in wrong):
         return None
-    rid = layout[wrong[0]].mirror_requirement
-    shown = "; ".join(str(why[k]) for k in wrong)
+    rid = layout[next(iter(wrong))].mirror_requirement
     return ("mirror", name, rid), rid, \
-        f"{name} does not carry what was submitted: {shown}"
+        f"{name} does not carry what was submitted: {'; '.join(wrong.values())}"
 
 
 def swapped_defect(ctx: CaseContext, name: str | None, want: dict, value: Any
@@ -433,22 +443,18 @@ def swapped_defect(ctx: CaseContext, name: str | None, want: dict, value: Any
     one and the other message is blamed, by its field's requirement. (signature, requirement,
     what) or None."""
     spec = ctx.profile.model
-    msg = spec.messages.get(name) if name else None
-    if msg is None or getattr(value, "name", None) != name:
+    differing = _differing(spec, name, want, value)
+    if differing is None:
         return None
-    layout = {f.id: f for f in msg.layout}
-    wrong = {k: v for k, v in want.items()
-             if subset_mismatch({k: v}, value.fields, "fields") is not None}
-    if not wrong:
-        return None
-    for k, v in wrong.items():
-        f, got = layout.get(k), value.fields.get(k)
+    layout, wrong = differing
+    for k in wrong:
+        f, v, got = layout.get(k), want[k], value.fields.get(k)
         if f is None or not f.is_int or not isinstance(v, int) or not isinstance(got, int) \
                 or f.width is None or not 0 <= v <= (f.max_value or 0) \
-                or int.from_bytes(v.to_bytes(f.width, "big"), "little") != got or v == got:
+                or swap_bytes(v, f.width) != got or v == got:
             return None
-    k, v = next(iter(wrong.items()))
-    got = value.fields[k]
+    k = next(iter(wrong))
+    v, got = want[k], value.fields[k]
     rid = layout[k].requirement
     blamed = f"{name}.{k}"
     if got < v:  # the saved value is the swapped one: blame where it came from
@@ -475,13 +481,11 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, sent: str | 
         for o in outcomes:
             if o is matched or o.get("degraded") or "message" not in o:
                 continue
-            got = obs.reply.value if obs.reply is not None else None
-            for found in (mirror_defect(spec, o["message"].get("type"),
-                                        o["message"].get("fields") or {}, got),
-                          swapped_defect(ctx, o["message"].get("type"),
-                                         o["message"].get("fields") or {}, got)):
-                if found is not None:
-                    ctx.defect(found[0], found[1], f"expected {describe(o)}; {found[2]}")
+            altered = altered_defect(ctx, o["message"].get("type"),
+                                     o["message"].get("fields") or {},
+                                     obs.reply.value if obs.reply is not None else None)
+            if altered is not None:
+                ctx.defect(altered[0], altered[1], f"expected {describe(o)}; {altered[2]}")
     if matched is not None:
         rid = _requirement(ctx, matched)
         level = matched.get("level") or ctx.level_of(rid)
@@ -504,10 +508,7 @@ def judge(ctx: CaseContext, outcomes: list[dict], obs: Observation, sent: str | 
                   expected=expected_outcomes(outcomes), actual=obs.actual())
         raise CaseAbort()
     expected = " or ".join(describe(o) for o in outcomes)
-    defect = _defect(ctx, conn, obs, probe, outcomes, asked, alone)
-    if defect is not None:  # reported once per run; the case stops
-        signature, rid, what = defect
-        ctx.defect(signature, rid, f"expected {expected}; {what}")
+    _stop_at_defect(ctx, conn, obs, probe, outcomes, f"expected {expected}; ", asked, alone)
     rids = [_requirement(ctx, o) for o in outcomes]
     level = strongest([o.get("level") or ctx.level_of(r) for o, r in zip(outcomes, rids)])
     ctx.check(False, f"{where}: expected {expected}; {why_not(spec, outcomes[0], obs)}",

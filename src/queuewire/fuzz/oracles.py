@@ -43,12 +43,11 @@ from typing import Any
 
 from ..codecs.bunqueue import UNDEFINED, FrameDecoder
 from ..codecs.errors import ProtocolError
-from ..codecs.quicx import REPLY_PAYLOAD_MAX, QuicxDecoder
+from ..codecs.quicx import REPLY_PAYLOAD_MAX, QuicxDecoder, frame_spans
 from ..codecs.validation import BunqueueValidator
 from ..judge import Finding, Verdict, reading, reqid_key, requirement_verdict
 from ..judge.exchange import REQUEST_CHECKS, BunqueueExchange, Judgement, Pending, judge_reply
 from ..spec import Profile
-from ..spec.quicx import struct_format
 from .case import Case
 
 
@@ -485,17 +484,11 @@ def _never_completes(stream: bytes, err: ProtocolError, dec: QuicxDecoder) -> bo
     """Whether the frame ``err`` refused (from its header: ``err.offset`` is the refused
     field's) is the stream's last, cut short: it declared more payload than the stream holds.
     Frames follow each other by their declared lengths, as the decoder skips a refused one."""
-    head = struct.Struct(struct_format(dec.spec.header))
-    at = [f.id for f in dec.spec.header].index("len_payload")
-    if err.offset is None:
+    spans = frame_spans(dec.spec, stream)
+    if err.offset is None or not spans or spans[-1].end <= len(stream):
         return False
-    pos = 0
-    while pos + head.size <= len(stream):
-        end = pos + head.size + head.unpack_from(stream, pos)[at]
-        if end > len(stream):
-            return pos <= err.offset < pos + head.size
-        pos = end
-    return False
+    last = spans[-1]
+    return last.start <= err.offset < last.start + dec.spec.header_size
 
 
 #: refusals a daemon may make by a rule of its own before the one the spec's decoder names

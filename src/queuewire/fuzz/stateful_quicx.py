@@ -65,7 +65,7 @@ from hypothesis.stateful import (
 )
 
 from ..codecs.errors import ProtocolError
-from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder
+from ..codecs.quicx import Message, QuicxDecoder, QuicxEncoder, swap_bytes
 from ..spec import Profile, load_profile
 from .stateful import (
     LifecycleViolation,
@@ -294,7 +294,9 @@ class DispatchMachine(RuleBasedStateMachine):
 
     def _check_task(self, w: ModelWorker, msg: Message, want: ModelTask, what: str) -> None:
         got: Any = msg.fields.get("task_id")  # as the daemon sent it
-        if isinstance(got, int) and got != want.id and got == self._swapped(want.id):
+        width = cast(int, next(f for f in self.spec.model.message("MSG_OK").layout
+                               if f.id == "task_id").width)  # a u4be: a fixed width
+        if isinstance(got, int) and got != want.id and got == swap_bytes(want.id, width):
             # the same id, bytes reversed: MSG_OK's or MSG_TASK's is written little-endian
             # (ids count up from small numbers: the larger reading is the wrong one)
             rule = REQ_OK if want.id > got else REQ_TASK_ID
@@ -315,11 +317,6 @@ class DispatchMachine(RuleBasedStateMachine):
                 (want.type, want.payload):
             self._fail(REQ_TASK, f"task {want.id} came as {msg.fields}; it was submitted as "
                                  f"{want.type!r} {want.payload!r}")
-
-    def _swapped(self, task_id: int) -> int:
-        width = cast(int, next(f for f in self.spec.model.message("MSG_OK").layout
-                               if f.id == "task_id").width)  # a u4be: a fixed width
-        return int.from_bytes(task_id.to_bytes(width, "big"), "little")
 
     def _arm(self, w: ModelWorker, what: str) -> None:
         """``w`` may take one more task: the head of the queue, or a credit (held READY)."""

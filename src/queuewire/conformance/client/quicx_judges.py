@@ -37,8 +37,9 @@ def _by_conn(ctx: JudgeContext) -> dict[int, list[tuple[float, str, dict]]]:
     return out
 
 
-def _closed_by_server(ctx: JudgeContext, conn: int) -> bool:
-    return any(e["what"] == "close" and e["conn"] == conn and e.get("by") == "server"
+def _closed_by(ctx: JudgeContext, conn: int, who: str) -> bool:
+    """Whether ``who`` (``server`` or ``client``) closed connection ``conn``."""
+    return any(e["what"] == "close" and e["conn"] == conn and e.get("by") == who
                for e in ctx.session.events)
 
 
@@ -119,8 +120,7 @@ async def ready_after_wait(ctx: JudgeContext, j: Any) -> list[Check]:
     for t, conn in waits:
         later = [u for u, n, _ in msgs.get(conn, []) if n == "MSG_READY" and u > t]
         closed = _closed_at(ctx, conn)
-        client_closed = any(e["what"] == "close" and e["conn"] == conn and e.get("by") == "client"
-                            for e in ctx.session.events)
+        client_closed = _closed_by(ctx, conn, "client")
         if not later or (client_closed and closed is not None and closed < later[0]):
             bad.append(round(t, 3))
     return [_check(j, not bad, f"{len(waits) - len(bad)} of {len(waits)} MSG_WAIT followed by "
@@ -155,12 +155,10 @@ async def tasks_answered(ctx: JudgeContext, j: Any) -> list[Check]:
     answered = {f.get("task_id") for _, _, n, f in quicx_checker(ctx).received
                 if n in ("MSG_DONE", "MSG_FAILED")}
     # a task whose connection the server dropped could not be answered there (it was
-    # requeued, QX-WORKER-1): only a task handed out again and left unanswered counts
-    dropped = {task for conn, tasks in quicx_checker(ctx).given.items()
-               if _closed_by_server(ctx, conn) for task in tasks}
-    again = {task for conn, tasks in quicx_checker(ctx).given.items()
-             if not _closed_by_server(ctx, conn) for task in tasks}
-    missing = sorted(t for t in given if t not in answered and (t not in dropped or t in again))
+    # requeued, QX-WORKER-1): the tasks owed are those on connections the server kept
+    owed = {task for conn, tasks in quicx_checker(ctx).given.items()
+            if not _closed_by(ctx, conn, "server") for task in tasks}
+    missing = sorted(owed - answered)
     return [_check(j, not missing, f"{len(given) - len(missing)} of {len(given)} task(s) answered "
                    "with MSG_DONE or MSG_FAILED carrying their id", "every task answered",
                    missing or sorted(given))]
