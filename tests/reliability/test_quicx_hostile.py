@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from latency import assert_prompt
 from queuewire.codecs.quicx import QuicxDecoder, QuicxEncoder
 from queuewire.reference_server._flow import (
     DEFAULT_LISTEN_BACKLOG,
@@ -97,7 +98,7 @@ async def test_a_flood_on_one_connection_does_not_delay_another_connections_hear
                     await asyncio.sleep(0.01)
                 before = received
                 latencies: list[float] = []
-                while len(latencies) < 10 and max(latencies, default=0) < LATENCY_BOUND:
+                while len(latencies) < 10:
                     latencies.append(await heartbeat_latency(server, enc, hb_r, hb_w))
                     await asyncio.sleep(0.02)
                 answered = (received - before) // answer
@@ -105,9 +106,7 @@ async def test_a_flood_on_one_connection_does_not_delay_another_connections_hear
                 for task in flood:
                     task.cancel()
                 await asyncio.gather(*flood, return_exceptions=True)
-            worst = max(latencies)
-            assert worst < LATENCY_BOUND, (f"worst heartbeat {worst * 1000:.1f} ms during a "
-                                           f"flood ({answered} STATS answered meanwhile)")
+            assert_prompt(latencies, LATENCY_BOUND, "heartbeat during a flood")
             assert answered > 10 * FRAMES_PER_TURN, "the flood stopped during the measurement"
 
     await run(scenario())
@@ -152,7 +151,8 @@ async def test_a_worker_that_never_reads_costs_at_most_the_high_water_mark():
             assert stats.accepted == tasks
             assert worst <= bound, f"{worst} bytes buffered for a peer that does not read"
             assert stats.queue_depth > 0 and stats.in_flight < tasks
-            assert await heartbeat_latency(server, enc, hb_r, hb_w) < LATENCY_BOUND
+            assert_prompt([await heartbeat_latency(server, enc, hb_r, hb_w) for _ in range(10)],
+                          LATENCY_BOUND, "heartbeat")
             # the tasks held back go to a worker that reads
             ok_r, ok_w = await connect(server)
             ok_w.write(enc.ready())
@@ -214,7 +214,8 @@ async def test_a_peer_silent_inside_a_frame_is_reset_after_the_timeout(case):
             assert after < PARTIAL_TIMEOUT + 2
             assert await slow == "MSG_OK"
             # the idle connection, silent for longer than the timeout, is still served
-            assert await heartbeat_latency(server, enc, idle_r, idle_w) < LATENCY_BOUND
+            assert_prompt([await heartbeat_latency(server, enc, idle_r, idle_w) for _ in range(10)],
+                          LATENCY_BOUND, "heartbeat")
             assert server.stats().connections == 1
 
     await run(scenario())
