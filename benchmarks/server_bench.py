@@ -7,6 +7,9 @@ and on SQLite:
   worker cycle: PULLB of 10 with ``owner`` and ``lockTtl``, then ACKB of those 10 with their
   lock tokens, on a queue filled beforehand), ``mixed`` (producers and workers at once: half
   the chains PUSH, half run the worker cycle on a queue filled beforehand);
+* entry shapes (``push`` and ``pushb``): the same jobs as each client writes them
+  (``SHAPES``: queuewire's and the JS client's PUSH, the JS client's PUSHB entries, the PyPI
+  client's, and a PUSH or PUSHB entry with common options);
 * 1 and 4 connections; 10 and 100 requests in flight per connection (``pushb``: 10 and 100
   batches in flight; ``worker``/``mixed``: that many request chains per connection, each
   sending its next request when its last reply arrives).
@@ -25,6 +28,7 @@ PUSHB returns 100 ids; the worker's ACKB acknowledges what PULLB gave).
 
     .venv/bin/python benchmarks/server_bench.py [--jobs 20000] [--runs 1] [--json FILE]
         [--servers ref,bq] [--storage mem,sqlite] [--workloads push,pushb,worker,mixed]
+        [--shapes queuewire,js,pypi,options]
 """
 
 from __future__ import annotations
@@ -220,11 +224,35 @@ class Gen(asyncio.Protocol):
             self.done_fut.set_exception(RuntimeError("server closed the connection"))
 
 
-class Producer:
-    """PUSH (batch 1) or PUSHB chains sharing a budget of jobs."""
+#: How each client writes one job (the same jobs in every shape): queuewire's client and the
+#: official JS client's PUSH send name and data; the JS client (``bunqueue/client`` 2.9.5,
+#: ``operations/add/bulk.js``) adds ``removeOnComplete: false, removeOnFail: false`` to every
+#: PUSHB entry; the PyPI ``bunqueue-client`` (``options.job_payload``) puts the name inside data
+#: and sends no top-level name; ``options`` is a PUSH (a PUSHB entry) with the common options.
+SHAPES = ("queuewire", "js", "pypi", "options")
+PUSH_SHAPES = ("queuewire", "pypi", "options")   # the JS client's PUSH is queuewire's shape
 
-    def __init__(self, queue: str, budget: list[int], batch: int, tag: int):
+
+def job_entry(shape: str, n: int, custom_key: str) -> dict:
+    data = job_data(n)
+    if shape == "pypi":
+        return {"data": {"name": "email", **data}}
+    entry = {"name": "email", "data": data}
+    if shape == "js" and custom_key == "customId":
+        entry |= {"removeOnComplete": False, "removeOnFail": False}
+    elif shape == "options":
+        entry |= {"priority": n % 5, "delay": 1000, "maxAttempts": 3, "backoff": 1000,
+                  custom_key: f"job-{n}"}
+    return entry
+
+
+class Producer:
+    """PUSH (batch 1) or PUSHB chains sharing a budget of jobs, in one client's shape."""
+
+    def __init__(self, queue: str, budget: list[int], batch: int, tag: int,
+                 shape: str = "queuewire"):
         self.queue, self.budget, self.batch, self.tag = queue, budget, batch, tag
+        self.shape = shape
         self.jobs = 0
 
     def first(self) -> dict | None:
@@ -236,9 +264,9 @@ class Producer:
         self.budget[0] -= self.batch
         n = self.tag + self.jobs
         if self.batch == 1:
-            return {"cmd": "PUSH", "queue": self.queue, "name": "email", "data": job_data(n)}
+            return {"cmd": "PUSH", "queue": self.queue, **job_entry(self.shape, n, "jobId")}
         return {"cmd": "PUSHB", "queue": self.queue,
-                "jobs": [{"name": "email", "data": job_data(n + k)} for k in range(self.batch)]}
+                "jobs": [job_entry(self.shape, n + k, "customId") for k in range(self.batch)]}
 
     def next(self, reply: dict) -> dict | None:
         if self.batch > 1 and len(reply.get("ids") or ()) != self.batch:
@@ -302,11 +330,12 @@ async def _gen(port: int, cell: dict, conns: int, jobs: int, index: int, start: 
     w, q = cell["workload"], cell["queue"]
     for c, gen in enumerate(gens):
         per_conn = jobs // conns
-        tag = (index * 100 + c) * 10**6
+        tag = (index * 100 + c) * 10**8  # every chain's jobs distinct (custom ids too)
         if w in ("push", "pushb"):
             budget = [per_conn]
             batch = BATCH if w == "pushb" else 1
-            chains: list = [Producer(q, budget, batch, tag) for _ in range(cell["inflight"])]
+            chains: list = [Producer(q, budget, batch, tag + k * 10**5, cell["shape"])
+                            for k in range(cell["inflight"])]
         elif w == "worker":
             budget = [per_conn]
             chains = [Worker(q, budget, f"w{index}-{c}") for _ in range(cell["inflight"])]
@@ -369,8 +398,18 @@ def run_cell(proc: subprocess.Popen, port: int, cell: dict, jobs: int, gen_procs
 
 
 def cells(args: argparse.Namespace) -> list[dict]:
-    return [{"workload": w, "conns": c, "inflight": f}
-            for w in args.workloads for c in CONNS for f in INFLIGHT]
+    out = []
+    for w in args.workloads:
+        shapes = [s for s in args.shapes if w == "pushb" or w == "push" and s in PUSH_SHAPES] \
+            if w in ("push", "pushb") else [None]
+        out += [{"workload": w, "shape": s, "conns": c, "inflight": f}
+                for s in shapes for c in CONNS for f in INFLIGHT]
+    return out
+
+
+def cell_key(cell: dict) -> str:
+    shape = f"[{cell['shape']}]" if cell["shape"] else ""
+    return f"{cell['workload']}{shape}/{cell['conns']}c/{cell['inflight']}"
 
 
 def main() -> int:
@@ -381,13 +420,17 @@ def main() -> int:
     ap.add_argument("--servers", default=",".join(SERVERS))
     ap.add_argument("--storage", default=",".join(STORAGE))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help="entry shapes of the push and pushb workloads (push: "
+                         f"{', '.join(PUSH_SHAPES)}; the JS client's PUSH is queuewire's)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = ap.parse_args()
     args.workloads = [w for w in args.workloads.split(",") if w]
     servers = [s for s in args.servers.split(",") if s]
     storages = [s for s in args.storage.split(",") if s]
+    args.shapes = [s for s in args.shapes.split(",") if s]
     for name, got, known in (("workload", args.workloads, WORKLOADS), ("server", servers, SERVERS),
-                             ("storage", storages, STORAGE)):
+                             ("storage", storages, STORAGE), ("shape", args.shapes, SHAPES)):
         for g in got:
             if g not in known:
                 ap.error(f"unknown {name} {g!r} (known: {', '.join(known)})")
@@ -402,7 +445,8 @@ def main() -> int:
                     starter = start_reference if server == "ref" else start_bunqueue
                     proc, port = starter(data, log)
                     try:
-                        warm = {"workload": "push", "conns": 1, "inflight": 100, "queue": "warm"}
+                        warm = {"workload": "push", "shape": "queuewire", "conns": 1,
+                                "inflight": 100, "queue": "warm"}
                         run_cell(proc, port, warm, 2000, 1)
                         for n, cell in enumerate(cells(args)):
                             runs = []
@@ -410,7 +454,7 @@ def main() -> int:
                                 named = {**cell, "queue": f"b-{cell['workload']}-{n}-{r}"}
                                 runs.append(run_cell(proc, port, named, args.jobs,
                                                      args.gen_procs))
-                            key = f"{cell['workload']}/{cell['conns']}c/{cell['inflight']}"
+                            key = cell_key(cell)
                             med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
                             results.setdefault(storage, {}).setdefault(key, {})[server] = med
                             print(f"{storage:>6} {server:>3} {key:>16}: {med['jobs_per_s']:>9,.0f} "
@@ -420,8 +464,8 @@ def main() -> int:
                         stop(proc)
     print()
     print("| storage | cell | ref jobs/s | bq jobs/s | ref/bq | ref CPU us/job | bq CPU us/job "
-          "| bq/ref CPU | goal |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+          "| bq/ref CPU | goal | generator CPU us/job ref / bq |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     wins = total = 0
     for storage, by_cell in results.items():
         for key, per in by_cell.items():
@@ -436,7 +480,8 @@ def main() -> int:
             per["ratio"] = {"jobs_per_s": speed, "cpu_bq_over_ref": cpu, "goal_met": ok}
             print(f"| {storage} | {key} | {ref['jobs_per_s']:,.0f} | {bq['jobs_per_s']:,.0f} | "
                   f"{speed:.2f}x | {ref['server_cpu_us_per_job']:.1f} | "
-                  f"{bq['server_cpu_us_per_job']:.1f} | {cpu:.2f}x | {'met' if ok else 'MISSED'} |")
+                  f"{bq['server_cpu_us_per_job']:.1f} | {cpu:.2f}x | {'met' if ok else 'MISSED'} | "
+                  f"{ref['gen_cpu_us_per_job']:.0f} / {bq['gen_cpu_us_per_job']:.0f} |")
     if total:
         print(f"\ngoal (ref >= 1.0x bq jobs/s and at most its CPU per job) met in {wins} of "
               f"{total} cells")

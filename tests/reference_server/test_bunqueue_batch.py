@@ -1,10 +1,11 @@
-"""The bunqueue engine's batch paths for the worker cycle (src/.../bunqueue/batch.py, issue 15).
+"""The bunqueue engine's batch paths (src/.../bunqueue/batch.py, issues 15 and 26).
 
-PULL and PULLB take the head of the waiting list in one pass (``_take_head``) and ACKB settles
-its jobs in one pass (``_complete_run``); ``_batch_paths`` off, the engine takes the general
-path (``_take``'s loop of ``_move``, ``_complete`` per job). A bare PUSH takes
-``_create_one``, held here to ``_create_plain`` of a batch of one (itself held to ``_create``
-by test_bunqueue_fastpath.py). These tests run the same
+PUSH and PUSHB create their jobs in one pass (``_create_jobs``), PULL and PULLB take the head
+of the waiting list in one pass (``_take_head``) and ACKB settles its jobs in one pass
+(``_complete_run``); ``_batch_paths`` off, the engine takes the general path (``_create`` per
+job, ``_take``'s loop of ``_move``, ``_complete`` per job). Pushes come in the entry shapes
+clients send (name and data only; with any of the options, some at their defaults; the name
+inside data, as the PyPI client sends it) with custom ids that collide. These tests run the same
 randomized command sequences (hypothesis) on two engines, one with the batch paths and one
 without, and after every step compare the encoded reply frames byte for byte, the events
 handed to ``notify``, the job events published, the webhook deliveries, the store's records
@@ -77,19 +78,22 @@ class _Side:
                                      config=EngineConfig(allow_private_webhooks=True,
                                                          stall_interval_ms=5_000))
         self.engine.publish = lambda conns, frame: self.published.append((conns, frame))
-        if not batch:  # the general paths: no batch pull/ack, a bare PUSH as a PUSHB of one
-            engine = self.engine
-            engine._batch_paths = False
-            engine._create_one = lambda queue, entry, now, plain: engine._create_plain(
-                queue, (entry,), now, plain)[0]
+        if not batch:  # the general paths: _create per job, _take's loop, _complete per job
+            self.engine._batch_paths = False
 
 
 _job_fields = operator.attrgetter(*(f.name for f in fields(Job)))  # every field, in order
 
 
+def _fields(job: Job) -> tuple:
+    """Every field of ``job``; a sequence as a list (the batch path's jobs share one tuple for
+    their first timeline entry, and one empty tuple for no dependencies or tags)."""
+    return tuple(list(v) if type(v) is tuple else v for v in _job_fields(job))
+
+
 def _state(side: _Side) -> dict:
     e = side.engine
-    jobs = {jid: _job_fields(job) for jid, job in e._jobs.items()}
+    jobs = {jid: _fields(job) for jid, job in e._jobs.items()}
     queues = {name: (
         {s: list(m) for s, m in q.members.items()}, list(q.all), list(q.waiting),
         dict(q.priorities), dict(q.unique), q.paused, q.rate_limit, q.concurrency,
@@ -125,8 +129,17 @@ _options = st.fixed_dictionaries({}, optional={
     "maxAttempts": st.sampled_from([1, 3]),
     "repeat": st.just({"every": 200, "limit": 2}),
     "dependsOn": st.integers(0, 50),  # the k-th id seen so far, if any
+    "custom": st.sampled_from(["k1", "k2", ""]),  # jobId in a PUSH, customId in a PUSHB
+    "backoff": st.sampled_from([0, 1_000]),
+    "removeOnFail": st.booleans(),
+    "durable": st.booleans(),
+    "tags": st.just(["t"]),
+    "groupId": st.just("g"),
+    "stallTimeout": st.just(5_000),  # an option the engine does not read
 })
-_entry = st.tuples(st.booleans(), _options)  # (bare, options)
+# (shape, options): "bare" sends name and data only, "named" adds the options, "legacy" the
+# options with the name inside data (the PyPI client's envelope, BQ-NAME-102)
+_entry = st.tuples(st.sampled_from(["bare", "named", "legacy"]), _options)
 
 _op = st.one_of(
     st.tuples(st.just("push"), st.sampled_from(QUEUES), _entry),
@@ -159,23 +172,27 @@ class _Run:
         self.pulled: list[tuple[str, str | None]] = []  # (id, token) in pull order
         self.worker: str | None = None
 
-    def job_opts(self, bare: bool, opts: dict) -> dict:
+    def job_opts(self, shape: str | bool, opts: dict, custom_key: str) -> dict:
         out: dict = {"name": "email", "data": {"n": len(self.ids)}}
-        if bare:
+        if shape is True or shape == "bare":
             return out
+        if shape == "legacy":
+            out = {"data": {"name": "email", "n": len(self.ids)}}
         opts = dict(opts)
         dep = opts.pop("dependsOn", None)
         if dep is not None and self.ids:
             opts["dependsOn"] = [self.ids[dep % len(self.ids)]]
+        if "custom" in opts:
+            opts[custom_key] = opts.pop("custom")
         return out | opts
 
     def request(self, op: tuple) -> tuple[str | None, dict] | None:
         kind = op[0]
         if kind == "push":
-            return "c1", {"cmd": "PUSH", "queue": op[1], **self.job_opts(*op[2])}
+            return "c1", {"cmd": "PUSH", "queue": op[1], **self.job_opts(*op[2], "jobId")}
         if kind == "pushb":
             return "c2", {"cmd": "PUSHB", "queue": op[1],
-                          "jobs": [self.job_opts(*e) for e in op[2]]}
+                          "jobs": [self.job_opts(*e, "customId") for e in op[2]]}
         if kind == "pull":
             _, queue, count, owner, conn, single = op
             if owner == "registered":
@@ -304,7 +321,9 @@ def _random_ops(rng: random.Random, n: int) -> list:
                             ("uniqueKey", ["u1", "u2", "u3"]),
                             ("removeOnComplete", [True, False]), ("delay", [0, 150]),
                             ("maxAttempts", [1, 3]), ("repeat", [{"every": 200, "limit": 2}]),
-                            ("dependsOn", list(range(50)))):
+                            ("dependsOn", list(range(50))), ("custom", ["k1", "k2", ""]),
+                            ("backoff", [0, 1_000]), ("removeOnFail", [True, False]),
+                            ("durable", [True, False]), ("tags", [["t"]])):
             if rng.random() < 0.15:
                 out[key] = rng.choice(values)
         return out
@@ -314,10 +333,10 @@ def _random_ops(rng: random.Random, n: int) -> list:
         roll = rng.random()
         queue = rng.choice(QUEUES)
         if roll < 0.2:
-            ops.append(("pushb", queue, [(rng.random() < 0.5, options())
+            ops.append(("pushb", queue, [(rng.choice(["bare", "named", "legacy"]), options())
                                          for _ in range(rng.randint(0, 25))]))
         elif roll < 0.3:
-            ops.append(("push", queue, (rng.random() < 0.5, options())))
+            ops.append(("push", queue, (rng.choice(["bare", "named", "legacy"]), options())))
         elif roll < 0.55:
             ops.append(("pull", queue, rng.randint(0, 15),
                         rng.choice([None, "w-a", "w-b", "registered", "registered"]),

@@ -1,11 +1,11 @@
-"""The bunqueue engine's fast path for bare pushes (benchmarks/README.md, issue 3).
+"""The bunqueue engine's batch path for pushes (benchmarks/README.md, issues 3 and 26).
 
-A PUSH that sets only name and data, and a PUSHB whose entries all do, skip ``_create`` and
-take ``_create_plain``: jobs built by a generated constructor, ids made a batch at a time,
-the waiting keys appended as a run. These tests hold the fast path to what the general path
-does: the same job (by its wire form, id and clock aside), the same events, the same pull
-order, and well-formed UUIDv7 ids; and the two helpers it rests on against their plain
-equivalents (``Job(...)`` and ``SortedList``).
+PUSH and PUSHB take ``_create_jobs``: jobs built by a generated constructor with the defaults,
+each option applied by its row, ids made a batch at a time, the waiting keys appended as a
+run. These tests hold it to what the general path (``_create``) does: the same job (by its
+wire form, id and clock aside), the same events, the same pull order, and well-formed UUIDv7
+ids; and the two helpers it rests on against their plain equivalents (``Job(...)`` and
+``SortedList``). test_bunqueue_batch.py compares the two paths' whole state.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ def test_bare_push_matches_the_general_path() -> None:
     engine, events = _engine()
     fast = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email",
                                 "data": {"n": 1}})["id"]
-    # priority 0 is the default, but a key outside name/data takes the general path
+    engine._batch_paths = False  # the general path, _create, with an option at its default
     slow = engine.handle("c1", {"cmd": "PUSH", "queue": "q", "name": "email",
                                 "data": {"n": 1}, "priority": 0})["id"]
+    engine._batch_paths = True
     assert _wire(engine, fast) | {"createdAt": 0} == _wire(engine, slow) | {"createdAt": 0}
     assert events == [Event("q", fast, "waiting"), Event("q", slow, "waiting")]
 
@@ -57,7 +58,9 @@ def test_bare_pushb_matches_the_general_path_and_keeps_order() -> None:
     bare = [{"name": "email", "data": {"n": i}} for i in range(250)]
     fast = engine.handle("c1", {"cmd": "PUSHB", "queue": "q", "jobs": bare})["ids"]
     general = [dict(e, priority=0) for e in bare[:3]]
+    engine._batch_paths = False  # the general path, _create per entry
     slow = engine.handle("c1", {"cmd": "PUSHB", "queue": "q", "jobs": general})["ids"]
+    engine._batch_paths = True
     assert len(set(fast)) == 250
     for a, b in zip(fast[:3], slow):
         assert _wire(engine, a) | {"data": None} == _wire(engine, b) | {"data": None}

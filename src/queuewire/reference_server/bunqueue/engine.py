@@ -18,12 +18,12 @@ when popped. Time enters only through the injected clock ``now_ms`` and through
 :meth:`BunqueueEngine.tick`, which the shell calls on a timer
 (:meth:`BunqueueEngine.next_deadline` says when) and tests call with a fake clock. Defaults,
 limits, error strings, state names and the protocol version are read from the
-profile, never restated. A bare push (a PUSH, or every entry of a PUSHB, setting only name and
-data) takes ``_create_plain``, which builds the same jobs, events and records as ``_create``
-would, a batch at a time (benchmarks/README.md, "Server benchmark"); PULL and PULLB take the
-head of the waiting list, and ACKB settles its jobs, in one pass each (:mod:`.batch`), doing
-what ``_take``'s loop and ``_complete`` do job by job, which they fall back to for the rare job
-(a time-to-live, dependents, a repeat, removeOnComplete).
+profile, never restated. PUSH and PUSHB create their jobs in one pass (``_create_jobs``),
+whatever options the entries carry; PULL and PULLB take the head of the waiting list, and ACKB
+settles its jobs, in one pass each (:mod:`.batch`), doing what ``_create``, ``_take``'s loop
+and ``_complete`` do job by job, which they fall back to for the rare job (a delay, uniqueKey,
+dependencies, a time-to-live or durability on creation; dependents, a repeat or
+removeOnComplete on completion).
 
 Seams for the shell:
 
@@ -186,8 +186,8 @@ class BunqueueEngine(Lifecycle, BatchPaths, Timers):
         self._job_defaults = dict(self._defaults["PUSH"])
         self._pushb_defaults = request_defaults(
             spec.commands["PUSHB"].request["properties"]["jobs"]["items"])
-        self._push_plain = self._plain_defaults(self._job_defaults)
-        self._pushb_plain = self._plain_defaults(self._pushb_defaults)
+        self._push_plain = self._job_defaults_of(self._job_defaults)
+        self._pushb_plain = self._job_defaults_of(self._pushb_defaults)
         self._delay_max = self.profile.limit("delay").max
         self._hello_server = spec.commands["Hello"].response["properties"]["server"]["const"]
         semantics = self.profile.tree.get("semantics") or {}

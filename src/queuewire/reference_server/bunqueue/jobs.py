@@ -144,14 +144,7 @@ _VOLATILE = ("pending_deps", "lock_token", "lock_owner", "lock_expires", "lock_t
              "activation")
 _PERSISTED = tuple(f.name for f in fields(Job) if f.name not in _VOLATILE)
 _PERSISTED_SET = frozenset(_PERSISTED)
-# request keys that leave every other job option at its default (_create's fast path)
-PLAIN_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data", "priority", "delay",
-                             "maxAttempts", "backoff", "jobId", "customId"})
-# a PUSH / a PUSHB entry with only these keys (and a non-empty name) takes _create_plain: no
-# custom id, uniqueKey or dependency to check, every other option at its default
-BARE_PUSH_KEYS = frozenset({"cmd", "reqId", "queue", "name", "data"})
-BARE_ENTRY_KEYS = frozenset({"name", "data"})
-NO_ITEMS: Any = ()  # the depends_on and tags of a job created without any (see _create_plain)
+NO_ITEMS: Any = ()  # the depends_on and tags of a job the batch path creates without any
 _persisted_values = operator.attrgetter(*_PERSISTED)
 
 
@@ -170,7 +163,7 @@ _FACTORY_LITERALS: dict[Any, str] = {list: "[]", dict: "{}", set: "set()"}
 
 def plain_job_module() -> str:
     """The text of :mod:`.jobs_generated` (``make generate`` writes it): the factory of the
-    constructor of the jobs of ``_create_plain``, one assignment per field of :class:`Job` in
+    constructor of the jobs of the batch path (``_create_jobs``), one assignment per field of :class:`Job` in
     declaration order (so it follows the class: tests/test_generated_code.py fails when a field
     changes and the file was not regenerated). The given fields come from its arguments, every
     other one is its default, written as a literal. Binding the dataclass ``__init__``'s 43

@@ -1,6 +1,6 @@
 """The only code that changes a job's state, as a base of the engine: moving a job along a
 row of the spec's ``job_lifecycle`` table (``_move``, ``_leave``, ``_enter``), creating jobs
-(PUSH, PUSHB, cron, repeat; ``_create`` and the batch path ``_create_plain``), pulling
+(PUSH, PUSHB, cron, repeat: ``_create``, whose batch path is in :mod:`.batch`), pulling
 (rate and concurrency budgets, lock tokens) and finishing them (ACK, FAIL with backoff,
 stall, timeout). Commands call these; none of them talks to a socket or reads a clock."""
 
@@ -9,16 +9,13 @@ from __future__ import annotations
 import heapq
 import hmac
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 # The module-private names below are aliases of the public ones of jobs and model: they keep
 # this module's text, which tests/mutation/equivalent/ quotes, as it was before the renames.
-from .jobs import NO_ITEMS as _NONE
-from .jobs import PLAIN_PUSH_KEYS as _PLAIN_PUSH_KEYS
-from .jobs import Job, job_to_wire, uuid7, uuid7_batch
+from .jobs import Job, job_to_wire, uuid7
 from .jobs import QueueState as _Queue
-from .jobs import plain_job as _plain_job
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -38,7 +35,6 @@ from .model import (
     TIMELINE_MAX,
     UNLIMITED,
     WAITING,
-    Event,
     Wait,
 )
 from .model import Refused as _Refused
@@ -135,7 +131,7 @@ class Lifecycle:
         if extra:
             entry.update({k: v for k, v in extra.items() if v is not None})
         timeline = job.timeline
-        if type(timeline) is not list:  # the tuple a batch's jobs share (_create_plain)
+        if type(timeline) is not list:  # the tuple a batch's jobs share (_create_jobs)
             timeline = job.timeline = list(timeline)
         timeline.append(entry)
         if len(timeline) > TIMELINE_MAX:
@@ -195,6 +191,10 @@ class Lifecycle:
 
     def _create(self, queue: str, opts: Mapping[str, Any], now: float, *,
                 custom_key: str = "jobId", defaults: Mapping[str, Any] | None = None) -> Job:
+        """The general path: one job from the options of a PUSH (a PUSHB entry with
+        ``custom_key`` "customId" and the entries' ``defaults``; a cron firing; a repetition),
+        every option read as the spec defines it. The reference the batch path
+        (``BatchPaths._create_jobs``) is held to."""
         d = defaults or self._job_defaults
         get = opts.get
         # an absent or ill-typed option is the profile's default (_int); a negative delay none
@@ -219,31 +219,30 @@ class Lifecycle:
             custom_id=custom,
             last_heartbeat=now,
         )
-        if not opts.keys() <= _PLAIN_PUSH_KEYS:  # the options most pushes do not carry
-            repeat = get("repeat")
-            job.lifo = bool(get("lifo", d.get("lifo", False)))
-            job.ttl = _int(opts["ttl"]) if get("ttl") is not None else None
-            job.timeout = _int(opts["timeout"]) if get("timeout") is not None else None
-            job.unique_key = get("uniqueKey") if isinstance(get("uniqueKey"), str) else None
-            job.depends_on = [x for x in get("dependsOn") or () if isinstance(x, str)]
-            job.tags = [t for t in get("tags") or () if isinstance(t, str)]
-            job.group_id = get("groupId") if isinstance(get("groupId"), str) else None
-            job.remove_on_complete = bool(get("removeOnComplete",
-                                              d.get("removeOnComplete", False)))
-            job.remove_on_fail = bool(get("removeOnFail", d.get("removeOnFail", False)))
-            job.durable = bool(get("durable", d.get("durable", False)))
-            job.repeat = _repeat(repeat) if isinstance(repeat, dict) else None
-        else:
-            job.lifo = bool(d.get("lifo", False))
-            job.remove_on_complete = bool(d.get("removeOnComplete", False))
-            job.remove_on_fail = bool(d.get("removeOnFail", False))
-            job.durable = bool(d.get("durable", False))
+        repeat = get("repeat")
+        job.lifo = bool(get("lifo", d.get("lifo", False)))
+        job.ttl = _int(opts["ttl"]) if get("ttl") is not None else None
+        job.timeout = _int(opts["timeout"]) if get("timeout") is not None else None
+        job.unique_key = get("uniqueKey") if isinstance(get("uniqueKey"), str) else None
+        job.depends_on = [x for x in get("dependsOn") or () if isinstance(x, str)]
+        job.tags = [t for t in get("tags") or () if isinstance(t, str)]
+        job.group_id = get("groupId") if isinstance(get("groupId"), str) else None
+        job.remove_on_complete = bool(get("removeOnComplete", d.get("removeOnComplete", False)))
+        job.remove_on_fail = bool(get("removeOnFail", d.get("removeOnFail", False)))
+        job.durable = bool(get("durable", d.get("durable", False)))
+        job.repeat = _repeat(repeat) if isinstance(repeat, dict) else None
+        return self._add(job, now)
+
+    def _add(self, job: Job, now: float) -> Job:
+        """Add a job just built (by ``_create``, or by the batch path for a job whose options
+        need more than a place in the waiting list): its dependencies, durable record, queue
+        membership, state entry, record, time-to-live, counters, webhook and job event."""
         assert job.state in self._initial
         if job.depends_on:
             job.pending_deps = len({dep for dep in job.depends_on if not self._is_completed(dep)})
         if job.durable and self._keeps_jobs:  # BQ-PUSH-8: on disk before anything changes
             self.store.put_job(job.to_record(), durable=True)
-        q = self._queue(queue)
+        q = self._queue(job.queue)
         self._jobs[job.id] = job
         q.all[job.id] = None
         if job.pending_deps:
@@ -259,96 +258,6 @@ class Lifecycle:
         self._webhook("job.pushed", job, now)
         self._job_event("pushed", job, now)
         return job
-
-    def _plain_defaults(self, d: Mapping[str, Any]) -> tuple | None:
-        """What ``_create`` gives a push that sets nothing but name and data, under the
-        defaults ``d``: (priority, maxAttempts, backoff, lifo, removeOnComplete,
-        removeOnFail); None where such a push is not a plain waiting job (a default delay or
-        durability, or waiting not an initial state), so that ``_create_plain`` is not used."""
-        if d.get("delay", 0) > 0 or bool(d.get("durable", False)) or WAITING not in self._initial:
-            return None
-        return (d.get("priority", 0), max(1, d.get("maxAttempts")), d.get("backoff"),
-                bool(d.get("lifo", False)), bool(d.get("removeOnComplete", False)),
-                bool(d.get("removeOnFail", False)))
-
-    def _create_plain(self, queue: str, entries: Sequence[Mapping[str, Any]], now: float,
-                      plain: tuple) -> list[str]:
-        """``_create`` for pushes that set only a non-empty name and data (a bare PUSH, or
-        each entry of a bare PUSHB), all at once: the same jobs, ids, events, webhooks, job
-        events and records as one ``_create`` per entry, built in one loop, with the queue's
-        sorted waiting list, priority count and push meter updated once for the batch."""
-        priority, max_attempts, backoff, lifo, roc, rof = plain
-        n = len(entries)
-        ids = uuid7_batch(now, n) if n > 1 else [uuid7(now)]
-        q = self._queue(queue)
-        jobs_, all_, members = self._jobs, q.all, q.members[WAITING]
-        seq = self._seq
-        add_event = self._events.append
-        keys = []
-        add_key = keys.append
-        new_event = tuple.__new__
-        order = -1 if lifo else 1
-        rank = -priority
-        # Fewer objects for the collector to track (it walked every live job's): the jobs of
-        # one batch share one timeline, a tuple of its first entry, until _timeline gives a
-        # job its own list at its next state change (entries are never changed once
-        # appended); depends_on and tags are replaced, never appended to, so jobs without
-        # any share one empty tuple
-        first = ({"state": WAITING, "timestamp": now},)
-        created = []
-        plain_job = _plain_job
-        for entry, job_id in zip(entries, ids):
-            s = next(seq)
-            job = plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                            max_attempts, backoff, lifo, roc, rof, first, _NONE)
-            jobs_[job_id] = job
-            all_[job_id] = None
-            members[job_id] = None
-            add_key((rank, order * s, job_id))  # _wkey(job)
-            add_event(new_event(Event, (queue, job_id, "waiting")))
-            created.append(job)
-        if n == 1:
-            q.waiting.add(keys[0])
-        else:
-            q.waiting.add_run(keys)
-        q.priorities[priority] += n
-        self.total_pushed += n
-        self._push_meter.add(now, n)
-        if self._keeps_jobs:
-            for job in created:
-                self.store.put_job(job.to_record(), durable=False)
-        if self._webhooks or self._subscribers.get(queue):
-            for job in created:
-                self._webhook("job.pushed", job, now)
-                self._job_event("pushed", job, now)
-        return ids
-
-    def _create_one(self, queue: str, entry: Mapping[str, Any], now: float,
-                    plain: tuple) -> str:
-        """``_create_plain(queue, (entry,), now, plain)[0]`` without the batch's lists: a
-        bare PUSH, one job (tests/reference_server/test_bunqueue_batch.py holds the two to
-        the same jobs, events, records and engine state)."""
-        priority, max_attempts, backoff, lifo, roc, rof = plain
-        job_id = uuid7(now)
-        q = self._queues.get(queue) or self._queue(queue)
-        s = next(self._seq)
-        job = _plain_job(job_id, queue, entry["name"], entry.get("data"), s, now, priority,
-                         max_attempts, backoff, lifo, roc, rof,
-                         ({"state": WAITING, "timestamp": now},), _NONE)
-        self._jobs[job_id] = job
-        q.all[job_id] = None
-        q.members[WAITING][job_id] = None
-        q.waiting.add((-priority, -s if lifo else s, job_id))  # _wkey(job)
-        self._events.append(tuple.__new__(Event, (queue, job_id, "waiting")))
-        q.priorities[priority] += 1
-        self.total_pushed += 1
-        self._push_meter.add(now)
-        if self._keeps_jobs:
-            self.store.put_job(job.to_record(), durable=False)
-        if self._webhooks or self._subscribers.get(queue):
-            self._webhook("job.pushed", job, now)
-            self._job_event("pushed", job, now)
-        return job_id
 
     def _name_and_data(self, opts: Mapping[str, Any]) -> tuple[str, Any]:
         """The job's name and data: a top-level name (BQ-NAME-101), else, where the profile
