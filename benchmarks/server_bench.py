@@ -233,7 +233,7 @@ SHAPES = ("queuewire", "js", "pypi", "options")
 PUSH_SHAPES = ("queuewire", "pypi", "options")   # the JS client's PUSH is queuewire's shape
 
 
-def job_entry(shape: str, n: int, custom_key: str) -> dict:
+def job_entry(shape: str, n: int, custom_key: str, queue: str) -> dict:
     data = job_data(n)
     if shape == "pypi":
         return {"data": {"name": "email", **data}}
@@ -242,7 +242,7 @@ def job_entry(shape: str, n: int, custom_key: str) -> dict:
         entry |= {"removeOnComplete": False, "removeOnFail": False}
     elif shape == "options":
         entry |= {"priority": n % 5, "delay": 1000, "maxAttempts": 3, "backoff": 1000,
-                  custom_key: f"job-{n}"}
+                  custom_key: f"{queue}-{n}"}  # custom ids are server-wide: one per job
     return entry
 
 
@@ -264,9 +264,10 @@ class Producer:
         self.budget[0] -= self.batch
         n = self.tag + self.jobs
         if self.batch == 1:
-            return {"cmd": "PUSH", "queue": self.queue, **job_entry(self.shape, n, "jobId")}
+            return {"cmd": "PUSH", "queue": self.queue, **job_entry(self.shape, n, "jobId", self.queue)}
         return {"cmd": "PUSHB", "queue": self.queue,
-                "jobs": [job_entry(self.shape, n + k, "customId") for k in range(self.batch)]}
+                "jobs": [job_entry(self.shape, n + k, "customId", self.queue)
+                         for k in range(self.batch)]}
 
     def next(self, reply: dict) -> dict | None:
         if self.batch > 1 and len(reply.get("ids") or ()) != self.batch:

@@ -165,6 +165,23 @@ _WAYS: dict[str, tuple[frozenset[str], dict[str, Callable[[Job, Any], bool]], fr
 }
 
 
+
+def _apply(job: Job, entry: Mapping[str, Any], frame: frozenset[str],
+           options: dict[str, Callable[[Job, Any], bool]], unchanged: Callable) -> bool:
+    """Apply each option ``entry`` carries (its keys outside ``frame``) to ``job``, but those
+    sent at the value the job already has (``unchanged(key, entry)`` is it); answers whether
+    the job needs the general path's placement."""
+    general = False
+    for key in entry.keys() - frame:
+        value = entry[key]
+        if value is unchanged(key, entry):  # (the entry: never an option's value)
+            continue
+        option = options.get(key)
+        if option is not None and option(job, value):
+            general = True
+    return general
+
+
 class BatchPaths:
     """``_create_jobs``, ``_take_head`` and ``_complete_run`` (mixed into the engine; see the
     module doc)."""
@@ -193,6 +210,59 @@ class BatchPaths:
             if value is None or type(value) is bool or type(value) is int and -5 <= value <= 256}
         at_default |= {"delay": 0, "durable": False}
         return (*fields, at_default)
+
+    def _create_job(self, queue: str, request: Mapping[str, Any], now: float,
+                    defaults: tuple) -> str:
+        """``_create_jobs(queue, (request,), now, defaults, "jobId")[0]`` for a PUSH, without
+        a batch's lists and iterators (test_bunqueue_batch holds both to the general path)."""
+        frame, options, checked_keys = _WAYS["jobId"]
+        present = request.keys()
+        bare = present <= frame
+        checked = not bare and not checked_keys.isdisjoint(present)
+        if checked or self._legacy_data_name and "name" not in present:
+            self._check_name(request)
+            existing = self._check_push(queue, request, "jobId")
+            if existing is not None:
+                return existing
+        priority, max_attempts, backoff, lifo, roc, rof, at_default = defaults
+        name = request.get("name")
+        if type(name) is str and name:
+            data = request.get("data")
+        else:
+            name, data = self._name_and_data(request)
+        q = self._queues.get(queue) or self._queue(queue)
+        s = next(self._seq)
+        job = plain_job(None if checked else uuid7(now), queue, name, data, s, now, priority,
+                        max_attempts, backoff, lifo, roc, rof,
+                        ({"state": WAITING, "timestamp": now},), NO_ITEMS)
+        general = not bare and _apply(job, request, frame, options, at_default.get)
+        if checked:
+            job.id = job.custom_id if job.custom_id is not None else uuid7(now)
+        jid = job.id
+        if general:
+            job.timeline = []
+            self._add(job, now)
+            return jid
+        self._jobs[jid] = job  # Lifecycle._add for a job that only waits, or is only delayed
+        q.all[jid] = None
+        p = job.priority
+        q.priorities[p] += 1
+        if job.state is DELAYED:
+            job.timeline = ({"state": DELAYED, "timestamp": now},)
+            q.members[DELAYED][jid] = None
+            heapq.heappush(self._delayed, (job.run_at, s, jid))
+        else:
+            q.members[WAITING][jid] = None
+            q.waiting.add((-p, -s if job.lifo else s, jid))  # _wkey(job)
+            self._events.append(tuple.__new__(Event, (queue, jid, "waiting")))
+        self.total_pushed += 1
+        self._push_meter.add(now)
+        if self._keeps_jobs:
+            self.store.put_job(job.to_record(), durable=False)
+        if self._webhooks or self._subscribers.get(queue):
+            self._webhook("job.pushed", job, now)
+            self._job_event("pushed", job, now)
+        return jid
 
     def _create_jobs(self, queue: str, entries: Sequence[Mapping[str, Any]], now: float,
                      defaults: tuple, custom_key: str) -> list[str]:
@@ -257,15 +327,7 @@ class BatchPaths:
             s = next(seq)
             job = plain_job(None if fresh is None else fresh.__next__(), queue, name, data, s,
                             now, priority, max_attempts, backoff, lifo, roc, rof, waits, NO_ITEMS)
-            general = False
-            if not bare:
-                for key in e.keys() - frame:
-                    value = e[key]
-                    if value is unchanged(key, e):  # (e: never an option's value)
-                        continue
-                    option = options.get(key)
-                    if option is not None and option(job, value):
-                        general = True
+            general = False if bare else _apply(job, e, frame, options, unchanged)
             if fresh is None:
                 job.id = job.custom_id if job.custom_id is not None else uuid7(now)
             jid = job.id

@@ -14,9 +14,7 @@ if TYPE_CHECKING:
 @command("PUSH")
 def push(engine: BunqueueEngine, conn_id: str | None, req: dict, now: float) -> dict:
     if engine._batch_paths and engine._push_plain is not None:  # .batch: the same, faster
-        return {"ok": True,
-                "id": engine._create_jobs(req["queue"], (req,), now, engine._push_plain,
-                                          "jobId")[0]}
+        return {"ok": True, "id": engine._create_job(req["queue"], req, now, engine._push_plain)}
     engine._check_name(req)
     existing = engine._check_push(req["queue"], req, "jobId")
     if existing is not None:
