@@ -121,10 +121,10 @@ def _profile_with_job_defaults(**defaults: Any):
 
 
 # =============================================================================================
-# Creating jobs: bare pushes (the fast paths) and the general path
+# Creating jobs: the batch paths (_create_job, _create_jobs) and the general path
 # =============================================================================================
 def test_bare_pushes_follow_the_profile_priority_and_lifo_defaults():
-    """A bare PUSH (_create_one) and a bare PUSHB (_create_plain) take priority and lifo from
+    """A bare PUSH (_create_job) and a bare PUSHB (_create_jobs) take priority and lifo from
     the profile's defaults, like a general push: under defaults priority 5 and lifo, the
     newest job of priority 5 is pulled first whichever path made it, and all of them before a
     job of priority 1."""
@@ -1140,7 +1140,7 @@ def test_a_legacy_data_name_obeys_the_job_name_length(length, ok):
         assert reply["ok"] is True
     else:
         assert reply == {"ok": False, "error": r.engine.error_message("job_name_invalid")}
-    for extra in ({}, {"tags": ["t"]}):   # the plain path and the general one
+    for extra in ({}, {"tags": ["t"]}):   # no option and one
         assert r("PUSH", queue="q", name="top", data={"name": "n" * length}, **extra)["ok"] is True
     v2 = Rig("bunqueue/v2")
     assert v2("PUSH", queue="q", data={"name": "n" * length})["ok"] is True
@@ -1297,9 +1297,9 @@ def test_a_dependency_completed_before_the_push_is_not_waited_on_again():
 
 @pytest.mark.parametrize("defaults", [{"delay": 250}, {"delay": 1}, {"durable": True}])
 def test_a_default_delay_or_durability_alone_keeps_bare_pushes_off_the_plain_path(defaults):
-    """_plain_defaults: a profile whose pushes default to a delay, or to durability, makes
-    every bare PUSH and PUSHB entry a delayed, or durably written, job (the plain path makes
-    neither)."""
+    """_job_defaults_of: a profile whose pushes default to a delay, or to durability, makes
+    every bare PUSH and PUSHB entry a delayed, or durably written, job (the general path: the
+    batch path makes neither by default)."""
     r = Rig(_profile_with_job_defaults(**defaults))
     ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
            *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
@@ -1309,7 +1309,7 @@ def test_a_default_delay_or_durability_alone_keeps_bare_pushes_off_the_plain_pat
 
 
 def test_a_bare_push_takes_a_default_of_one_attempt():
-    """_plain_defaults: the plain path's maxAttempts is the profile's default, even 1."""
+    """_job_defaults_of: the batch path's maxAttempts is the profile's default, even 1."""
     r = Rig(_profile_with_job_defaults(maxAttempts=1))
     ids = [r.ok("PUSH", queue="q", name="n", data=1)["id"],
            *r.ok("PUSHB", queue="q", jobs=[{"name": "n", "data": 2}])["ids"]]
@@ -1318,7 +1318,7 @@ def test_a_bare_push_takes_a_default_of_one_attempt():
 
 @pytest.mark.parametrize("value", [True, NO_DEFAULT])
 def test_a_bare_push_takes_its_flags_from_the_profile_defaults(value):
-    """_plain_defaults: lifo, removeOnComplete and removeOnFail of a bare PUSH and a bare
+    """_job_defaults_of: lifo, removeOnComplete and removeOnFail of a bare PUSH and a bare
     PUSHB entry are the profile's defaults (here all on), or off without one."""
     names = ("lifo", "removeOnComplete", "removeOnFail")
     r = Rig(_profile_with_job_defaults(**{n: value for n in names}))

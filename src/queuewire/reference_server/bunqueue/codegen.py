@@ -3,7 +3,7 @@ queuewire.reference_server.bunqueue.codegen`` (``make generate``) re-emits them,
 only says which differ from what their generator writes now (tests/test_generated_code.py does
 the same check). The convention is :mod:`queuewire.codecs.codegen`'s.
 
-* ``jobs_generated.py``: the constructor of the jobs of a bare PUSH
+* ``jobs_generated.py``: the constructor of the jobs PUSH and PUSHB create
   (:func:`~.jobs.plain_job_module`, from the fields of :class:`~.jobs.Job`).
 """
 
