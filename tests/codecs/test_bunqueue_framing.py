@@ -33,6 +33,7 @@ from queuewire.codecs.bunqueue import (
     depth_exceeds,
     encode_frame,
     nests_too_deep,
+    payload_nests_deeper,
 )
 from queuewire.codecs.errors import (
     EncodeError,
@@ -1302,3 +1303,35 @@ def test_undefined_does_not_send_a_message_down_the_walk():
     assert enc.payload(msg) == b"\x83\xa2ok\xc3\xa4time\xcb" + struct.pack(">d", hit) + (
         b"\xa5reqId" + UNDEFINED_BYTES)
     assert walks == []
+
+
+# -- nesting read from the bytes (payload_nests_deeper) ----------------------------------------
+_scalars = st.one_of(st.none(), st.integers(-2**40, 2**40), st.floats(allow_nan=False),
+                     st.text(max_size=6), st.binary(max_size=6),
+                     st.sampled_from(["\x80\x90\xdc", b"\x80\x9f\xde\xdf"]))  # marker bytes
+_nested = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4)),
+    max_leaves=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_nested, limit=st.integers(0, 12))
+def test_nesting_read_from_the_bytes_agrees_with_the_walk(value: Any, limit: int) -> None:
+    """BQ-MSGPACK-3 the sender checks from its payload's bytes a level at a time (strings and
+    binaries full of container marker bytes included) and answers as the walk over the
+    decoded value does."""
+    message = {"top": value}
+    assert payload_nests_deeper(msgspec.msgpack.encode(message), limit) \
+        == depth_exceeds(message, limit)
+
+
+def test_a_wide_push_is_read_a_level_at_a_time_and_a_deep_one_is_caught() -> None:
+    entries = [{"name": "e", "data": {"n": i, "tags": ["a", {"b": [1]}]}} for i in range(2_000)]
+    wide = msgspec.msgpack.encode({"cmd": "PUSHB", "queue": "q", "jobs": entries})
+    # 7 levels: the message, jobs, an entry, its data, tags, {"b": ...}, [1]
+    assert payload_nests_deeper(wide, 7) is False
+    assert payload_nests_deeper(wide, 6) is True
+    deep: Any = 1
+    for _ in range(300):
+        deep = {"x": [deep]}
+    assert payload_nests_deeper(msgspec.msgpack.encode(deep), 256) is True

@@ -10,8 +10,9 @@ comes whole, byte by byte or in random chunks. The design rules:
   so a 64 MiB frame in 64 KiB reads costs O(n), not O(n^2).
 * Payloads are decoded by msgspec, which is strict (trailing bytes, truncated containers,
   invalid UTF-8 are errors with byte offsets) and never allocates for a declared container
-  size beyond the bytes present. Nesting beyond ``max_nesting_depth`` is refused; a cheap
-  byte filter keeps the exact depth walk off the common path.
+  size beyond the bytes present. Nesting beyond ``max_nesting_depth`` is refused, judged from
+  the bytes a level at a time (:func:`payload_nests_deeper`): a value with fewer container
+  marker bytes than the levels left is never opened.
 * An error is a typed ``ProtocolError`` naming its requirement and reaction. A ``reply`` error
   consumes only its frame: what came before is in ``error.frames`` and ``feed(b"")``
   continues after it. A ``close`` error kills the decoder.
@@ -94,20 +95,50 @@ def bunqueue_profile(profile: Profile | str | None) -> Profile:
     return load_profile(profile or "bunqueue/v2")
 
 
-def nests_too_deep(payload: bytes, obj: Any, limit: float) -> bool:
+def nests_too_deep(payload: bytes | memoryview, obj: Any, limit: float) -> bool:
     """Whether the message encoded as ``payload`` nests deeper than ``limit`` (BQ-MSGPACK-3),
-    for a sender that checks what it is about to write: the decoder's cheap count of container
-    bytes first, then the exact walk over the payload read back as plain maps and lists (what
-    a server sees, whatever mapping or sequence types ``obj`` was built from)."""
-    if len(payload) <= limit or len(payload.translate(None, NOT_CONTAINER)) <= limit:
-        return False
+    for a sender that checks what it is about to write (``obj``: what it encoded) or a
+    decoder that checks what it read (``obj``: the decoded map): :func:`payload_nests_deeper` on the
+    bytes (what a server sees, whatever mapping or sequence types ``obj`` was built from), or
+    the walk over ``obj`` where msgspec cannot read them back."""
     try:
-        plain = _PLAIN_DECODE(payload)
+        return payload_nests_deeper(payload, limit)
     except RecursionError:
         return True
-    except (msgspec.DecodeError, ValueError):  # an extension msgspec rejects: walk what was given
+    except (msgspec.DecodeError, ValueError, TypeError):  # an extension msgspec rejects
         return depth_exceeds(obj, limit)
-    return depth_exceeds(plain, limit)
+
+
+_RAW_MAP = msgspec.msgpack.Decoder(dict[Any, msgspec.Raw]).decode
+_RAW_ARRAY = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
+_MAP_MARKERS = frozenset((*range(0x80, 0x90), 0xDE, 0xDF))
+_ARRAY_MARKERS = frozenset((*range(0x90, 0xA0), 0xDC, 0xDD))
+
+
+def payload_nests_deeper(payload: bytes | memoryview, limit: float) -> bool:
+    """Whether the MessagePack value ``payload`` holds containers nested deeper than ``limit``
+    (the top-level container is level 1), read from the bytes a level at a time: a value
+    with no more container marker bytes than the levels it may still hold cannot exceed them
+    (the cheap count), and only a container that fails the count has its members sliced out
+    (``msgspec.Raw``, no copy) and looked at. A PUSHB of a thousand entries costs a count per
+    entry, not a walk over every map of every job. Raises what msgspec raises on bytes it
+    cannot read (the caller decides)."""
+    stack: list[tuple[Any, float]] = [(payload, limit)]
+    while stack:
+        raw, left = stack.pop()
+        if len(raw) <= left:  # a value of n bytes holds at most n containers
+            continue
+        view = memoryview(raw)
+        first = view[0]
+        if first not in _MAP_MARKERS and first not in _ARRAY_MARKERS:
+            continue  # a scalar or an extension: no container
+        if left < 1:
+            return True
+        if len(view.tobytes().translate(None, NOT_CONTAINER)) <= left:
+            continue
+        members = _RAW_MAP(view).values() if first in _MAP_MARKERS else _RAW_ARRAY(view)
+        stack.extend((m, left - 1) for m in members)
+    return False
 
 
 def depth_exceeds(obj: Any, limit: float) -> bool:
@@ -259,9 +290,7 @@ class FrameDecoder:
                     self._keep(buf, pos)
                     self._fail(PayloadError, "not_a_map",
                                f"payload is a {type(value).__name__}, not a map", at, out)
-                if length > max_depth and (
-                    len(bytes(payload).translate(None, NOT_CONTAINER)) > max_depth
-                ) and depth_exceeds(value, max_depth):
+                if length > max_depth and nests_too_deep(payload, value, max_depth):
                     at = self._base + start
                     pos = end
                     self._keep(buf, pos)
