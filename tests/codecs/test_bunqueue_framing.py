@@ -1335,3 +1335,44 @@ def test_a_wide_push_is_read_a_level_at_a_time_and_a_deep_one_is_caught() -> Non
     for _ in range(300):
         deep = {"x": [deep]}
     assert payload_nests_deeper(msgspec.msgpack.encode(deep), 256) is True
+
+
+_I32 = (-2**31, 2**32 - 1)  # int32 .. uint32: written as integers; beyond: float64
+_wide_values = st.recursive(
+    st.one_of(st.integers(-2**53 + 1, 2**53 - 1), st.floats(allow_nan=False, allow_infinity=False),
+              st.sampled_from([2**32, 2**32 - 1, -2**31, -2**31 - 1, 9_999_999_999, 10**10,
+                               -9_999_999_999, 1_764_000_000_000]),  # the 32-bit and 10-digit edges
+              st.text(alphabet="0123456789.eE-x", max_size=14)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=3), inner, max_size=4)),
+    max_leaves=30)
+
+
+def _as_sent(value: Any) -> Any:
+    if type(value) is int and not _I32[0] <= value <= _I32[1]:
+        return float(value)
+    if type(value) is list:
+        return [_as_sent(v) for v in value]
+    if type(value) is dict:
+        return {k: _as_sent(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_wide_values)
+def test_every_integer_beyond_32_bits_is_written_as_float64(value: Any) -> None:
+    """BQ-MSGPACK-7 whatever the message: the encoder's cheap tests (64-bit markers in the
+    bytes, ten digits in a row in the JSON text, then the token regex) never let a wide
+    integer through as an integer, digits in strings and floats' digits included."""
+    message = {"cmd": "PUSH", "data": value}
+    sent = msgspec.msgpack.decode(FrameEncoder(PROFILE).payload(message))
+    assert sent == _as_sent(message)
+    assert [type(x) for x in _leaves(sent)] == [type(x) for x in _leaves(_as_sent(message))]
+
+
+def _leaves(value: Any) -> list:
+    if type(value) is list:
+        return [x for v in value for x in _leaves(v)]
+    if type(value) is dict:
+        return [x for v in value.values() for x in _leaves(v)]
+    return [value]

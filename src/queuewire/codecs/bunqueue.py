@@ -45,6 +45,8 @@ _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 #: with a "." or an exponent (1764000000000.0, 1e16), so digits next to one of those are a
 #: float's, never an integer's; digits inside strings may match (then the exact walk decides).
 _WIDE_INT_TOKEN = re.compile(rb"(?<![.\d])\d{10,}(?![.\deE])")
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_TEN_ZEROS = b"0" * 10
 # Reads a payload back as plain dicts, lists and ints (extensions kept as Ext).
 _PLAIN_DECODE = msgspec.msgpack.Decoder(
     ext_hook=lambda code, data: msgspec.msgpack.Ext(code, bytes(data))).decode
@@ -410,6 +412,10 @@ class FrameEncoder:
             text = self._json(obj)
         except Exception:  # noqa: BLE001 - keys JSON cannot write, ...: walk to be sure
             return True
+        # the token needs ten digits in a row: the text with every digit made "0" holds ten
+        # zeros in a row first (a C-speed search; the regex, 20x slower, only then)
+        if _TEN_ZEROS not in text.translate(_DIGITS_AS_ZERO):
+            return False
         return _WIDE_INT_TOKEN.search(text) is not None
 
     def prefix(self, length: int) -> bytes:
