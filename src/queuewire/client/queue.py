@@ -159,16 +159,18 @@ class Queue:
         given = list(jobs)
         defaults = self.default_job_options
         entry = self.codec.bulk_entry
-        entries = []
+        entries: list[dict] = []
+        add = entries.append
         for job in given:
             opts = job.get("opts")
             if defaults:
                 opts = {**defaults, **(opts or {})}
-            entries.append(entry(job.get("name"), job.get("data", {}), opts or _NO_OPTIONS))
+            add(entry(job.get("name"), job["data"] if "data" in job else {}, opts or _NO_OPTIONS))
         reply = await self._q("PUSHB", jobs=entries)
         ids = self._field(reply, "PUSHB", "ids") or []
-        return [Job(job_id, job.get("name") or "default", job.get("data", {}), self.name,
-                    {"opts": job.get("opts") or {}}, queue=self)
+        queue_name = self.name
+        return [Job(job_id, job.get("name") or "default", job["data"] if "data" in job else {},
+                    queue_name, {"opts": job.get("opts") or {}}, None, self)
                 for job_id, job in zip(ids, given)]
 
     # -- reading jobs

@@ -24,6 +24,7 @@ because the reference implementation reads 64-bit integers as BigInt (BQ-MSGPACK
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ def payload_nests_deeper(payload: bytes | memoryview, limit: float) -> bool:
     (``msgspec.Raw``, no copy) and looked at. A PUSHB of a thousand entries costs a count per
     entry, not a walk over every map of every job. Raises what msgspec raises on bytes it
     cannot read (the caller decides)."""
-    stack: list[tuple[Any, float]] = [(payload, limit)]
+    stack: list[tuple[Any, float]] = [(payload, limit)]  # (a value's bytes, levels it may hold)
     while stack:
         raw, left = stack.pop()
         if len(raw) <= left:  # a value of n bytes holds at most n containers
@@ -139,7 +140,7 @@ def payload_nests_deeper(payload: bytes | memoryview, limit: float) -> bool:
         if len(view.tobytes().translate(None, NOT_CONTAINER)) <= left:
             continue
         members = _RAW_MAP(view).values() if first in _MAP_MARKERS else _RAW_ARRAY(view)
-        stack.extend((m, left - 1) for m in members)
+        stack.extend(zip(members, itertools.repeat(left - 1)))
     return False
 
 
