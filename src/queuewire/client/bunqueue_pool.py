@@ -77,7 +77,8 @@ class Link:
         self._connect_task: asyncio.Task | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = float("inf")
-        self._flush_soon = False
+        self._flush_soon = False  # a flush at the end of this turn is scheduled
+        self._sent_alone = False  # a command went out at once since the last dispatch
         self._ready = asyncio.Event()
         self._stopped = asyncio.Event()
         self._waiters: list[asyncio.Future] = []  # connect(): woken by TCP up, LinkDown, Closed
@@ -183,10 +184,15 @@ class Link:
         command = self.session.send(payload, timeout)
         future = self._loop.create_future()
         command.waiter = future
-        if not self._flush_soon:  # the turn's first command goes now, the rest in one write
-            self._flush_soon = True  # at the end of the turn
+        # A command goes out at once when none went since the server last spoke (a caller
+        # awaiting each reply, as add() in a loop does, costs no extra turn of the loop);
+        # the next ones wait for the end of the turn and go out in one write (a gather).
+        if not self._sent_alone:
+            self._sent_alone = True
             self._flush()
             self._arm()
+        elif not self._flush_soon:
+            self._flush_soon = True
             self._loop.call_soon(self._flush_turn)
         protocol = self._protocol
         if protocol is not None and protocol.paused:  # the socket's buffer is over its mark
@@ -202,7 +208,7 @@ class Link:
         return future
 
     def _flush_turn(self) -> None:
-        self._flush_soon = False
+        self._flush_soon = self._sent_alone = False
         self._flush()
         self._arm()
 
@@ -266,6 +272,7 @@ class Link:
                 protocol.write(data)
 
     def _dispatch(self, events: list[Event]) -> None:
+        self._sent_alone = False
         self._flush()
         for event in events:
             if type(event) is Settled:
