@@ -253,7 +253,7 @@ class BatchPaths:
             heapq.heappush(self._delayed, (job.run_at, s, jid))
         else:
             q.members[WAITING][jid] = None
-            q.waiting.add((-p, -s if job.lifo else s, jid))  # _wkey(job)
+            q.waiting.add(self._wkey(job))
             self._events.append(tuple.__new__(Event, (queue, jid, "waiting")))
         self.total_pushed += 1
         self._push_meter.add(now)
@@ -305,6 +305,7 @@ class BatchPaths:
         waits = ({"state": WAITING, "timestamp": now},)  # one timeline for the batch's jobs
         delays = None
         keys: list[tuple] = []
+        wkey = self._wkey  # the one key of the waiting list (a test's broken engine may change it)
         ids: list[str] = []
         placed = 0
         for e in entries:
@@ -348,7 +349,7 @@ class BatchPaths:
                 heapq.heappush(self._delayed, (job.run_at, s, jid))
             else:
                 waiting[jid] = None
-                keys.append((-p, -s if job.lifo else s, jid))  # _wkey(job)
+                keys.append(wkey(job))
                 add_event(new_event(Event, (queue, jid, "waiting")))
             placed += 1
             if keeps:
