@@ -38,7 +38,7 @@ frame without the general path:
   - *Extensions* (``undefined``, unknown types): the typed decoder refuses every extension,
     so a frame holding one takes the general path (``undefined`` reads as absent there);
     the Struct check, which skips untyped values, looks for the ``undefined`` bytes.
-  - *Depth*: the same byte filter and walk as ``FrameDecoder``; a frame too deep is left
+  - *Depth*: the same check as ``FrameDecoder`` (``nests_too_deep``); a frame too deep is left
     to the general path, which raises the same error.
   - *x-maxJsonBytes*: a MessagePack payload of ``n`` bytes decodes to values whose JSON
     text, as ``json_size`` measures it, is at most ``JSON_BYTES_PER_BYTE * n`` bytes (see
@@ -71,7 +71,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict, Un
 import msgspec
 
 from ..spec import Profile
-from .bunqueue import NOT_CONTAINER, FrameDecoder, depth_exceeds
+from .bunqueue import FrameDecoder, nests_too_deep
 from .errors import FramingError, PayloadError
 from .validation import BunqueueValidator
 
@@ -470,9 +470,8 @@ class RequestDecoder(FrameDecoder):
                                     v = value.get(field)
                                     if v is not None and v not in seen and not matches(v):
                                         value = None
-                            if value is not None and (length <= max_depth or len(
-                                    bytes(payload).translate(None, NOT_CONTAINER)
-                            ) <= max_depth or not depth_exceeds(value, max_depth)):
+                            if value is not None and (length <= max_depth or not
+                                                      nests_too_deep(payload, value, max_depth)):
                                 append((value, True))
                                 pos = end
                                 continue
@@ -489,9 +488,7 @@ class RequestDecoder(FrameDecoder):
                     self._keep(buf, pos)
                     self._fail(PayloadError, "not_a_map",
                                f"payload is a {type(value).__name__}, not a map", at, out)
-                if length > max_depth and (
-                    len(bytes(payload).translate(None, NOT_CONTAINER)) > max_depth
-                ) and depth_exceeds(value, max_depth):
+                if length > max_depth and nests_too_deep(payload, value, max_depth):
                     at = self._base + start
                     pos = end
                     self._keep(buf, pos)
