@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .jobs import NO_ITEMS, Job, QueueState, plain_job, uuid7, uuid7_batch
@@ -182,6 +182,20 @@ def _apply(job: Job, entry: Mapping[str, Any], frame: frozenset[str],
     return general
 
 
+def _at_defaults(entries: Sequence[Mapping[str, Any]], keys: Iterable[str],
+                 at_default: Mapping[str, Any]) -> bool:
+    """Whether every entry holds each of ``keys`` at the value ``at_default`` gives it, or
+    not at all (one column at a time, in C: ``dict.get`` and ``is`` mapped over the entries)."""
+    for key in keys:
+        if key not in at_default:
+            return False
+        value = at_default[key]
+        column = map(dict.get, entries, itertools.repeat(key), itertools.repeat(value))
+        if not all(map(operator.is_, column, itertools.repeat(value))):
+            return False
+    return True
+
+
 class BatchPaths:
     """``_create_jobs``, ``_take_head`` and ``_complete_run`` (mixed into the engine; see the
     module doc)."""
@@ -278,10 +292,8 @@ class BatchPaths:
         checked = not checked_keys.isdisjoint(present)
         at_default = defaults[-1]
         # no entry carries an option, or every one it carries is at the defaults' value
-        bare = present <= frame or not checked and all(
-            key in at_default and all(map(operator.is_, map(
-                dict.get, entries, itertools.repeat(key), itertools.repeat(at_default[key])),
-                itertools.repeat(at_default[key]))) for key in present - frame)
+        bare = present <= frame or not checked and _at_defaults(entries, present - frame,
+                                                                at_default)
         answers: list[str | None] = []
         if checked:  # as the general path: the whole batch before any job is created
             seen: set[str] = set()
