@@ -172,9 +172,9 @@ class _Run:
         self.pulled: list[tuple[str, str | None]] = []  # (id, token) in pull order
         self.worker: str | None = None
 
-    def job_opts(self, shape: str | bool, opts: dict, custom_key: str) -> dict:
+    def job_opts(self, shape: str, opts: dict, custom_key: str) -> dict:
         out: dict = {"name": "email", "data": {"n": len(self.ids)}}
-        if shape is True or shape == "bare":
+        if shape == "bare":
             return out
         if shape == "legacy":
             out = {"data": {"name": "email", "n": len(self.ids)}}
