@@ -1,4 +1,5 @@
-"""``queuewire spec``: list, show, lint and export the protocol spec."""
+"""``queuewire spec``: list, show, lint, export and diff the protocol spec (``diff`` lives in
+``spec_diff``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from rich.table import Table
 
 from ..spec import SpecError, default_profile, load_profile, profile_names
 from ._common import PROTOCOLS, console, err_console, load, profile_option
+from .spec_diff import spec_diff
 
 
 @click.group()
 def spec() -> None:
-    """Inspect, check and export the protocol spec."""
+    """Inspect, check, export and compare the protocol spec."""
+
+
+spec.add_command(spec_diff)
 
 
 @spec.command("list")

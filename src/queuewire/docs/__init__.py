@@ -26,6 +26,8 @@ typical session), and nothing imports it but ``docs/conf.py`` and the tests. A m
   replies, examples and packet diagrams; the typical session of a bunqueue profile; the
   requirements page written by ``requirements``);
 * ``compare``: the profile comparison page, computed from the merged spec trees;
+* ``spec_diff``: the profile changes page, ``queuewire spec diff`` for each pair of adjacent
+  profiles, each change classified breaking or compatible for clients and for servers;
 * ``reqindex``: the requirements index (cases, client scenarios, fuzz oracles, tests);
 * ``cases``: the conformance case catalogue.
 
@@ -52,6 +54,7 @@ def render(out_dir: str | Path) -> list[Path]:
     from . import bunqueue_pages, quicx_pages
     from .compare import compare_page
     from .reqindex import index_page
+    from .spec_diff import diff_page
 
     out = Path(out_dir)
     written: list[Path] = []
@@ -63,11 +66,12 @@ def render(out_dir: str | Path) -> list[Path]:
         entries.append(f"{stem(name)}/index")
     write(out / "compare.md", compare_page(), written)
     write(out / "requirements-index.md", index_page()[0], written)
+    write(out / "profile-changes.md", diff_page(), written)
     lines = ["# Protocol reference", "",
              "Generated from `spec/` at build time: a reference per profile (framing, every "
              "command or message with its fields, requirements and examples from the test "
              "vectors as annotated hex dumps, error codes, limits, state machines), the "
              "differences between profiles, and where each requirement is exercised.", ""]
-    lines += toctree(entries + ["compare", "requirements-index"], maxdepth=2)
+    lines += toctree(entries + ["compare", "profile-changes", "requirements-index"], maxdepth=2)
     write(out / "index.md", lines, written)
     return written
