@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from queuewire.cli import main
 from queuewire.codecs.bunqueue import encode_frame
 from queuewire.codecs.quicx import QuicxEncoder
-from queuewire.spec import load_profile
+from queuewire.spec import load_profile, profile_names
 
 
 @pytest.fixture
@@ -86,10 +86,11 @@ def test_spec_export_json(run, tmp_path):
     out = tmp_path / "spec.json"
     assert run("spec", "export", "--format", "json", "-o", str(out)).exit_code == 0
     doc = json.loads(out.read_text())
-    assert set(doc["profiles"]) == {"bunqueue/v2", "bunqueue/2.9.5", "quicx/v1", "quicx/1.0.3"}
+    assert set(doc["profiles"]) == set(profile_names())
     push = doc["profiles"]["bunqueue/v2"]["schemas"]["PUSH"]["request"]
     assert push["$defs"]["Priority"]["maximum"] == load_profile("bunqueue/v2").limits["priority"].max
     assert doc["profiles"]["quicx/1.0.3"]["spec"]["messages"]["MSG_TASK"]["code"] == 7
+    assert doc["profiles"]["bunqueue/v3"]["spec"]["limits"]["wait_job_timeout"]["max"] == 600000
 
 
 def lines(output: str) -> list[dict]:

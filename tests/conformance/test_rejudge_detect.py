@@ -11,11 +11,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from queuewire.conformance.detect import detect
+from queuewire.conformance.detect import Detection, Probe, detect
 from queuewire.conformance.model import Check
 from queuewire.conformance.rejudge import compare_checks
 from queuewire.conformance.report import case_filename
 from queuewire.conformance.targets import embedded_target
+from queuewire.spec import plainest, refines
 
 CASE = "bunqueue.queue.drain"  # passes against the reference server, needs replies
 
@@ -117,8 +118,28 @@ async def test_detect_names_the_profile_of_the_reference_server(protocol, profil
     hit, of = found.score(profile)
     assert hit == of and of >= 3
     for other in found.profiles:
-        if other != profile:
-            assert found.ratio(other) < 0.5
+        if other == profile:
+            continue
+        if refines(other, profile) and found.ratio(other) == 1.0:
+            # a profile built on this one that no probe tells apart (bunqueue/v3 adds client
+            # rules and a WaitJob bound): it fits too, is listed, and is not named
+            assert other in found.as_json()["also_fit"]
+        else:
+            assert found.ratio(other) < 0.5, (other, found.as_json())
+
+
+def test_detect_names_the_plainest_of_profiles_that_fit_alike():
+    """Profiles the probes cannot tell apart: the one the others refine is named, the match
+    is clear, and the others are listed; unrelated profiles that tie are not a clear match."""
+    det = Detection("bunqueue", "t", ["bunqueue/v2", "bunqueue/2.9.5", "bunqueue/v3"])
+    det.probes = [Probe("p", "x", {"bunqueue/v2": "a", "bunqueue/2.9.5": "b", "bunqueue/v3": "b"},
+                        observed="b")]
+    assert (det.best, det.clear, det.tied) == ("bunqueue/2.9.5", True, ["bunqueue/v3"])
+    det = Detection("quicx", "t", ["quicx/v1", "quicx/1.0.3"])
+    det.probes = [Probe("p", "x", {"quicx/v1": "a", "quicx/1.0.3": "a"}, observed="a")]
+    assert (det.best, det.clear) == ("quicx/v1", True)
+    assert not refines("quicx/v1", "quicx/1.0.3") and refines("quicx/1.0.3", "quicx/v1")
+    assert plainest(["bunqueue/2.9.5", "quicx/v1"]) is None
 
 
 def test_detect_cli_text_and_json(cli):

@@ -30,7 +30,10 @@ quicx (raw frames; the header layout is the profiles' ``header``):
   that comes back (the task is then completed with the matching profile's ``MSG_DONE``).
 
 The best profile is the one with the highest share of matching probes; the match is *clear*
-when that share is strictly higher than every other profile's and at least one half.
+when that share is at least one half and strictly higher than every other profile's, except
+profiles that refine the best one (its overlays and more: bunqueue/v3 refines bunqueue/2.9.5)
+and fit as well: where the probes cannot tell them apart, the plainest of them is named and
+the others are listed as fitting too (``also_fit``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import Profile, load_profile, profile_names
+from ..spec import Profile, load_profile, plainest, profile_names
 from .matching import error_pattern
 from .model import Case
 
@@ -73,22 +76,36 @@ class Detection:
         hit, of = self.score(profile)
         return hit / of if of else 0.0
 
+    def _tied(self) -> list[str]:
+        """The profiles with the highest share of matching probes."""
+        top = max((self.ratio(p) for p in self.profiles), default=0.0)
+        return [p for p in self.profiles if self.ratio(p) == top] if top > 0 else []
+
     @property
     def best(self) -> str | None:
-        ranked = sorted(self.profiles, key=self.ratio, reverse=True)
-        return ranked[0] if ranked and self.ratio(ranked[0]) > 0 else None
+        """The profile the probes fit best; of several that fit equally, the one the others
+        refine (:func:`~queuewire.spec.plainest`: bunqueue/2.9.5 before bunqueue/v3, which
+        adds only what no probe told apart)."""
+        tied = self._tied()
+        return (plainest(tied) or tied[0]) if tied else None
+
+    @property
+    def tied(self) -> list[str]:
+        """The other profiles that fit the probes as well as :attr:`best`."""
+        best = self.best
+        return [p for p in self._tied() if p != best]
 
     @property
     def clear(self) -> bool:
         best = self.best
         if best is None or self.ratio(best) < 0.5:
             return False
-        return all(self.ratio(p) < self.ratio(best) for p in self.profiles if p != best)
+        return plainest(self._tied()) == best
 
     def as_json(self) -> dict[str, Any]:
         return {
             "protocol": self.protocol, "target": self.target, "best": self.best,
-            "clear": self.clear,
+            "clear": self.clear, "also_fit": self.tied,
             "scores": {p: {"matched": self.score(p)[0], "of": self.score(p)[1],
                            "ratio": round(self.ratio(p), 3)} for p in self.profiles},
             "probes": [{"name": p.name, "sent": p.sent, "expected": p.expected,

@@ -79,7 +79,7 @@ def load_dir(directory: Any, protocol: str, profile: str | Profile | None = None
     for f in files:
         cases.extend(load_text(f.read_text(encoding="utf-8"), f"cases/{protocol}/{f.name}",
                                protocol, prof, check_unique=False))
-    chosen = [c for c in cases if c.applies_to(prof.name)]
+    chosen = [c for c in cases if c.applies_to(prof)]
     _unique(chosen)
     return chosen
 
@@ -110,7 +110,7 @@ def load_text(text: str, source: str, protocol: str, profile: str | Profile | No
             continue
         out.append(parse_case(entry, where, protocol, prof))
     if check_unique:
-        _unique(c for c in out if c.applies_to(prof.name))
+        _unique(c for c in out if c.applies_to(prof))
     return out
 
 
@@ -151,12 +151,18 @@ def check_case(case: Case, profile: Profile) -> None:
     ctx = f"{case.source or '<generated>'} case {case.id}"
     if case.protocol not in ACTIONS:
         raise CaseError(f"{ctx}: unknown protocol {case.protocol!r}")
-    if not case.applies_to(profile.name):
+    if case.profiles and profile.name not in case.profiles:
         return  # checked against the profiles it is for, when those are loaded
     for rid in case.requirements:
-        if rid not in profile.requirements:
-            raise CaseError(f"{ctx}: requirement {rid!r} is not in profile {profile.name} "
-                            f"(list the case's profiles: if it is profile-specific)")
+        if rid in profile.requirements:
+            continue
+        if case.profiles:
+            raise CaseError(f"{ctx}: requirement {rid!r} is not in profile {profile.name}, "
+                            f"which the case lists")
+        if not any(rid in load_profile(name).requirements
+                   for name in profile_names(case.protocol)):
+            raise CaseError(f"{ctx}: requirement {rid!r} is in no {case.protocol} profile")
+        return  # not run under this profile: checked against the profiles that have it
     if case.command is not None and not isinstance(case.command, str):
         raise CaseError(f"{ctx}: command must be a string")
     if bool(case.steps) == bool(case.logic):

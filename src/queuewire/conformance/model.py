@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 # the judge's vocabulary: a case's verdict and a requirement's level are named once, there
 from ..judge import Verdict, verdict_for
+from ..spec import Profile
 from ..spec.model import Level
 
 if TYPE_CHECKING:  # RunResidue's parts; the model stays cheap to import
@@ -96,8 +97,15 @@ class Case:
     cleanup: tuple[Any, ...] = ()  # steps always run afterwards; never judged
     exclusive: bool = False  # touches server-wide state: runs with no other case at once
 
-    def applies_to(self, profile: str) -> bool:
-        return not self.profiles or profile in self.profiles
+    def applies_to(self, profile: Profile) -> bool:
+        """Whether the case is run under ``profile``: the profile has every requirement the
+        case cites (a case about job events applies wherever the profile defines them, and
+        not where an overlay retired what it tests) and, when the case lists ``profiles``,
+        is one of them."""
+        if self.profiles and profile.name not in self.profiles:
+            return False
+        have = profile.requirements
+        return all(rid in have for rid in self.requirements)
 
 
 @dataclass

@@ -357,7 +357,7 @@ async def run_target(protocol: str, target: str, *, profile: str | Profile | Non
     where = parse_target(target)
     http_addr = parse_http_target(http_target) if http_target else None
     pool = list(cases) if cases is not None else load_cases(protocol, prof)
-    chosen = select_cases((c for c in pool if c.protocol == protocol and c.applies_to(prof.name)),
+    chosen = select_cases((c for c in pool if c.protocol == protocol and c.applies_to(prof)),
                           select, skip)
     extras = [x for x in passes if x.case.id in
               {c.id for c in select_cases([x.case for x in passes], select, skip)}]

@@ -17,7 +17,7 @@ Profiles are cached; they are values. Nothing in Python restates what ``spec/`` 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._load import (
@@ -43,8 +43,8 @@ from .model import (
 
 __all__ = [
     "BASES", "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
-    "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile",
-    "profile_names", "raw_tree", "sources", "spec_dir",
+    "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile", "plainest",
+    "profile_names", "raw_tree", "refines", "sources", "spec_dir",
 ]
 
 
@@ -72,7 +72,8 @@ def default_profile(protocol: str) -> str:
 def sources() -> Mapping[str, Source]:
     raw = read_yaml(spec_dir() / "sources.yaml")["sources"]
     return frozen_map({
-        sid: Source(id=sid, title=s["title"], file=s.get("file"), sections=tuple(s.get("sections", ())))
+        sid: Source(id=sid, title=s["title"], file=s.get("file"), sections=tuple(s.get("sections", ())),
+                    url=s.get("url"), commit=s.get("commit"))
         for sid, s in raw.items()
     })
 
@@ -144,6 +145,27 @@ def load_profile(name: str) -> Profile:
     )
     object.__setattr__(profile, "model", builder.build(profile))
     return profile
+
+
+def refines(name: str, base: str) -> bool:
+    """True when profile ``name`` is profile ``base`` with more overlays after ``base``'s own
+    (bunqueue/v3 refines bunqueue/2.9.5, and both refine bunqueue/v2)."""
+    profiles = _profiles_file()["profiles"]
+    a, b = profiles[name], profiles[base]
+    ours, theirs = tuple(a.get("overlays") or ()), tuple(b.get("overlays") or ())
+    return (a["protocol"] == b["protocol"] and len(ours) > len(theirs)
+            and ours[:len(theirs)] == theirs)
+
+
+def plainest(names: Iterable[str]) -> str | None:
+    """Of profiles that fit the same evidence equally well, the one every other refines: it
+    claims the least the evidence did not show (a detector names it). None when the profiles
+    are not one line of refinements."""
+    names = list(dict.fromkeys(names))
+    for name in names:
+        if all(other == name or refines(other, name) for other in names):
+            return name
+    return None
 
 
 def clear_cache() -> None:

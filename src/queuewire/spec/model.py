@@ -37,10 +37,15 @@ def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
 
 @dataclass(frozen=True)
 class Source:
+    """A document requirements cite: a seed ``file`` under ../shared, or (upstream's own
+    specification) a ``url`` and the ``commit`` whose text the quotes are taken from."""
+
     id: str
     title: str
     file: str | None
     sections: tuple[str, ...]
+    url: str | None = None
+    commit: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ Rules
   or a direction only one profile allows is a fact. Daemon-to-client frames are the server's;
   client-to-daemon frames are the client's.
 * **Choice.** A candidate's score is the share of facts it fits; the choice is *clear* when
-  one candidate's share is strictly above every other's and at least one half. The server's
+  one candidate's share is strictly above every other's and at least one half, or when the
+  candidates sharing the top score are one line of refinements (bunqueue/v3 refines
+  bunqueue/2.9.5): then the plainest is chosen, as nothing seen shows what the others add. The server's
   facts decide first (a client may speak another profile than the server it talks to); the
   client's count only when the server's do not decide. :attr:`Detector.decided` is true as
   soon as the server's facts are clear, so a caller that holds the traffic back until then
@@ -59,7 +61,7 @@ from ..codecs.errors import ProtocolError
 from ..codecs.quicx import QuicxDecoder
 from ..judge.opening import HELLO
 from ..judge.reqid import reqid_key
-from ..spec import Profile, default_profile, load_profile, profile_names
+from ..spec import Profile, default_profile, load_profile, plainest, profile_names
 from ..spec.quicx import DAEMON, struct_format
 from .framing import Stream
 
@@ -191,8 +193,11 @@ class Detector:
         if not facts:
             return None
         share = {n: sum(f.fits[n] for f in facts) / len(facts) for n in self.names}
-        best = max(self.names, key=lambda n: share[n])
-        if share[best] < 0.5 or any(share[n] >= share[best] for n in self.names if n != best):
+        top = max(share.values())
+        # of candidates the facts fit equally, the one the others refine (bunqueue/2.9.5
+        # before bunqueue/v3): the facts showed nothing of what the others add
+        best = plainest(n for n in self.names if share[n] == top)
+        if best is None or top < 0.5:
             return None
         return best
 
