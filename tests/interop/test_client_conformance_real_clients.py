@@ -70,3 +70,30 @@ async def test_pypi_client_never_tears_a_dead_socket_down() -> None:
     assert dead.verdict is Verdict.NON_STRICT
     assert {(c.requirement, c.level) for c in dead.failed_checks} == {("BQ-CLIENT-6", "SHOULD"),
                                                                     ("BQ-HELLO-1", "SHOULD")}
+
+
+@pytest.mark.asyncio
+async def test_int64_rule_under_v3_fails_the_npm_client_and_passes_the_pypi_client() -> None:
+    """Protocol 3's int64 rule (upstream docs/protocol.md section 4: an integer outside int32
+    goes as float64), judged from the frames' bytes: msgpackr writes 3000000000 as uint32, so
+    the npm client FAILs BQ-MSGPACK-204 (and writes 1764000000000 as float64: no uint64,
+    BQ-MSGPACK-203 holds); the PyPI client's guard writes both as float64."""
+    if not BUN.exists() or not (HERE / "node_modules" / "bunqueue").is_dir():
+        pytest.fail("bun/bunqueue are not installed in tests/interop: run `make setup`")
+    v3 = load_profile("bunqueue/v3")
+    scenarios = select_scenarios(load_scenarios("bunqueue", v3), ["*int64-rule"])
+    assert [s.id for s in scenarios] == ["bunqueue.client.int64-rule"]
+    npm = await run_client(Testee(f"{BUN} bunqueue_js_testee.mjs", cwd=str(HERE),
+                                  label="bunqueue-npm"), scenarios, v3)
+    (result,) = npm.results
+    failed = {(c.requirement, c.kind) for c in result.failed_checks}
+    assert result.verdict is Verdict.FAIL and ("BQ-MSGPACK-204", "client_forms") in failed
+    assert ("BQ-MSGPACK-203", "client_forms") not in failed
+    assert "3000000000 written as msgpack uint32" in next(
+        c.message for c in result.failed_checks if c.requirement == "BQ-MSGPACK-204")
+    pytest.importorskip("bunqueue")
+    pypi = await run_client(Testee(f"{sys.executable} -m queuewire.conformance.client.adapters."
+                                   "bunqueue_pypi", label="bunqueue-client"), scenarios, v3)
+    (result,) = pypi.results
+    assert not [c for c in result.failed_checks if c.kind == "client_forms"], result.failed_checks
+    assert opening_only(result)

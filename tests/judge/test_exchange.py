@@ -133,6 +133,7 @@ def test_the_registry_names_each_check_with_where_it_runs_and_its_rule():
         "request_schema": ("request", "BQ-ENV-6"),
         "reqid_in_flight": ("request", "BQ-PIPE-4"),
         "reqid_missing": ("request", "BQ-PIPE-4"),
+        "client_forms": ("request", "BQ-MSGPACK-203"),
         "no_hello": ("request", "BQ-HELLO-1"),
         "reply_schema": ("reply", "BQ-ENV-3"),
         "event_schema": ("event", "BQ-EVENT-102"),
@@ -140,7 +141,7 @@ def test_the_registry_names_each_check_with_where_it_runs_and_its_rule():
     for name, c in CHECKS.items():
         assert c.name == name and c.doc and c.doc == c.doc.strip() and callable(c.fn)
     assert REQUEST_CHECKS == ("unreadable", "request_schema", "reqid_in_flight", "reqid_missing",
-                              "no_hello")
+                              "client_forms", "no_hello")
 
 
 def test_check_registers_a_function_under_its_name():
@@ -518,7 +519,8 @@ def test_count_runs_every_check_on_every_frame():
     ex.reply({**PING_OK, "reqId": "p"})   # a quiet reply, still looked at
     ex.request(None, 0, _bad_frame())
     assert dict(ex.looked) == {"request_schema": 2, "reqid_in_flight": 2, "reqid_missing": 2,
-                               "no_hello": 2, "reply_schema": 1, "unreadable": 1}
+                               "client_forms": 2, "no_hello": 2, "reply_schema": 1,
+                               "unreadable": 1}
     assert BunqueueExchange(J).looked is None
 
 
@@ -757,3 +759,32 @@ def test_a_reply_is_judged_on_its_reqid_unless_the_request_sent_a_non_string_one
     assert _keys(found) == [("BQ-ENV-2", Verdict.FAIL, "reply_schema")]
     # a request that sent 7: echoing it verbatim is what the server must do
     assert judge_reply(J, Pending("Ping", 0, reqid_is_str=False), {**PING_OK, "reqId": 7}) == []
+
+
+# -- client_forms (bunqueue/v3's int64 rule, read from the request's bytes) --------------------
+def test_client_forms_fail_a_v3_client_for_64_bit_integers_beyond_int32_and_extensions():
+    """Under bunqueue/v3 a request whose bytes hold a uint64, an integer beyond int32 written
+    as uint32 or an extension value FAILs the MUST its form breaks; the same bytes under a
+    profile without msgpack.client_forms, or without the bytes, find nothing."""
+    import struct
+
+    import msgspec
+
+    v3 = Judgement(load_profile("bunqueue/v3"))
+    message = {"cmd": "PUSH", "queue": "q", "data": {"t": 2**40, "n": 3_000_000_000}}
+    payload = (b"\x84\xa3cmd\xa4PUSH\xa5queue\xa1q\xa4data\x82\xa1t\xcf" + struct.pack(">Q", 2**40)
+               + b"\xa1n\xce" + struct.pack(">I", 3_000_000_000) + b"\xa1x\xd4\x00\x00")
+    decoded = msgspec.msgpack.decode(payload, ext_hook=lambda code, data: UNDEFINED)
+    assert decoded["data"] == message["data"]
+    _, found = BunqueueExchange(v3).request(decoded, payload=payload)
+    forms = [(f.requirement, f.level) for f in found if f.kind == "client_forms"]
+    assert forms == [("BQ-MSGPACK-203", Verdict.FAIL), ("BQ-MSGPACK-204", Verdict.FAIL),
+                     ("BQ-MSGPACK-202", Verdict.FAIL)]
+    assert "2199023255552" not in found[0].message and "1099511627776" in found[0].message
+    def kinds(found):
+        return [f.kind for f in found if f.kind == "client_forms"]
+    assert kinds(BunqueueExchange(JR).request(decoded, payload=payload)[1]) == []
+    assert kinds(BunqueueExchange(v3).request(decoded)[1]) == []
+    compact = msgspec.msgpack.encode({**message, "data": {"t": 2.0**40, "n": 3e9}})
+    assert kinds(BunqueueExchange(v3).request(msgspec.msgpack.decode(compact),
+                                              payload=compact)[1]) == []

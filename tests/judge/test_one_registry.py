@@ -202,3 +202,51 @@ def test_the_quiet_reply_shortcut_never_hides_a_finding():
                     assert judge_reply(j, pending, variant) == [], (pending, variant)
                     checked += 1
     assert checked >= len(requests)   # the shortcut was taken, on the untouched replies at least
+
+
+def test_the_int64_rule_of_v3_is_judged_from_the_bytes_alike_by_checker_tap_and_trace(tmp_path):
+    """bunqueue/v3's msgpack.client_forms: a request that writes a timestamp as uint64 and
+    3000000000 as uint32 (as msgpack-python and msgpackr do) FAILs BQ-MSGPACK-203 and
+    BQ-MSGPACK-204 in the checker (conform client, fuzz --client), the tap and the trace
+    pipeline, each reading the frame's bytes; the same bytes under bunqueue/2.9.5 break
+    neither (its profile has no such rule)."""
+    import struct
+
+    name = "bunqueue/v3"
+    v3 = load_profile(name)
+    payload = (b"\x84\xa3cmd\xa4PUSH\xa5queue\xa1q\xa5reqId\xa1a\xa4data\x82\xa1t\xcf"
+               + struct.pack(">Q", 1764000000000) + b"\xa1n\xce" + struct.pack(">I", 3_000_000_000))
+    client = struct.pack(">I", len(payload)) + payload
+    server = encode_frame({"ok": True, "id": "1", "reqId": "a"}, v3)
+    expected = {("BQ-MSGPACK-203", Verdict.FAIL), ("BQ-MSGPACK-204", Verdict.FAIL)}
+
+    def forms(found):
+        return {f for f in found if f[0] in ("BQ-MSGPACK-203", "BQ-MSGPACK-204")}
+
+    checker = ClientChecker(v3, replies=True)
+    checker.opened(1)
+    (request,), error = checker.feed(1, client, 0.0)
+    assert error is None
+    checker.replied(1, request, FrameDecoder(v3).feed(server)[0], 0.1)
+    by_checker = forms(_judged((c.requirement, verdict_for(c.level))
+                               for c in checker.checks() if not c.ok))
+
+    def tapped(profile_name, sink=None):
+        analyzer = Analyzer("bunqueue", profile_name, sink=sink)
+        analyzer.open(1, 1_000, client="127.0.0.1:5001", upstream="127.0.0.1:6789")
+        analyzer.feed(1, "c2s", client, 2_000)
+        analyzer.feed(1, "s2c", server, 3_000)
+        analyzer.close(1, 4_000, "eof")
+        return analyzer
+
+    by_tap = forms(_judged((f["requirement"], f["level"])
+                           for f in tapped(name).summary()["findings"]))
+    recorder = Recorder(tmp_path / "rec", protocol="bunqueue", profile=name, run="t")
+    tapped(name, sink=recorder.write)
+    recorder.close()
+    analyze([tmp_path / "rec"], tmp_path / "out", engine="local", html=False)
+    by_trace = forms(_judged((r["requirement"], r["level"])
+                             for r in pq.read_table(tmp_path / "out" / "violations").to_pylist()))
+    assert by_checker == by_tap == by_trace == expected, (by_checker, by_tap, by_trace)
+    assert forms(_judged((f["requirement"], f["level"]) for f in
+                         tapped("bunqueue/2.9.5").summary()["findings"])) == set()

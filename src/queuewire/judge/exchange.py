@@ -52,6 +52,7 @@ from typing import Any
 
 from ..codecs.bunqueue import UNDEFINED
 from ..codecs.errors import ProtocolError, Violation
+from ..codecs.msgpack_forms import WireForm, may_have_forms, sender_forms
 from ..codecs.validation import BunqueueValidator
 from ..spec import Profile
 from .findings import Finding
@@ -140,6 +141,10 @@ class Judgement:
         frame = events.get("frame") or {}
         self.event_type = ((frame.get("properties") or {}).get("type") or {}).get("const")
         self.error_patterns = [re.compile(_template(e.message)) for e in spec.errors.values()]
+        # forms of a value a client may not write (msgpack.client_forms: bunqueue/v3's int64
+        # rule), read from a request's bytes when the tool has them
+        self.client_forms = spec.client_forms
+        self.int_range = spec.int_range
 
     def verdict(self, requirement: str | None) -> Verdict:
         return requirement_verdict(self.profile, requirement)
@@ -198,6 +203,22 @@ def _reqid_missing(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
     j = ex.judgement
     return (ex.finding(j.unique_reqid, "reqid_missing", f"{frame.command} without reqId while "
                        f"{waiting} request(s) are in flight", frame, level=j.unique_reqid_verdict),)
+
+
+@check("client_forms", "request", "BQ-MSGPACK-203")
+def _client_forms(ex: BunqueueExchange, frame: Frame) -> Iterable[Finding]:
+    """A client writes none of the forms its profile's ``msgpack.client_forms`` forbid
+    (bunqueue/v3: no msgpack int64/uint64 anywhere, BQ-MSGPACK-203; an integer outside int32
+    as float64, BQ-MSGPACK-204; no extension type, BQ-MSGPACK-202), read from the request's
+    bytes (a tool that passes them: the tap, the trace pipeline, ``conform client``)."""
+    rules = ex.judgement.client_forms
+    out = []
+    for form in ex.last_forms:
+        what = (f"extension type {form.value}" if form.form == "ext"
+                else f"the integer {form.value} written as msgpack {form.form}")
+        out.append(ex.finding(rules[form.form], "client_forms",
+                              f"{what} at payload byte {form.offset}", frame))
+    return out
 
 
 @check("no_hello", "request", OPENING_RULE)
@@ -322,7 +343,8 @@ class BunqueueExchange:
     pairs it across files). ``count``: keep :attr:`looked` (frames each check looked at)."""
 
     __slots__ = ("_guessed", "_is_valid", "_no_id", "_on", "conn_id", "in_flight", "judgement",
-                 "last_bad", "last_reused", "last_waiting", "looked", "opening", "partial",
+                 "last_bad", "last_forms", "last_reused", "last_waiting", "looked", "opening",
+                 "partial",
                  "unpaired", "unpaired_key")
 
     def __init__(self, judgement: Judgement, conn_id: int | None = None, *,
@@ -346,6 +368,7 @@ class BunqueueExchange:
         self.opening: list[str] | None = [] if judges_opening else None
         # what the request being judged did (read by its checks)
         self.last_bad: tuple[Any, tuple[Violation, ...]] | None = None
+        self.last_forms: list[WireForm] = []
         self.last_reused = False
         self.last_waiting = 0
         self.unpaired: str | None = None   # why the last reply answered nothing
@@ -369,11 +392,13 @@ class BunqueueExchange:
 
     # -- client to server
     def request(self, message: Any, t_ns: int = 0, error: ProtocolError | None = None, *,
-                expect_reply: bool = True) -> tuple[str, list[Finding]]:
+                expect_reply: bool = True, payload: bytes | memoryview | None = None,
+                ) -> tuple[str, list[Finding]]:
         """Judge a client frame (a decoded ``message``, or the ``error`` of one that did not
         decode); returns its command and the findings. It is then in flight until a reply
         answers it (for an ``error``, unless ``expect_reply`` is off: the caller's server
-        does not answer one)."""
+        does not answer one). ``payload``, the frame's MessagePack bytes (without the length
+        prefix), lets the ``client_forms`` check read how values were written."""
         if error is not None:
             # bunqueue answers an unreadable frame without reqId (invalid_command_format)
             if expect_reply:
@@ -409,9 +434,14 @@ class BunqueueExchange:
                     held.append(entry)
                 else:
                     in_flight[key] = deque((held, entry))
-        if quiet and not reused and self.opening is None and self.looked is None:
+        forms: list[WireForm] = []
+        rules = self.judgement.client_forms
+        if rules and payload is not None and may_have_forms(payload):
+            forms = [f for f in sender_forms(payload, self.judgement.int_range) if f.form in rules]
+        if quiet and not reused and not forms and self.opening is None and self.looked is None:
             return name, []   # none of the facts the request checks read: nothing to find
         self.last_bad, self.last_waiting, self.last_reused = bad, waiting, reused
+        self.last_forms = forms
         return name, self._run("request", Frame("c2s", message, t_ns, name))
 
     # -- server to client

@@ -82,6 +82,9 @@ class BunqueueSpec:
     safeguards: Mapping[str, int] = field(default_factory=dict)
     # What the server keeps and how a tool lists and removes it (resources.yaml), or None.
     resources: Resources | None = None
+    # Forms a client may not write (msgpack.client_forms): form (int64, uint64, int32,
+    # uint32 outside int_range, ext) -> the requirement it breaks. Empty: no such rule.
+    client_forms: Mapping[str, str] = field(default_factory=dict)
 
     def command(self, name: str) -> Command:
         try:
@@ -191,6 +194,10 @@ def build(profile: Profile) -> BunqueueSpec:
         max_nesting_depth=int(limits["max_nesting_depth"].value),
         int_range=(int(numbers["int_min"]), int(numbers["uint_max"])),
         safe_integer=int(numbers["safe_integer"]),
+        client_forms=frozen_map({form: rule["requirement"]
+                                 for rule in ((tree["msgpack"].get("client_forms") or {}).get("rules")
+                                              or {}).values()
+                                 for form in rule["forms"]}),
         undefined_ext=(int(ext["undefined"]["type"]), bytes.fromhex(ext["undefined"]["data_hex"])),
         timestamp_ext=int(ext["timestamp"]["type"]),
         defaults=frozen_map(defaults),

@@ -80,7 +80,7 @@ class BunqueueConn:
     """One connection: its :class:`~queuewire.judge.exchange.BunqueueExchange`, with the
     findings handed to ``report`` and the answered requests to ``pair``."""
 
-    __slots__ = ("_orphan", "_orphans", "_pair", "_report", "conn_id", "exchange")
+    __slots__ = ("_orphan", "_orphans", "_pair", "_payload_at", "_report", "conn_id", "exchange")
 
     def __init__(self, proto: BunqueueProtocol, conn_id: int, report: Report, pair: PairFn,
                  orphan: OrphanFn | None = None):
@@ -90,6 +90,9 @@ class BunqueueConn:
         self._orphan = orphan
         self._orphans = 0     # answers without reqId given to orphan (their FIFO rank)
         self.exchange = BunqueueExchange(proto.judgement, conn_id, partial=orphan is not None)
+        # where a frame's payload starts, when the profile has rules about how a client
+        # writes values (msgpack.client_forms), which read the bytes; else None
+        self._payload_at = proto._prefix.size if proto.judgement.client_forms else None
 
     def _tell(self, findings: list[Finding]) -> None:
         report = self._report
@@ -99,7 +102,10 @@ class BunqueueConn:
     # -- client to server
     def client_frame(self, item: Item, t_ns: int) -> str:
         """Judge a client frame; returns the command it asks for (every frame is a request)."""
-        name, findings = self.exchange.request(item.message, t_ns, item.error)
+        at = self._payload_at
+        name, findings = self.exchange.request(
+            item.message, t_ns, item.error,
+            payload=None if at is None or item.error is not None else memoryview(item.raw)[at:])
         if findings:
             self._tell(findings)
         return name

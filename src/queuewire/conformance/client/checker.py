@@ -141,21 +141,21 @@ class ClientChecker:
         state = self.conns[conn]
         error: ProtocolError | None = None
         try:
-            frames = state.decoder.feed(data)
+            frames = state.decoder.feed_frames(data)
         except ProtocolError as err:
             frames, error = list(err.frames), err
-        for msg in frames:
+        for frame in frames:
             self._look("BQ-FRAME-1", "framing")
-            self.request(conn, msg, t)
+            self.request(conn, frame.value, t, frame.payload)
         if error is not None:
             _, found = state.exchange.request(None, int(t * 1e9), error, expect_reply=False)
             for f in found:
                 self._found(f, "framing", error.kind)
-        return frames, error
+        return [frame.value for frame in frames], error
 
-    def request(self, conn: int, msg: Any, t: float) -> None:
+    def request(self, conn: int, msg: Any, t: float, payload: bytes | None = None) -> None:
         state = self.conns[conn]
-        _, found = state.exchange.request(msg, int(t * 1e9))
+        _, found = state.exchange.request(msg, int(t * 1e9), payload=payload)
         for f in found:
             self._found(f, f.kind, jsonable(msg))
         if type(msg) is not dict or not isinstance(msg.get("cmd"), str):
