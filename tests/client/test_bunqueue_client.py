@@ -308,6 +308,29 @@ async def test_a_wrong_token_fails_fast_with_an_auth_error():
         await srv.stop()
 
 
+async def test_lookups_map_only_their_not_found_answer_to_none():
+    """GetJob, GetJobByCustomId and CronGet answer a missing entity with the error the spec
+    names as the command's not_found: the client gives None for that (BQ-QUERY-202) and
+    raises every other refusal (here Not authenticated: a missing token is not a missing
+    job, BQ-ENV-8)."""
+    srv = await BunqueueServer("bunqueue/v3", port=0, auth_tokens=["right"]).start()
+    try:
+        async with Queue("look", connection=conn(srv, token="right"), profile="bunqueue/v3") as q:
+            assert await q.get_job("no-such-job") is None
+            assert await q.get_job_by_custom_id("no-such-custom-id") is None
+            assert await q.get_job_scheduler("no-such-schedule") is None
+            job = await q.add("x", {"n": 1}, job_id="c-1")
+            assert (await q.get_job_by_custom_id("c-1")).id == job.id
+        async with Queue("look", connection=conn(srv), profile="bunqueue/v3") as q:
+            for lookup in (q.get_job("no-such-job"), q.get_job_by_custom_id("c-1"),
+                           q.get_job_scheduler("no-such-schedule")):
+                with pytest.raises(BunqueueRefused) as info:
+                    await lookup
+                assert info.value.error_name == "not_authenticated", info.value
+    finally:
+        await srv.stop()
+
+
 # --------------------------------------------------------------------------- the pool
 
 async def test_the_pool_is_shared_round_robin_and_reference_counted(server):

@@ -174,20 +174,27 @@ class Queue:
                 for job_id, job in zip(ids, given)]
 
     # -- reading jobs
+    async def _lookup(self, payload: dict[str, Any]) -> dict | None:
+        """A lookup's reply, or None for its not-found answer (the error the spec names as
+        the command's ``not_found``: BQ-QUERY-202); any other refusal is raised (BQ-ENV-8: a
+        "Not authenticated" is not a missing job)."""
+        try:
+            return await self.transport.call(payload)
+        except BunqueueRefused as exc:
+            if exc.error_name is not None and \
+                    exc.error_name == self.profile.model.commands[payload["cmd"]].not_found:
+                return None
+            raise
+
     async def get_job(self, job_id: str) -> Job | None:
         """The job, or None when the server does not know it."""
-        try:
-            reply = await self.transport.call({"cmd": "GetJob", "id": job_id})
-        except BunqueueRefused:
-            return None
-        return self._job(reply.get("job"))
+        reply = await self._lookup({"cmd": "GetJob", "id": job_id})
+        return None if reply is None else self._job(reply.get("job"))
 
     async def get_job_by_custom_id(self, custom_id: str) -> Job | None:
-        try:
-            reply = await self.transport.call({"cmd": "GetJobByCustomId", "customId": custom_id})
-        except BunqueueRefused:
-            return None
-        return self._job(reply.get("job"), "GetJobByCustomId")
+        """The job with that custom id, or None when the server knows none."""
+        reply = await self._lookup({"cmd": "GetJobByCustomId", "customId": custom_id})
+        return None if reply is None else self._job(reply.get("job"), "GetJobByCustomId")
 
     async def get_job_state(self, job_id: str) -> str:
         return self._field(await self.command("GetState", id=job_id), "GetState", "state", "unknown")
@@ -323,7 +330,9 @@ class Queue:
         await self.command("CronDelete", name=scheduler_id)
 
     async def get_job_scheduler(self, scheduler_id: str) -> Any:
-        return self._field(await self.command("CronGet", name=scheduler_id), "CronGet", "cron")
+        """The schedule, or None when the server knows none of that name."""
+        reply = await self._lookup({"cmd": "CronGet", "name": scheduler_id})
+        return None if reply is None else self._field(reply, "CronGet", "cron")
 
     async def get_job_schedulers(self) -> list[Any]:
         return list(self._field(await self.command("CronList"), "CronList", "crons") or [])

@@ -53,6 +53,9 @@ class Command:
     response_fields: tuple[str, ...] = ()
     # request fields that hold a credential (``x-secret``): recordings put stars over them
     secret_fields: tuple[str, ...] = ()
+    # a lookup's answer for a missing entity (``not_found.error``, a name of ``errors``):
+    # what a client maps to null (BQ-QUERY-202 of bunqueue/v3); None: not a lookup
+    not_found: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,7 @@ def build(profile: Profile) -> BunqueueSpec:
             response_fields=tuple(response["properties"]),
             secret_fields=tuple(k for k, v in request["properties"].items()
                                 if isinstance(v, Mapping) and v.get("x-secret") is True),
+            not_found=(c.get("not_found") or {}).get("error"),
         )
     error_reply = dict(copy.deepcopy(env["error_reply"]), **{"$schema": DIALECT})
     ext = tree["msgpack"]["extensions"]

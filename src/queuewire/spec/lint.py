@@ -317,6 +317,18 @@ def _check_resources(profile: Any) -> Iterable[LintIssue]:
         yield LintIssue(profile.name, path, message)
 
 
+def _check_not_found(profile: Any) -> Iterable[LintIssue]:
+    """A lookup's ``not_found.error`` names one of the profile's ``errors`` (a client maps
+    exactly that answer to null)."""
+    if profile.protocol != "bunqueue":
+        return
+    errors = profile.model.errors
+    for name, command in profile.model.commands.items():
+        if command.not_found is not None and command.not_found not in errors:
+            yield LintIssue(profile.name, f"commands.{name}.not_found.error",
+                            f"{command.not_found!r} is not an error of the profile")
+
+
 TRACE_FILE = "trace.yaml"
 #: The code tables of trace.yaml: each entry needs a doc line and a code unique in its table.
 TRACE_TABLES = ("record_types", "directions", "gap_reasons")
@@ -404,6 +416,7 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         issues.extend(_check_schemas(profile))
         issues.extend(_check_codes(profile))
         issues.extend(_check_resources(profile))
+        issues.extend(_check_not_found(profile))
     if names is None:
         issues.extend(_check_trace())
     return issues
