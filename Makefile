@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation
+.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation releases version-matrix
 
 all: test
 
@@ -36,7 +36,15 @@ $(NODE_PEERS): tests/interop/package.json tests/interop/package-lock.json
 		echo "npm not found: the interop tests will be skipped"; \
 	fi
 
-setup: $(STAMP) $(NODE_PEERS)
+# The bunqueue releases the version tests start (2.8.39: protocol 2; 2.9.5: protocol 3), each
+# in its own prefix of the release cache outside the repository ($QUEUEWIRE_RELEASES, default
+# ~/.cache/queuewire/bunqueue-releases; tests/interop/releases.py); a cached one is skipped.
+TEST_RELEASES := 2.8.39 2.9.5
+
+releases: $(STAMP) $(NODE_PEERS)
+	$(BIN)/python tests/interop/releases.py install $(TEST_RELEASES)
+
+setup: $(STAMP) $(NODE_PEERS) releases
 
 # Conformance of both reference servers, embedded (in process, ephemeral ports): a summary
 # per protocol on the terminal and one HTML report per protocol in reports/ (quicx: both
@@ -61,7 +69,7 @@ run: $(STAMP)
 	echo "HTML reports: $(REPORTS)/conformance-bunqueue.html $(REPORTS)/conformance-quicx.html"; \
 	exit $$status
 
-test: $(STAMP) $(NODE_PEERS) docs-deps
+test: $(STAMP) $(NODE_PEERS) releases docs-deps
 	$(BIN)/queuewire spec lint
 	$(BIN)/lint-imports
 	$(BIN)/queuewire vectors check
@@ -141,6 +149,14 @@ clean:
 # junit.xml (docs/conformance/client-testee.md says what is judged). Exit status 1 (a client
 # deviates) still writes the reports and is not an error here; 2 (a usage error) is.
 CLIENT_REPORTS := docs/conformance/clients
+
+# Every published bunqueue release (the ones spec/profiles.yaml names), installed into the
+# release cache, probed with `conform detect` and judged with `conform server` under its own
+# profile and under bunqueue/v2, into docs/conformance/versions/ (index.md, index.html,
+# matrix.json): ~15 min on 2 cores. Exit 1 when detect names another profile for a release
+# than the spec does.
+version-matrix: $(STAMP) $(NODE_PEERS)
+	$(BIN)/python tests/interop/version_matrix.py
 
 client-reports: $(STAMP) $(NODE_PEERS)
 	@status=0; $(BIN)/queuewire conform client --protocol bunqueue --profile bunqueue/2.9.5 \

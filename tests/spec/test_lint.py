@@ -180,3 +180,20 @@ def test_trace_format_defects(spec_copy):
     assert any("trace.yaml" in m and "record_types.gap" in m and "collides" in m for m in found)
     assert any("gap_reasons.framing_lost" in m and "code 0" in m for m in found)
     assert any("record_header.fields[2]" in m and "not a layout field" in m for m in found)
+
+
+def test_a_release_is_named_by_one_profile_and_evidence_is_about_its_releases(spec_copy):
+    assert lint() == []
+    edit(spec_copy / "profiles.yaml", "releases: [2.8.59,", "releases: [2.8.39, 2.8.59,")
+    edit(spec_copy / "profiles.yaml", "- {release: 2.8.59, probe: \"SubscribeEvents {queue}\"",
+         "- {release: 2.7.1, probe: \"SubscribeEvents {queue}\"")
+    clear_cache()
+    found = [str(i) for i in lint()]
+    assert any("release 2.8.39 is also named by bunqueue/v2" in m for m in found), found
+    assert any("evidence[1]: release 2.7.1 is not one of the profile's releases" in m
+               for m in found), found
+    edit(spec_copy / "bunqueue/commands/query.yaml", "not_found: {error: job_not_found, "
+         "requirement: BQ-QUERY-1}", "not_found: {error: job_missing, requirement: BQ-QUERY-1}")
+    clear_cache()
+    assert any("commands.GetJob.not_found.error: 'job_missing' is not an error" in m
+               for m in map(str, lint())), found

@@ -142,6 +142,9 @@ def load_profile(name: str) -> Profile:
         name=name, protocol=protocol, doc=entry.get("doc", ""),
         overlays=tuple(entry.get("overlays") or ()), tree=resolved,
         requirements=requirements, limits=limits, sources=sources(),
+        releases=tuple(str(r) for r in entry.get("releases") or ()),
+        evidence=tuple(frozen_map(e) if isinstance(e, dict) else e
+                       for e in entry.get("evidence") or ()),
     )
     object.__setattr__(profile, "model", builder.build(profile))
     return profile

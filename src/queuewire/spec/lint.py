@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -329,6 +329,25 @@ def _check_not_found(profile: Any) -> Iterable[LintIssue]:
                             f"{command.not_found!r} is not an error of the profile")
 
 
+def _check_releases(names: Iterable[str]) -> Iterable[LintIssue]:
+    """A published release is described by one profile at most (``releases``), and each
+    ``evidence`` entry is ``{release, probe, observed}`` about one of the profile's releases."""
+    owner: dict[tuple[str, str], str] = {}
+    for name in names:
+        profile = load_profile(name)
+        for release in profile.releases:
+            key = (profile.protocol, release)
+            if key in owner:
+                yield LintIssue(name, "releases", f"release {release} is also named by {owner[key]}")
+            owner[key] = name
+        for i, ev in enumerate(profile.evidence):
+            if not isinstance(ev, Mapping) or set(ev) != {"release", "probe", "observed"}:
+                yield LintIssue(name, f"evidence[{i}]", "an evidence entry is {release, probe, observed}")
+            elif str(ev["release"]) not in profile.releases:
+                yield LintIssue(name, f"evidence[{i}]",
+                                f"release {ev['release']} is not one of the profile's releases")
+
+
 TRACE_FILE = "trace.yaml"
 #: The code tables of trace.yaml: each entry needs a doc line and a code unique in its table.
 TRACE_TABLES = ("record_types", "directions", "gap_reasons")
@@ -392,6 +411,7 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
     """Every issue in the named profiles (all profiles by default)."""
     _SOURCE_TEXT.clear()
     issues: list[LintIssue] = []
+    loaded: list[str] = []
     for name in names or profile_names():
         try:  # plain JSON first: a YAML date or tag would otherwise fail the build obscurely
             plain = list(_check_plain_json(name, raw_tree(name)))
@@ -417,6 +437,8 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         issues.extend(_check_codes(profile))
         issues.extend(_check_resources(profile))
         issues.extend(_check_not_found(profile))
+        loaded.append(name)
+    issues.extend(_check_releases(loaded))
     if names is None:
         issues.extend(_check_trace())
     return issues

@@ -173,6 +173,10 @@ class Profile:
     limits: Mapping[str, Limit] = field(repr=False)
     sources: Mapping[str, Source] = field(repr=False)
     model: Any = field(repr=False, default=None)  # BunqueueSpec or QuicxSpec
+    # the published server releases the profile describes (profiles.yaml ``releases``)
+    releases: tuple[str, ...] = ()
+    # what tells those releases from the others: {release, probe, observed} (``evidence``)
+    evidence: tuple[Mapping[str, Any], ...] = ()
 
     def requirement(self, rid: str) -> Requirement:
         try:
