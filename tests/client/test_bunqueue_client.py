@@ -580,3 +580,4 @@ async def test_data_at_the_nesting_limit_is_stored_and_read_back_and_deeper_is_r
             assert await queue.count() == 1
     finally:
         await srv.stop()
+

@@ -346,6 +346,27 @@ def test_a_frame_without_req_id_is_a_pushed_frame_and_unknown_answers_are_droppe
     assert session.late_answers == 1
 
 
+def test_undefined_in_an_answer_reaches_the_caller_as_none():
+    """msgpackr writes JavaScript undefined as ext 0 (real servers do, in Auth and GetJob
+    replies): the answer the caller gets holds None there, at any depth (bunqueue/v3,
+    BQ-MSGPACK-201); an answer whose reqId is undefined answers nothing and is not a pushed
+    frame either."""
+    session, _, peer = make(ping_interval=0)
+    ready(session, peer)
+    command = session.send({"cmd": "GetJob", "id": "j"})
+    (sent,) = peer.read(session)
+    undefined = b"\xd4\x00\x00"
+    body = (b"\x84\xa2ok\xc3\xa5reqId" + bytes([0xA0 | len(sent["reqId"])]) + sent["reqId"].encode()
+            + b"\xa3job\x82\xa2id\xa1j\xa4data\x91" + undefined + b"\xa5extra" + undefined)
+    events = session.receive_data(struct.pack(">I", len(body)) + body)
+    assert command.result == {"ok": True, "reqId": sent["reqId"],
+                              "job": {"id": "j", "data": [None]}, "extra": None}
+    assert [type(e).__name__ for e in events] == ["Settled"]
+    lost = b"\x83\xa2ok\xc2\xa5error\xafInvalid command\xa5reqId" + undefined
+    assert session.receive_data(struct.pack(">I", len(lost)) + lost) == []
+    assert session.late_answers == 1
+
+
 def test_an_unencodable_command_is_refused_before_anything_is_written():
     session, _, peer = make(ping_interval=0)
     ready(session, peer)

@@ -75,7 +75,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs.bunqueue import FrameDecoder, FrameEncoder, nests_too_deep
+from ..codecs.bunqueue import FrameDecoder, FrameEncoder, nests_too_deep, undefined_to_none
 from ..codecs.errors import EncodeError, ProtocolError
 from ..spec import Profile, load_profile
 from .bunqueue_errors import (
@@ -377,7 +377,8 @@ class BunqueueSession(Session):
         events: list[Event] = []
         if self.state not in (_S.NEGOTIATING, _S.READY, _S.STOPPING):
             return events  # a closing socket's last bytes
-        feed, chunk = self._decoder.feed, data
+        decoder = self._decoder
+        feed, chunk, seen = decoder.feed, data, decoder.undefined_seen
         while True:
             try:
                 frames = feed(chunk)
@@ -394,6 +395,8 @@ class BunqueueSession(Session):
                 chunk = b""
                 continue
             break
+        if decoder.undefined_seen != seen:   # ext 0 in these frames: null to the caller
+            frames = [undefined_to_none(f) for f in frames]
         for frame in frames:
             self._on_frame(frame, events)
             if self.state not in (_S.NEGOTIATING, _S.READY, _S.STOPPING):
@@ -518,7 +521,7 @@ class BunqueueSession(Session):
     # -- answers
     def _on_frame(self, frame: dict[str, Any], events: list[Event]) -> None:
         req_id = frame.get("reqId")
-        if req_id is None:
+        if req_id is None and "ok" not in frame:   # a pushed frame answers nothing
             events.append(PushedFrame(frame))
             return
         command = self._inflight.pop(req_id, None) if type(req_id) is str else None

@@ -144,6 +144,18 @@ def payload_nests_deeper(payload: bytes | memoryview, limit: float) -> bool:
     return False
 
 
+def undefined_to_none(obj: Any) -> Any:
+    """``obj`` with every ``UNDEFINED`` (msgpackr's ext 0) replaced by None, at any depth: the
+    null a caller hands on (bunqueue/v3, BQ-MSGPACK-201); ``obj`` itself when it holds none."""
+    if obj is UNDEFINED:
+        return None
+    if type(obj) is dict:
+        return {k: undefined_to_none(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [undefined_to_none(v) for v in obj]
+    return obj
+
+
 def depth_exceeds(obj: Any, limit: float) -> bool:
     """Whether containers in ``obj`` nest deeper than ``limit`` (the top-level map is level 1).
 
@@ -175,9 +187,14 @@ class FrameDecoder:
         # check_depth=False and keeps only msgspec's own recursion guard
         self.max_depth: float = spec.max_nesting_depth if check_depth else float("inf")
         undef_code, undef_data = spec.undefined_ext
+        #: how many JavaScript undefined values (ext 0) the decoder has read: a caller that
+        #: hands values on as null (a client, BQ-MSGPACK-201) converts only when it moved
+        self.undefined_seen = 0
+        me = self
 
         def ext_hook(code: int, data: memoryview) -> Any:
             if code == undef_code and data == undef_data:
+                me.undefined_seen += 1
                 return UNDEFINED
             raise _UnknownExtension(code, len(data))
 
