@@ -23,6 +23,21 @@ def scenarios(profile: str, *globs: str):
 
 
 @pytest.mark.asyncio
+async def test_queuewire_client_passes_the_protocol_3_scenarios() -> None:
+    """Under bunqueue/v3 the client writes integers beyond int32 as float64 (BQ-MSGPACK-203,
+    204, judged from its bytes) and maps only a lookup's not-found answer to None
+    (BQ-QUERY-202)."""
+    v3 = load_profile("bunqueue/v3")
+    chosen = select_scenarios(load_scenarios("bunqueue", v3), ["*int64-rule", "*not-found-is-null"])
+    run = await run_client(Testee(OWN, label="queuewire-client"), chosen, v3)
+    assert [(r.case.id, r.verdict) for r in run.results] == [
+        ("bunqueue.client.int64-rule", Verdict.PASS),
+        ("bunqueue.client.not-found-is-null", Verdict.PASS)], [r.failed_checks for r in run.results]
+    checked = {c.kind for r in run.results for c in r.checks}
+    assert "client_forms" in checked
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("profile", ["bunqueue/v2"])
 async def test_queuewire_client_passes_every_bunqueue_scenario(profile: str) -> None:
     chosen = scenarios(profile)

@@ -15,7 +15,7 @@ from queuewire.spec import load_profile
 LEVELS = ("MAY", "SHOULD", "MUST")
 
 
-@pytest.mark.parametrize("profile", ["bunqueue/v2", "bunqueue/2.9.5"])
+@pytest.mark.parametrize("profile", ["bunqueue/v2", "bunqueue/2.9.5", "bunqueue/v3"])
 def test_packaged_scenarios_load_and_stay_within_their_requirements(profile: str) -> None:
     prof = load_profile(profile)
     scenarios = load_scenarios("bunqueue", prof)
@@ -35,6 +35,16 @@ def test_the_issue_scenarios_are_there() -> None:
                  "drop-mid-reply", "dead-link", "rate-limited", "not-authenticated",
                  "lock-expired", "restart", "heartbeat", "auth"):
         assert f"bunqueue.client.{part}" in ids
+
+
+def test_a_scenario_runs_where_the_profile_has_its_requirements() -> None:
+    """The protocol-3 scenarios cite requirements only bunqueue/v3 defines: they run there
+    and nowhere else, with no profile name in the file."""
+    v3 = {s.id for s in load_scenarios("bunqueue", load_profile("bunqueue/v3"))}
+    for name in ("bunqueue/v2", "bunqueue/2.9.5"):
+        other = {s.id for s in load_scenarios("bunqueue", load_profile(name))}
+        assert v3 - other == {"bunqueue.client.int64-rule", "bunqueue.client.not-found-is-null"}
+        assert other <= v3
 
 
 def test_select_by_glob() -> None:

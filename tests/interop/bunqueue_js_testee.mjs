@@ -70,6 +70,10 @@ async function act(action, queue, connection, o) {
     }
     case 'count':
       return await queue(action.queue).countAsync();
+    case 'get_job': {
+      const job = await queue(action.queue).getJob(action.id);
+      return job ? { id: String(job.id) } : null;
+    }
     case 'sleep':
       await sleep(action.ms ?? 0);
       return null;

@@ -45,10 +45,19 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-#: Every bunqueue release on npm (``npm view bunqueue versions --json``), oldest first.
-RELEASES: tuple[str, ...] = (
-    "2.7.10", "2.7.14", "2.8.10", "2.8.11", "2.8.31", "2.8.32", "2.8.35", "2.8.39",
-    "2.8.59", "2.8.60", "2.9.2", "2.9.3", "2.9.4", "2.9.5")
+
+def _named_releases() -> tuple[str, ...]:
+    """The releases spec/profiles.yaml names (each profile's ``releases``), oldest first:
+    every bunqueue release on npm (``npm view bunqueue versions --json``) when the spec is
+    up to date, which the version matrix shows."""
+    from queuewire.spec import load_profile, profile_names
+
+    named = {r for n in profile_names("bunqueue") for r in load_profile(n).releases}
+    return tuple(sorted(named, key=lambda v: tuple(int(p) for p in v.split("."))))
+
+
+#: Every bunqueue release the spec's profiles describe, oldest first.
+RELEASES: tuple[str, ...] = _named_releases()
 
 INTEROP = Path(__file__).resolve().parent
 BUN = INTEROP / "node_modules" / ".bin" / "bun"

@@ -97,3 +97,26 @@ async def test_int64_rule_under_v3_fails_the_npm_client_and_passes_the_pypi_clie
     (result,) = pypi.results
     assert not [c for c in result.failed_checks if c.kind == "client_forms"], result.failed_checks
     assert opening_only(result)
+
+
+@pytest.mark.asyncio
+async def test_not_found_rule_under_v3_fails_the_npm_client_that_hides_every_refusal() -> None:
+    """Protocol 3 (docs/protocol.md section 6.2): a lookup maps "not found" to null and
+    propagates every other error. The npm client's getJob answers null for any error reply
+    (src/client/queue/operations/query.ts: `if (!response.ok || !response.job) return null`),
+    so a refused GetJob FAILs BQ-QUERY-202; the PyPI client raises it, as the rule asks."""
+    if not BUN.exists() or not (HERE / "node_modules" / "bunqueue").is_dir():
+        pytest.fail("bun/bunqueue are not installed in tests/interop: run `make setup`")
+    v3 = load_profile("bunqueue/v3")
+    scenarios = select_scenarios(load_scenarios("bunqueue", v3), ["*not-found-is-null"])
+    npm = await run_client(Testee(f"{BUN} bunqueue_js_testee.mjs", cwd=str(HERE),
+                                  label="bunqueue-npm"), scenarios, v3)
+    (result,) = npm.results
+    failed = [c for c in result.failed_checks if c.requirement == "BQ-QUERY-202"]
+    assert result.verdict is Verdict.FAIL and [c.message for c in failed] == [
+        "action 1: differs in ok, error_type"], result.failed_checks
+    pytest.importorskip("bunqueue")
+    pypi = await run_client(Testee(f"{sys.executable} -m queuewire.conformance.client.adapters."
+                                   "bunqueue_pypi", label="bunqueue-client"), scenarios, v3)
+    (result,) = pypi.results
+    assert opening_only(result), result.failed_checks

@@ -162,9 +162,11 @@ def _check_requirements(profile: Any) -> Iterable[LintIssue]:
         for i, other in enumerate(req.disagrees):
             doc, quote = str(other.get("doc", "")), other.get("quote")
             text = source_text(doc) if doc in SEED_SOURCES else None
-            if doc not in SEED_SOURCES or not quote:
+            published = doc in sources() and sources()[doc].commit is not None
+            if (doc not in SEED_SOURCES and not published) or not quote:
                 yield LintIssue(name, f"{where}.disagrees.{i}",
-                                "a disagreement cites a seed document and quotes it")
+                                "a disagreement cites a document (a seed, or a published "
+                                "specification at a commit) and quotes it")
             elif text is not None and _squash(quote) not in text:
                 yield LintIssue(name, f"{where}.disagrees.{i}",
                                 f"quote not found in source {doc}: {quote[:60]!r}")

@@ -29,7 +29,8 @@ __all__ = ["ACTIONS", "BEHAVIOURS", "ERROR_TYPES", "Expectation", "Judgement", "
 #: the testee contract's action vocabulary per protocol (docs/conformance/client-testee.md)
 ACTIONS = {
     "bunqueue": {"add": {"queue", "name", "data"}, "add_many": {"queue", "name", "items"},
-                 "count": {"queue"}, "process": {"queue", "count", "work_ms", "timeout_ms"},
+                 "count": {"queue"}, "get_job": {"queue", "id"},
+                 "process": {"queue", "count", "work_ms", "timeout_ms"},
                  "sleep": {"ms"}},
     "quicx": {"submit": {"type", "payload", "wait_result", "timeout_ms"},
               "work": {"types", "count", "work_ms", "timeout_ms"}, "sleep": {"ms"}},

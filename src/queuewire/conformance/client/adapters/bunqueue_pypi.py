@@ -65,6 +65,9 @@ class Player:
             return {"ids": [str(job.id) for job in jobs]}
         if op == "count":
             return self.queue(action["queue"]).count()
+        if op == "get_job":
+            job = self.queue(action["queue"]).get_job(action["id"])
+            return None if job is None else {"id": str(job.id)}
         if op == "sleep":
             time.sleep(float(action.get("ms", 0)) / 1000.0)
             return None

@@ -59,6 +59,9 @@ class Player:
             return {"ids": [job.id for job in jobs]}
         if op == "count":
             return await self.queue(action["queue"]).count()
+        if op == "get_job":
+            job = await self.queue(action["queue"]).get_job(action["id"])
+            return None if job is None else {"id": job.id}
         if op == "sleep":
             await asyncio.sleep(float(action.get("ms", 0)) / 1000.0)
             return None
