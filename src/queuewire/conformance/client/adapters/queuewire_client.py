@@ -60,8 +60,8 @@ class Player:
         if op == "count":
             return await self.queue(action["queue"]).count()
         if op == "get_job":
-            job = await self.queue(action["queue"]).get_job(action["id"])
-            return None if job is None else {"id": job.id}
+            found = await self.queue(action["queue"]).get_job(action["id"])
+            return None if found is None else {"id": found.id}
         if op == "sleep":
             await asyncio.sleep(float(action.get("ms", 0)) / 1000.0)
             return None
