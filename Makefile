@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation releases version-matrix
+.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation releases version-matrix tshark
 
 all: test
 
@@ -69,7 +69,7 @@ run: $(STAMP)
 	echo "HTML reports: $(REPORTS)/conformance-bunqueue.html $(REPORTS)/conformance-quicx.html"; \
 	exit $$status
 
-test: $(STAMP) $(NODE_PEERS) releases docs-deps
+test: $(STAMP) $(NODE_PEERS) releases docs-deps tshark
 	$(BIN)/queuewire spec lint
 	$(BIN)/lint-imports
 	$(BIN)/queuewire vectors check
@@ -113,6 +113,15 @@ $(MERMAID_JS):
 	else \
 		echo "npm not found: the docs load mermaid from its CDN (the browser test needs it local)"; \
 	fi
+
+# Wireshark's CLI for the dissector tests (tests/dissector/: tshark -X lua_script on captures
+# the tests make): Debian's tshark (4.0, built with Lua) where missing; without it those tests
+# fail, they never skip.
+tshark:
+	@command -v tshark >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null 2>&1 && apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || \
+		echo "tshark not found and could not be installed: the dissector tests fail"
 
 docs-browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \

@@ -81,6 +81,7 @@ import dpkt
 from ..spec import SpecError
 from ..traffic.analyzer import Analyzer
 from ..traffic.record import Recorder
+from ..traffic.trace_format import read_dir
 from .capture import (
     ETH_IP,
     ETH_IP6,
@@ -567,3 +568,18 @@ def write_pcap(path: str | Path, exchanges: Sequence[Sequence[Chunk]], *, port: 
     if edit is not None:
         segments = edit(segments)
     return write_segments(path, segments, fmt=fmt, link=link)
+
+
+def export_pcap(directory: str | Path, path: str | Path, *, port: int, mss: int | None = None,
+                fmt: str = "pcap") -> Path:
+    """The other way round: a capture of a recording (``queuewire tap --record``). Each
+    connection of the trace becomes one TCP connection to ``port`` (handshake, its frames
+    and gaps in each direction at the times the tap read them, cut into ``mss``-byte
+    segments when given, a FIN close), so a packet tool (Wireshark, tshark with queuewire's
+    dissector) sees the bytes the tap saw. ``missing`` gaps (bytes an imported capture did
+    not hold) are left out."""
+    by_conn: dict[int, list[Chunk]] = {}
+    for rec in read_dir(directory):
+        if rec.type == "frame" or (rec.type == "gap" and rec.detail != "missing"):
+            by_conn.setdefault(rec.conn_id, []).append((rec.direction, rec.payload, rec.t_ns))
+    return write_pcap(path, [by_conn[c] for c in sorted(by_conn)], port=port, mss=mss, fmt=fmt)
