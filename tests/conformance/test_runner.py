@@ -509,7 +509,7 @@ def bad_generator(profile):
     ("- {id: x, title: t, requirements: [BQ-CMD-PUSH], stepz: []}",
      "test.yaml #0 case x: unknown key 'stepz'"),
     ("- {id: x, title: t, requirements: [BQ-NOPE-9], steps: [{sleep: 1}]}",
-     "test.yaml #0 case x: requirement 'BQ-NOPE-9' is not in profile bunqueue/v2"),
+     "test.yaml #0 case x: requirement 'BQ-NOPE-9' is in no bunqueue profile"),
     ("- {id: x, title: t, requirements: [BQ-CMD-PUSH], steps: [{send: {cmd: PUSH}, sned: 1}]}",
      "test.yaml #0 case x step 1: unknown key 'sned'"),
     ("- {id: x, title: t, requirements: [BQ-CMD-PUSH], steps: [{send: {}, expect: {error: nope}}]}",
@@ -530,7 +530,7 @@ def bad_generator(profile):
      "- {id: x, title: u, requirements: [BQ-CMD-PUSH], steps: [{sleep: 1}]}",
      "test.yaml #1: case id x is already used by test.yaml #0"),
     ("- generate: test_runner:bad_generator",
-     "case t.gen.bad: requirement 'BQ-NOPE-1' is not in profile"),
+     "case t.gen.bad: requirement 'BQ-NOPE-1' is in no bunqueue profile"),
     ("- {id: x, title: t, requirements: [BQ-CMD-PUSH], steps: [{recv: true}]}",
      "test.yaml #0 case x step 1: recv: needs an expect:"),
 ])

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 from queuewire.cli import main
 from queuewire.codecs.bunqueue import FrameDecoder, encode_frame
-from queuewire.spec import load_profile
+from queuewire.spec import load_profile, profile_names
 from queuewire.trace.pcap import conversation, import_pcap, write_pcap, write_segments
 from queuewire.traffic import trace_format as trace
 from serve_process import REAL_BUNQUEUE_MISSING, start_real_bunqueue, stop_serve
@@ -42,8 +42,12 @@ JOBS = 10
 EVENT_TYPE = load_profile("bunqueue/2.9.5").tree["job_events"]["frame"]["properties"]["type"]["const"]
 EVENTS_PER_JOB = ("pushed", "pulled", "completed")
 EVENTS = JOBS * len(EVENTS_PER_JOB)
-DETECTED = "profile: bunqueue/2.9.5 (detected: Hello reply: protocolVersion 3 (server bunqueue, " \
-    "version 2.9.5): only bunqueue/2.9.5 speaks protocol version 3"
+#: the profiles that speak protocol 3 (bunqueue/2.9.5, and bunqueue/v3 over it) and the others
+V3_SPEAKERS = [n for n in profile_names("bunqueue") if load_profile(n).model.protocol_version == 3]
+OTHERS = [n for n in profile_names("bunqueue") if n not in V3_SPEAKERS]
+DETECTED = ("profile: bunqueue/2.9.5 (detected: Hello reply: protocolVersion 3 (server bunqueue, "
+            f"version 2.9.5): {', '.join(V3_SPEAKERS)}: speaks protocol version 3; not "
+            f"{', '.join(OTHERS)}")
 
 
 class _Peer:
@@ -226,8 +230,11 @@ def test_a_capture_started_after_the_subscription_is_named_by_the_pushed_events(
                                        str(tapped["tmp"] / "late")])
     assert result.exit_code == 0, result.output
     # decided at the first one (the rest are judged under the profile it names)
+    with_events = [n for n in profile_names("bunqueue") if "job_events" in load_profile(n).tree]
+    without = [n for n in profile_names("bunqueue") if n not in with_events]
     assert (f"profile: bunqueue/2.9.5 (detected: pushed frames without reqId of type "
-            f"{EVENT_TYPE}: only bunqueue/2.9.5 defines job_events)") in result.output
+            f"{EVENT_TYPE}: {', '.join(with_events)}: defines job_events; not "
+            f"{', '.join(without)})") in result.output
     stats = import_pcap(path, port=tapped["port"], out_dir=tapped["tmp"] / "late-api",
                         protocol="bunqueue")
     assert stats.frames["s2c"] == EVENTS and stats.summary["totals"]["events"] == EVENTS

@@ -384,7 +384,7 @@ class BunqueueSession(Session):
                 frames = feed(chunk)
             except ProtocolError as exc:
                 for frame in exc.frames:
-                    self._on_frame(frame, events)
+                    self._on_frame(frame, events, decoder.undefined_seen != seen)
                 if exc.reaction == "close":
                     if self.state in (_S.NEGOTIATING, _S.READY, _S.STOPPING):
                         err = BunqueueProtocolViolation(exc)
@@ -395,10 +395,9 @@ class BunqueueSession(Session):
                 chunk = b""
                 continue
             break
-        if decoder.undefined_seen != seen:   # ext 0 in these frames: null to the caller
-            frames = [undefined_to_none(f) for f in frames]
+        nulls = decoder.undefined_seen != seen   # ext 0 in these frames: null to the caller
         for frame in frames:
-            self._on_frame(frame, events)
+            self._on_frame(frame, events, nulls)
             if self.state not in (_S.NEGOTIATING, _S.READY, _S.STOPPING):
                 return events
         self._after_input(events)
@@ -519,10 +518,13 @@ class BunqueueSession(Session):
             self._write(command)
 
     # -- answers
-    def _on_frame(self, frame: dict[str, Any], events: list[Event]) -> None:
+    def _on_frame(self, frame: dict[str, Any], events: list[Event], nulls: bool = False) -> None:
+        """One frame from the server. ``nulls``: the frame may hold msgpackr's undefined
+        (ext 0), which the caller gets as None (BQ-MSGPACK-201), after the reply's shape was
+        judged with undefined read as absent (the envelope's x-undefinedAsAbsent)."""
         req_id = frame.get("reqId")
         if req_id is None and "ok" not in frame:   # a pushed frame answers nothing
-            events.append(PushedFrame(frame))
+            events.append(PushedFrame(undefined_to_none(frame) if nulls else frame))
             return
         command = self._inflight.pop(req_id, None) if type(req_id) is str else None
         if command is None:
@@ -538,7 +540,7 @@ class BunqueueSession(Session):
             command.error = BunqueueReplyInvalid(command.cmd, problem[1], problem[0], frame)
             command.fire(RequestEvent.ERROR)
         else:
-            command.result = frame
+            command.result = undefined_to_none(frame) if nulls else frame
             command.fire(RequestEvent.ANSWER)
         if command.internal:
             self._internal_settled(command, events)

@@ -32,8 +32,8 @@ quicx (raw frames; the header layout is the profiles' ``header``):
 The best profile is the one with the highest share of matching probes; the match is *clear*
 when that share is at least one half and strictly higher than every other profile's, except
 profiles that refine the best one (its overlays and more: bunqueue/v3 refines bunqueue/2.9.5)
-and fit as well: where the probes cannot tell them apart, the plainest of them is named and
-the others are listed as fitting too (``also_fit``).
+and fit every probe alike: where the probes cannot tell them apart, the plainest of them is
+named and the others are listed as fitting too (``also_fit``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,10 @@ class Detection:
         best = self.best
         if best is None or self.ratio(best) < 0.5:
             return False
-        return plainest(self._tied()) == best
+        tied = self._tied()
+        # profiles that tie only because the probes split them are not alike: no clear match
+        alike = all(len({probe.verdict(p) for p in tied}) == 1 for probe in self.probes)
+        return alike and plainest(tied) == best
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..judge import Verdict
 from ..spec import load_profile
 from ..spec.diff import Change, diff_profiles
 
@@ -42,8 +43,6 @@ __all__ = ["CaseChange", "Matrix", "Release", "build_matrix", "render_html", "re
            "touched_requirements"]
 
 _REQUIREMENT = re.compile(r"^[A-Z]{2}-[A-Za-z0-9]+-[A-Za-z0-9]+$")
-#: The verdicts, strongest first (a cell shows one; a legend explains them).
-VERDICTS = ("FAIL", "ERROR", "UNIMPLEMENTED", "NON-STRICT", "INFO", "PASS")
 
 
 @dataclass(frozen=True)
@@ -253,7 +252,7 @@ def _counts(r: Release, profile: str | None) -> str:
     if profile is None or profile not in r.runs:
         return "-"
     counts = r.runs[profile].get("counts") or {}
-    return " ".join(f"{k} {counts[k]}" for k in VERDICTS if counts.get(k))
+    return " ".join(f"{k} {counts[k]}" for k in (v.value for v in Verdict) if counts.get(k))
 
 
 def render_html(m: Matrix, *, produced_by: str = "") -> str:

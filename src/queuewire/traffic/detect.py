@@ -29,8 +29,9 @@ Rules
   client-to-daemon frames are the client's.
 * **Choice.** A candidate's score is the share of facts it fits; the choice is *clear* when
   one candidate's share is strictly above every other's and at least one half, or when the
-  candidates sharing the top score are one line of refinements (bunqueue/v3 refines
-  bunqueue/2.9.5): then the plainest is chosen, as nothing seen shows what the others add. The server's
+  candidates sharing the top score fit every fact alike and are one line of refinements
+  (bunqueue/v3 refines bunqueue/2.9.5): then the plainest is chosen, as nothing seen shows
+  what the others add. Facts that split the leaders decide nothing. The server's
   facts decide first (a client may speak another profile than the server it talks to); the
   client's count only when the server's do not decide. :attr:`Detector.decided` is true as
   soon as the server's facts are clear, so a caller that holds the traffic back until then
@@ -194,12 +195,12 @@ class Detector:
             return None
         share = {n: sum(f.fits[n] for f in facts) / len(facts) for n in self.names}
         top = max(share.values())
-        # of candidates the facts fit equally, the one the others refine (bunqueue/2.9.5
-        # before bunqueue/v3): the facts showed nothing of what the others add
-        best = plainest(n for n in self.names if share[n] == top)
-        if best is None or top < 0.5:
-            return None
-        return best
+        tied = [n for n in self.names if share[n] == top]
+        if top < 0.5 or any(len({f.fits[n] for n in tied}) > 1 for f in facts):
+            return None   # too little, or the facts split the leaders: nothing decides
+        # candidates every fact fits alike: the one the others refine (bunqueue/2.9.5 before
+        # bunqueue/v3), as the facts showed nothing of what the others add
+        return plainest(tied)
 
     def _server(self) -> list[Fact]:
         return [f for f in self.facts.values() if f.side == "server"]
