@@ -6,7 +6,8 @@ logic; each command group is one module that only parses options, calls the laye
 prints: ``spec`` (list, show, lint, export), ``decode``, ``serve`` (quicx, bunqueue),
 ``conform`` (server, replay, detect, client), ``vectors`` (generate, check), ``tap``,
 ``fuzz`` (a campaign, ``replay``), ``trace`` (record, import-pcap, analyze) and
-``dissector`` (a Wireshark dissector from the spec). A
+``dissector`` (a Wireshark dissector from the spec) and ``learn`` (a server's state
+machine, learned and compared with the spec's). A
 group module defines its click group on its own and never imports this ``__init__``, which
 creates the root group :func:`main` (the console script ``queuewire.cli:main``) and attaches
 the groups; ``_common`` holds what they share (the consoles, ``--profile``, loading a profile
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import click
 
-from . import conform, decode, dissector, fuzz, serve, spec, tap, trace, vectors
+from . import conform, decode, dissector, fuzz, learn, serve, spec, tap, trace, vectors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,7 +37,7 @@ def main() -> None:
 
 
 for _command in (spec.spec, decode.decode, serve.serve, conform.conform, vectors.vectors, tap.tap,
-                 fuzz.fuzz, trace.trace, dissector.dissector):
+                 fuzz.fuzz, trace.trace, dissector.dissector, learn.learn):
     main.add_command(_command)
 
 __all__ = ["main"]

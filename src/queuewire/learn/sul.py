@@ -1,0 +1,143 @@
+"""The system under learning: a bunqueue server over TCP, driven one job at a time.
+
+What it is
+----------
+:class:`JobSUL` is AALpy's ``SUL`` (reset, step) over a live server: a query starts on a fresh
+queue (so the server is never restarted and no query sees another's job), each input sends the
+request its ``learn`` entry gives (with the variables saved so far), and the output is the
+reply's class (``ok`` / ``error``; ``-`` when the input was not sent because a variable it
+needs was never saved) and the job's state as ``observe`` reads it. After the query the queue
+is obliterated: nothing is left on the target. Answers are cached by AALpy (the same query is
+not sent twice); :attr:`JobSUL.sent` counts the requests that did go out.
+
+Design
+------
+Blocking sockets on purpose: AALpy drives the SUL synchronously, so :func:`learn` runs it in a
+worker thread (``asyncio.to_thread``) when the target is an embedded server in the caller's
+loop. Frames go through the codecs' encoder and decoder; a pushed frame (no reqId) is skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aalpy.base import SUL
+from aalpy.learning_algs import run_Lstar
+from aalpy.oracles import RandomWMethodEqOracle
+
+from ..codecs.bunqueue import FrameDecoder, FrameEncoder
+from ..spec import Profile
+from .machine import NONE, NOT_SENT, Learn, Mealy, needs
+
+__all__ = ["JobSUL", "Learned", "learn_machine"]
+
+
+def _fill(value: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for k, v in env.items():
+            value = value.replace("${" + k + "}", v)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _fill(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, env) for v in value]
+    return value
+
+
+class JobSUL(SUL):  # type: ignore[misc]
+    """A bunqueue server at ``host:port`` seen through a state table's ``learn`` section."""
+
+    def __init__(self, profile: Profile, host: str, port: int, learn: Learn, *,
+                 timeout: float = 5.0):
+        super().__init__()
+        self.learn = learn
+        self.encoder, self.decoder = FrameEncoder(profile), FrameDecoder(profile, check_depth=False)
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._ids = itertools.count(1)
+        self._run = uuid.uuid4().hex[:8]
+        self._query = itertools.count(1)
+        self.vars: dict[str, str] = {}
+        self.sent = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _call(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        rid = f"l{next(self._ids)}"
+        self.sock.sendall(self.encoder.encode({**request, "reqId": rid}))
+        self.sent += 1
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("the target closed the connection")
+            for frame in self.decoder.feed(data):
+                if isinstance(frame, dict) and frame.get("reqId") == rid:
+                    return frame
+
+    # -- AALpy's SUL
+    def pre(self) -> None:
+        self.vars = {"queue": f"qw-learn-{self._run}-{next(self._query)}"}
+
+    def post(self) -> None:
+        self._call({"cmd": "Obliterate", "queue": self.vars["queue"]})
+
+    def step(self, letter: str | None) -> str:
+        if letter is None:
+            return self._state()
+        entry = self.learn.inputs[letter]
+        creates = entry.get("creates")
+        if not needs(entry) <= set(self.vars) or (creates is not None and "job" in self.vars):
+            return f"{NOT_SENT}/{self._state()}"
+        reply = self._call(_fill(entry["send"], self.vars))
+        ok = reply.get("ok") is True
+        if ok:
+            for var, reply_field in (entry.get("saves") or {}).items():
+                value = reply.get(reply_field)
+                if isinstance(value, str) and value:
+                    self.vars[var] = value
+        return f"{'ok' if ok else 'error'}/{self._state()}"
+
+    def _state(self) -> str:
+        if "job" not in self.vars:
+            return NONE
+        observe = self.learn.observe
+        reply = self._call(_fill(observe["send"], self.vars))
+        return str(reply.get(observe["field"], "unknown"))
+
+
+@dataclass
+class Learned:
+    machine: Mealy
+    queries: int          # membership queries AALpy asked (cached ones not repeated)
+    requests: int         # requests sent to the target
+    seconds: float
+
+
+def learn_machine(profile: Profile, host: str, port: int, learn: Learn, *, seed: int = 0,
+                  walks_per_state: int = 20, walk_len: int = 8, max_rounds: int = 30) -> Learned:
+    """Learn the target's machine over ``learn``'s inputs with L* (AALpy) and a random
+    W-method equivalence oracle; reproducible from ``seed``."""
+    random.seed(seed)
+    sul = JobSUL(profile, host, port, learn)
+    alphabet = sorted(learn.inputs)
+    started = time.monotonic()
+    try:
+        oracle = RandomWMethodEqOracle(alphabet, sul, walks_per_state=walks_per_state,
+                                       walk_len=walk_len)
+        model = run_Lstar(alphabet, sul, oracle, automaton_type="mealy", print_level=0,
+                          max_learning_rounds=max_rounds)
+    finally:
+        sul.close()
+    machine = Mealy(model.initial_state.state_id, tuple(alphabet))
+    for state in model.states:
+        for letter in alphabet:
+            machine.table[(state.state_id, letter)] = (state.output_fun[letter],
+                                                       state.transitions[letter].state_id)
+    return Learned(machine, sul.num_queries, sul.sent, time.monotonic() - started)
