@@ -1,7 +1,8 @@
 """`queuewire learn` against the REAL bunqueue 2.9.5 (from the release cache `make test` fills):
 the job lifecycle is learned in seconds, its differences from the spec's table include the
-known ones (a job pushed with a priority is 'prioritized', a state the table does not have;
-an active job with a lock is not discarded without its token), each with its shortest input
+known ones (a job pushed with a priority is 'prioritized', a state the table does not have; a
+completed job is not found by its custom id; an active job with a lock is not discarded
+without its token), each with its shortest input
 sequence, and each runs as a conformance case whose verdict rests on the row's requirement."""
 
 from __future__ import annotations
@@ -37,8 +38,12 @@ def test_learning_real_2_9_5_finds_the_known_differences(tmp_path: Path) -> None
     assert result.exit_code == 1, result.output          # it differs
     doc = json.loads((tmp_path / "learned.json").read_text())
     found = {" ".join(d["inputs"]): (d["spec"][-1], d["server"][-1]) for d in doc["differences"]}
-    assert found["push_priority"] == ("ok/waiting", "ok/prioritized")
-    assert found["push pull discard"] == ("ok/failed", "error/active")
+    # the known ones: a job pushed with a priority is 'prioritized'; a completed job is not
+    # found by its custom id; a locked active job is not discarded without its token
+    assert found["push_priority"] == ("ok/waiting/found", "ok/prioritized/found")
+    assert found["push pull ack"] == ("ok/completed/found", "ok/completed/not found")
+    assert found["push pull discard"] == ("ok/failed/found", "error/active/found")
     assert doc["seconds"] < 600
     cases = {p.stem for p in (tmp_path / "report" / "cases").glob("*.json")}
-    assert {"learn.job_lifecycle.push_priority", "learn.job_lifecycle.push-pull-discard"} <= cases
+    assert {"learn.job_lifecycle.push_priority", "learn.job_lifecycle.push-pull-ack",
+            "learn.job_lifecycle.push-pull-discard"} <= cases

@@ -18,7 +18,7 @@ from queuewire.learn import (
     learn_section,
     spec_machine,
 )
-from queuewire.learn.cases import difference_case
+from queuewire.learn.cases import deciding_rule, difference_case
 from queuewire.reference_server.bunqueue import BunqueueEngine, BunqueueServer, NullStore
 from queuewire.spec import load_profile, profile_names
 
@@ -33,13 +33,16 @@ def table_machine(profile: str) -> tuple[Mealy, object]:
 
 def test_the_table_implies_a_machine_with_the_states_a_learner_can_see():
     machine, learn = table_machine("bunqueue/v2")
-    assert machine.run(["push", "pull", "ack"]) == ["ok/waiting", "ok/active", "ok/completed"]
-    assert machine.run(["ack"]) == ["-/none"]                          # no job yet: not sent
-    assert machine.run(["push", "ack"]) == ["ok/waiting", "-/waiting"]  # no token yet
-    assert machine.run(["push_delayed", "promote", "pull", "fail", "retry_dlq"]) == [
+    # an output: the reply class, the job's state, whether its custom id finds it
+    assert machine.run(["push", "pull", "ack"]) == [
+        "ok/waiting/found", "ok/active/found", "ok/completed/found"]
+    assert machine.run(["ack"]) == ["-/none/-"]                            # no job: not sent
+    assert machine.run(["push", "ack"]) == ["ok/waiting/found", "-/waiting/found"]  # no token
+    assert [o.rsplit("/", 1)[0] for o in machine.run(
+        ["push_delayed", "promote", "pull", "fail", "retry_dlq"])] == [
         "ok/delayed", "ok/waiting", "ok/active", "ok/failed", "ok/waiting"]
     assert machine.run(["push", "promote", "retry_dlq"]) == [
-        "ok/waiting", "error/waiting", "ok/waiting"]                    # the inputs' otherwise
+        "ok/waiting/found", "error/waiting/found", "ok/waiting/found"]   # the inputs' otherwise
     states = {s[0] for s in machine.states}
     assert states == {"none", "waiting", "delayed", "active", "completed", "failed"}
     # every row whose event is an input is reachable and taken
@@ -103,12 +106,14 @@ def test_a_broken_server_is_reported_with_the_shortest_sequence():
     assert len(learned.machine.states) > len(machine.states)   # states the table does not have
     word, spec_says, server_says = difference(machine, learned.machine)
     assert word == ["push", "pull", "ack"]
-    assert (spec_says[-1], server_says[-1]) == ("ok/completed", "ok/active")
+    assert (spec_says[-1], server_says[-1]) == ("ok/completed/found", "ok/active/found")
     # the row that sequence's last input drives, and the requirement it cites
     assert learn.rows[("active", learn.inputs["ack"]["event"])] == ("completed", "BQ-JOB-4")
     assert [d[0] for d in differences(machine, learned.machine)][0] == ["push", "pull", "ack"]
     case = difference_case(learn, word, spec_says, server_says)
     assert case["requirements"][-1] == "BQ-JOB-4"
-    assert [s["send"]["cmd"] for s in case["steps"]] == ["PUSH", "GetState", "PULL", "GetState",
-                                                          "ACK", "GetState"]
-    assert case["steps"][-1]["expect"] == {"ok": {"state": "completed"}, "requirement": "BQ-JOB-4"}
+    assert [s["send"]["cmd"] for s in case["steps"]] == [
+        "PUSH", "GetState", "GetJobByCustomId", "PULL", "GetState", "GetJobByCustomId",
+        "ACK", "GetState", "GetJobByCustomId"]
+    assert case["steps"][-2]["expect"] == {"ok": {"state": "completed"}, "requirement": "BQ-JOB-4"}
+    assert deciding_rule(learn, word, spec_says, server_says) == ("BQ-JOB-4", None)

@@ -57,7 +57,7 @@ def learn(protocol: str, target: str, profile: str | None, machine: str, seed: i
       queuewire learn --target 127.0.0.1:6789 --profile bunqueue/2.9.5 --report-dir out/
     """
     from ..learn import differences, learn_machine, learn_section, spec_machine
-    from ..learn.cases import difference_case
+    from ..learn.cases import deciding_rule, difference_case
 
     prof = load(profile or default_profile(protocol))
     try:
@@ -91,15 +91,16 @@ def learn(protocol: str, target: str, profile: str | None, machine: str, seed: i
     console.print(f"{prof.name} {machine}: learned {len(learned.machine.states)} states "
                   f"(the table implies {len(table.states)}) in {learned.seconds:.1f} s, "
                   f"{learned.queries} queries, {learned.requests} requests (seed {seed})")
-    cases = []
+    cases: list[dict[str, Any]] = []
+    rules: list[str] = []
     if not diffs:
         console.print("equivalent: the server implements the table over these inputs")
     for word, spec_out, server_out in diffs:
         case = difference_case(section, word, spec_out, server_out)
         cases.append(case)
-        rid = case["steps"][-1]["expect"].get("requirement") if case["steps"] else None
-        level = case["steps"][-1]["expect"].get("level") if case["steps"] else None
-        level = level or (prof.requirements[rid].level if rid in prof.requirements else "-")
+        rid, cap = deciding_rule(section, word, spec_out, server_out)
+        level = cap or (prof.requirements[rid].level if rid in prof.requirements else "-")
+        rules.append(f"{rid} ({level})")
         console.print(f"differs after {' '.join(word)}: the table says {spec_out[-1]}, the "
                       f"server answered {server_out[-1]} ({rid}, {level})", highlight=False)
     if json_out is not None:
@@ -113,7 +114,8 @@ def learn(protocol: str, target: str, profile: str | None, machine: str, seed: i
         }, indent=1) + "\n")
     verdicts: list[tuple[str, str, str]] = []
     if cases and (report_dir is not None or markdown is not None):
-        verdicts = _run_cases(cases, prof, target, report_dir)
+        verdicts = [(case_id, rule, verdict) for (case_id, _, verdict), rule
+                    in zip(_run_cases(cases, prof, target, report_dir), rules)]
     if markdown is not None:
         from ..learn.render import markdown as page
 

@@ -18,7 +18,36 @@ from typing import Any
 
 from .machine import NONE, NOT_SENT, Learn, needs
 
-__all__ = ["difference_case"]
+__all__ = ["deciding_rule", "difference_case"]
+
+
+def _rule(learn: Learn, job: str, entry: Any) -> tuple[str, str | None]:
+    """The requirement an input's step cites from the job's state, and the level it is capped
+    at (None: the requirement's own)."""
+    command = entry["send"]["cmd"]
+    row = learn.rows.get((job, entry.get("event", "")))
+    if entry.get("creates") is not None:   # the state a new job is in
+        return learn.observe.get("requirement") or f"BQ-CMD-{command}", None
+    if row is not None:
+        return row[1], None
+    if entry.get("refusal"):
+        return entry["refusal"], None
+    # the table has no row here: that the event does nothing is a reading of it
+    return next((r for (_, ev), (_, r) in learn.rows.items() if ev == entry.get("event")),
+                f"BQ-CMD-{command}"), "SHOULD"
+
+
+def deciding_rule(learn: Learn, word: Sequence[str], spec_outputs: Sequence[str],
+                  server_outputs: Sequence[str]) -> tuple[str, str | None]:
+    """The requirement (and level cap) of what the last output breaks: the last input's rule
+    when the reply or the state differ, else the first lookup that differs."""
+    spec_last, server_last = spec_outputs[-1].split("/"), server_outputs[-1].split("/")
+    if spec_last[:2] == server_last[:2]:
+        for name, a, b in zip(sorted(learn.lookups), spec_last[2:], server_last[2:]):
+            if a != b:
+                return learn.lookups[name].get("requirement", ""), None
+    job = spec_outputs[-2].split("/")[1] if len(spec_outputs) > 1 else NONE
+    return _rule(learn, job, learn.inputs[word[-1]])
 
 
 def difference_case(learn: Learn, word: Sequence[str], spec_outputs: Sequence[str],
@@ -29,20 +58,9 @@ def difference_case(learn: Learn, word: Sequence[str], spec_outputs: Sequence[st
     job, saved = NONE, set[str]()
     for letter, expected in zip(word, spec_outputs):
         entry = learn.inputs[letter]
-        reply_class, _, state = expected.partition("/")
+        reply_class, state, *found = expected.split("/")
         row = learn.rows.get((job, entry.get("event", "")))
-        command = entry["send"]["cmd"]
-        level: str | None = None
-        if entry.get("creates") is not None:   # the state a new job is in
-            rid = learn.observe.get("requirement") or f"BQ-CMD-{command}"
-        elif row is not None:
-            rid = row[1]
-        elif entry.get("refusal"):
-            rid = entry["refusal"]
-        else:   # the table has no row here: that the event does nothing is a reading of it
-            rid = next((r for (_, ev), (_, r) in learn.rows.items() if ev == entry.get("event")),
-                       f"BQ-CMD-{command}")
-            level = "SHOULD"
+        rid, level = _rule(learn, job, entry)
         if rid not in requirements:
             requirements.append(rid)
         if reply_class != NOT_SENT and needs(entry) <= saved:
@@ -57,11 +75,19 @@ def difference_case(learn: Learn, word: Sequence[str], spec_outputs: Sequence[st
                 saved |= set(entry["saves"])
             steps.append(step)
         if "job" in saved:
-            steps.append({"send": {"cmd": learn.observe["send"]["cmd"],
-                                   **{k: v for k, v in learn.observe["send"].items() if k != "cmd"}},
+            steps.append({"send": dict(learn.observe["send"]),
                           "doc": f"the job's state after {letter}",
                           "expect": {"ok": {learn.observe["field"]: state}, "requirement": rid,
                                      **({"level": level} if level else {})}})
+            for name, answer in zip(sorted(learn.lookups), found):
+                lookup = learn.lookups[name]
+                if answer == "found":
+                    steps.append({"send": dict(lookup["send"]),
+                                  "doc": f"{name} finds the job after {letter}",
+                                  "expect": {"ok": {"job": {"id": "${job}"}},
+                                             "requirement": lookup.get("requirement", rid)}})
+                    if lookup.get("requirement") and lookup["requirement"] not in requirements:
+                        requirements.append(lookup["requirement"])
         job = state
     name = "-".join(word)
     return {

@@ -69,12 +69,22 @@ class Mealy:
 @dataclass(frozen=True)
 class Learn:
     """A state table's ``learn`` section: its inputs (name -> entry), how the state is
-    observed, and the table's rows (state, event) -> (next state, requirement)."""
+    observed, the lookups read after it, and the table's rows (state, event) -> (next
+    state, requirement)."""
 
     machine: str
     inputs: Mapping[str, Mapping[str, Any]]
     observe: Mapping[str, Any]
     rows: Mapping[tuple[str, str], tuple[str, str]]
+    lookups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def output(self, reply_class: str, state: str, found: Sequence[str] | None = None) -> str:
+        """An output symbol: the reply class, the job's state, then each lookup's answer
+        (``found`` / ``not found``; ``-`` before the job exists)."""
+        names = sorted(self.lookups)
+        if found is None:
+            found = ["-" if state == NONE else "found"] * len(names)
+        return "/".join([reply_class, state, *found])
 
 
 def learn_section(tree: Mapping[str, Any], machine: str) -> Learn:
@@ -85,7 +95,8 @@ def learn_section(tree: Mapping[str, Any], machine: str) -> Learn:
         raise ValueError(f"{machine} has no learn section: nothing says how to drive it")
     rows = {(r["from"], r["event"]): (r["to"], r.get("requirement", ""))
             for r in table["transitions"]}
-    return Learn(machine, dict(section["inputs"]), dict(section["observe"]), rows)
+    return Learn(machine, dict(section["inputs"]), dict(section["observe"]), rows,
+                 dict(section.get("lookups") or {}))
 
 
 def needs(entry: Mapping[str, Any]) -> set[str]:
@@ -121,20 +132,21 @@ def spec_machine(learn: Learn) -> Mealy:
         for name in inputs:
             entry = learn.inputs[name]
             creates = entry.get("creates")
+            out = learn.output
             if not needs(entry) <= saved:
-                result = (f"{NOT_SENT}/{job}", state)
+                result = (out(NOT_SENT, job), state)
             elif creates is not None:
                 if job == NONE:
                     nxt = (creates, saved | set(entry.get("saves") or {}))
-                    result = (f"ok/{creates}", nxt)
+                    result = (out("ok", creates), nxt)
                 else:   # one job per query: a second one is not created
-                    result = (f"{NOT_SENT}/{job}", state)
+                    result = (out(NOT_SENT, job), state)
             elif (job, entry.get("event")) in learn.rows:
                 to = learn.rows[(job, entry["event"])][0]
                 nxt = (to, saved | set(entry.get("saves") or {}))
-                result = (f"ok/{to}", nxt)
+                result = (out("ok", to), nxt)
             else:
-                result = (f"{entry.get('otherwise', 'error')}/{job}", state)
+                result = (out(entry.get("otherwise", "error"), job), state)
             m.table[(state, name)] = result
             if result[1] not in seen:
                 seen.add(result[1])

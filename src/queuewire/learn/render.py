@@ -23,7 +23,7 @@ def _names(machine: Mealy) -> dict[Any, str]:
     for state in machine.states:
         if state in out:
             continue
-        shown = next((o.partition("/")[2] for (s, _), (o, n) in machine.table.items()
+        shown = next((o.split("/")[1] for (s, _), (o, n) in machine.table.items()
                       if n == state), "?")
         seen[shown] = seen.get(shown, 0) + 1
         out[state] = shown if seen[shown] == 1 else f"{shown}_{seen[shown]}"

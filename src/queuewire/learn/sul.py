@@ -90,11 +90,11 @@ class JobSUL(SUL):  # type: ignore[misc]
 
     def step(self, letter: str | None) -> str:
         if letter is None:
-            return self._state()
+            return self._observed(NOT_SENT)
         entry = self.learn.inputs[letter]
         creates = entry.get("creates")
         if not needs(entry) <= set(self.vars) or (creates is not None and "job" in self.vars):
-            return f"{NOT_SENT}/{self._state()}"
+            return self._observed(NOT_SENT)
         reply = self._call(_fill(entry["send"], self.vars))
         ok = reply.get("ok") is True
         if ok:
@@ -102,7 +102,20 @@ class JobSUL(SUL):  # type: ignore[misc]
                 value = reply.get(reply_field)
                 if isinstance(value, str) and value:
                     self.vars[var] = value
-        return f"{'ok' if ok else 'error'}/{self._state()}"
+        return self._observed("ok" if ok else "error")
+
+    def _observed(self, reply_class: str) -> str:
+        """The output: the reply class, the job's state and each lookup's answer."""
+        state = self._state()
+        if "job" not in self.vars:
+            return self.learn.output(reply_class, state)
+        found = []
+        for name in sorted(self.learn.lookups):
+            reply = self._call(_fill(self.learn.lookups[name]["send"], self.vars))
+            job = reply.get("job") if reply.get("ok") is True else None
+            found.append("found" if isinstance(job, dict) and job.get("id") == self.vars["job"]
+                         else "not found")
+        return self.learn.output(reply_class, state, found)
 
     def _state(self) -> str:
         if "job" not in self.vars:
