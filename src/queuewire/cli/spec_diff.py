@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..spec._load import SpecError, load_protocol_tree, merge_patch, read_yaml
-from ..spec.diff import Change, ProtocolMismatch, diff_trees, raw_form, summary
+from ..spec import SpecError, raw_tree
+from ..spec.diff import Change, ProtocolMismatch, brief, diff_trees, raw_form, summary
 from ._common import console, load
 
 GROUPS = (("Breaking for clients and servers", lambda c: c.clients == c.servers == "breaking"),
@@ -103,26 +101,12 @@ def spec_root(path: Path) -> Path:
 
 
 def tree_at(root: Path, name: str) -> dict[str, Any]:
-    """Profile ``name`` of the spec directory ``root``: its protocol's base tree with its
-    overlays applied, as ``queuewire.spec.raw_tree`` builds it for the spec in use."""
+    """Profile ``name`` of the spec directory ``root``, as ``queuewire.spec.raw_tree``
+    builds it (its checks make a bad directory a usage error)."""
     try:
-        profiles = (read_yaml(root / "profiles.yaml") or {}).get("profiles") or {}
-        entry = profiles.get(name) if isinstance(profiles, Mapping) else None
-        if not isinstance(entry, Mapping):
-            known = ", ".join(map(str, profiles)) if isinstance(profiles, Mapping) else ""
-            raise click.UsageError(f"{root}: no profile {name!r} (known: {known})")
-        protocol = str(entry.get("protocol"))
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", protocol):
-            raise click.UsageError(f"{root}: profile {name!r} names protocol {protocol!r}")
-        tree: dict[str, Any] = load_protocol_tree(root, protocol)
-        for overlay in entry.get("overlays") or ():
-            file = (root / str(overlay)).resolve()
-            if root.resolve() not in file.parents:
-                raise click.UsageError(f"{root}: overlay {overlay!r} is outside the spec directory")
-            tree = merge_patch(tree, read_yaml(file) or {})
+        return raw_tree(name, root)
     except SpecError as exc:
         raise click.UsageError(f"{root}: {exc}") from None
-    return tree
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
@@ -161,19 +145,6 @@ def git_spec(rev: str, stack: ExitStack) -> Path:
     return tmp / "spec"
 
 
-def show(value: Any) -> str:
-    """A value as one short cell: an element by its message, text or doc line."""
-    if value is None:
-        return ""
-    if isinstance(value, Mapping):
-        for key in ("message", "text", "doc", "description"):
-            if isinstance(value.get(key), str):
-                value = value[key]
-                break
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= SHORT else text[:SHORT - 1] + "…"
-
-
 def print_changes(old: str, new: str, changes: list[Change], shown: list[Change]) -> None:
     counts = summary(changes)
     if not changes:
@@ -194,7 +165,7 @@ def print_changes(old: str, new: str, changes: list[Change], shown: list[Change]
         table.add_column("why", overflow="fold", min_width=24)
         for c in rows:
             table.add_row(f"{c.what} {c.kind}" + (f" ({c.trend})" if c.trend else ""),
-                          c.subject, show(c.old), show(c.new), _impact(c.clients),
+                          c.subject, brief(c.old, SHORT), brief(c.new, SHORT), _impact(c.clients),
                           _impact(c.servers), c.why)
         console.print(table)
 

@@ -6,12 +6,8 @@ servers with its reason; then the classification rules themselves
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any
-
 from ..spec import load_profile, profile_names
-from ..spec.diff import Change, diff_profiles, summary
+from ..spec.diff import Change, brief, diff_profiles, summary
 from ..spec.diff_rules import RULES
 from .text import code, esc, table
 
@@ -19,21 +15,10 @@ SHORT = 70
 IMPACT = {"breaking": "**breaking**", "compatible": "compatible"}
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, Mapping):
-        for key in ("message", "text", "doc", "description"):
-            if isinstance(value.get(key), str):
-                value = value[key]
-                break
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return code(text if len(text) <= SHORT else text[:SHORT - 1] + "…")
-
-
 def _rows(changes: list[Change]) -> list[list[str]]:
     return [[f"{c.what} {c.kind}" + (f" ({c.trend})" if c.trend else ""), code(c.subject),
-             _show(c.old), _show(c.new), IMPACT[c.clients], IMPACT[c.servers], esc(c.why)]
+             code(brief(c.old, SHORT)), code(brief(c.new, SHORT)), IMPACT[c.clients],
+             IMPACT[c.servers], esc(c.why)]
             for c in changes]
 
 

@@ -17,7 +17,9 @@ Profiles are cached; they are values. Nothing in Python restates what ``spec/`` 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ._load import (
@@ -106,17 +108,28 @@ def _limits(raw: Mapping[str, Any], uses: list[tuple[str, str, tuple[Any, ...]]]
     })
 
 
-def raw_tree(name: str) -> dict[str, Any]:
-    """A profile's merged tree before ``$limit`` substitution (what ``spec export`` starts from)."""
-    profiles = _profiles_file()["profiles"]
-    if name not in profiles:
-        known = ", ".join(profiles)
+def raw_tree(name: str, root: Path | None = None) -> dict[str, Any]:
+    """A profile's merged tree before ``$limit`` substitution (what ``spec export`` starts
+    from). ``root``: another spec directory laid out like ``spec/`` (``queuewire spec diff``
+    reads one from a path or a git revision); its files are data, and a protocol name or an
+    overlay path that would leave it is refused."""
+    if root is None:
+        root, profiles = spec_dir(), _profiles_file()["profiles"]
+    else:
+        profiles = (read_yaml(root / "profiles.yaml") or {}).get("profiles")
+    if not isinstance(profiles, Mapping) or not isinstance(profiles.get(name), Mapping):
+        known = ", ".join(map(str, profiles)) if isinstance(profiles, Mapping) else ""
         raise SpecError(f"unknown profile {name!r} (known: {known})")
     entry = profiles[name]
-    root = spec_dir()
-    tree = load_protocol_tree(root, entry["protocol"])
+    protocol = str(entry.get("protocol"))
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", protocol):
+        raise SpecError(f"profile {name!r} names protocol {protocol!r}")
+    tree = load_protocol_tree(root, protocol)
     for overlay in entry.get("overlays") or ():
-        tree = merge_patch(tree, read_yaml(root / overlay) or {})
+        file = (root / str(overlay)).resolve()
+        if root.resolve() not in file.parents:
+            raise SpecError(f"overlay {overlay!r} is outside the spec directory")
+        tree = merge_patch(tree, read_yaml(file) or {})
     return tree
 
 

@@ -128,6 +128,20 @@ class ProtocolMismatch(ValueError):
     """The two trees are of different protocols: there is nothing to compare."""
 
 
+def brief(value: Any, limit: int = 70) -> str:
+    """A changed value as one short line for a table cell (the command's text, the docs
+    page): an element by its message, text or doc line, else its JSON; cut at ``limit``."""
+    if value is None:
+        return ""
+    if isinstance(value, Mapping):
+        for key in ("message", "text", "doc", "description"):
+            if isinstance(value.get(key), str):
+                value = value[key]
+                break
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def summary(changes: list[Change]) -> dict[str, int]:
     return {"changes": len(changes), "breaking": sum(c.breaking for c in changes),
             "breaking_for_clients": sum(c.clients == BREAKING for c in changes),
