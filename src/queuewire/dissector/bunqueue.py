@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import Profile
-from .lua import spec_block
+from .lua import spec_block, with_common
 
 __all__ = ["EXPERTS", "generate", "spec_table"]
 
@@ -80,7 +80,7 @@ def generate(profile: Profile) -> str:
             f"{profile.name}.\n-- Do not edit: regenerate with `queuewire dissector --protocol "
             f"bunqueue --profile {profile.name}`.\n-- The SPEC table is the profile's data; "
             "the code below it reads any bunqueue profile.\n\n")
-    return head + spec_block("SPEC", spec) + _LUA
+    return head + spec_block("SPEC", spec) + with_common(_LUA)
 
 
 _LUA = r'''
@@ -123,11 +123,7 @@ function proto.init()
   streams = {}
 end
 
-local function flag(item, kind, message)
-  local e = experts[kind]
-  if e == nil then return end
-  if message then item:add_proto_expert_info(e, message) else item:add_proto_expert_info(e) end
-end
+$EXPERT_FLAG
 
 -- MessagePack ----------------------------------------------------------------------------
 -- marker -> {kind, width}: width is the size of the length or count field (str, bin, ext,
@@ -366,18 +362,4 @@ function proto.dissector(tvb, pinfo, tree)
   if #infos > 0 then pinfo.cols.info = table.concat(infos, ", ") end
   return total
 end
-
-local registered = nil
-local function register()
-  local tcp = DissectorTable.get("tcp.port")
-  if registered ~= nil then tcp:remove(registered, proto) end
-  registered = proto.prefs.port
-  tcp:add(registered, proto)
-end
-
-function proto.prefs_changed()
-  if registered ~= proto.prefs.port then register() end
-end
-
-register()
 '''

@@ -1,4 +1,5 @@
-"""Lua source text: values written as Lua literals, deterministically.
+"""Lua source text: values written as Lua literals, deterministically, and the Lua every
+generated dissector shares (raising an expert info, registering on the preferred port).
 
 Every generated dissector starts with a ``SPEC`` table holding what it knows of the profile
 (ports, limits, opcodes, layouts, the requirement each expert info cites). :func:`literal`
@@ -12,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["literal", "spec_block"]
+__all__ = ["EXPERT_FLAG", "PORT_REGISTRATION", "literal", "spec_block", "with_common"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LUA_KEYWORDS = frozenset(
@@ -74,3 +75,37 @@ def literal(value: Any, indent: str = "") -> str:
 def spec_block(name: str, table: Mapping[str, Any]) -> str:
     """``local NAME = {...}``: the generated data a dissector reads."""
     return f"local {name} = {literal(table)}\n"
+
+
+#: The Lua every dissector uses to raise an expert info of a protocol error kind, with an
+#: optional message (``experts``: the kind -> ProtoExpert table the dissector built).
+EXPERT_FLAG = """local function flag(item, kind, message)
+  local e = experts[kind]
+  if e == nil then return end
+  if message then item:add_proto_expert_info(e, message) else item:add_proto_expert_info(e) end
+end
+"""
+
+#: The Lua that registers ``proto`` on the TCP port of its ``port`` preference (the profile's
+#: default_port) and moves it when the preference changes.
+PORT_REGISTRATION = """
+local registered = nil
+local function register()
+  local tcp = DissectorTable.get("tcp.port")
+  if registered ~= nil then tcp:remove(registered, proto) end
+  registered = proto.prefs.port
+  tcp:add(registered, proto)
+end
+
+function proto.prefs_changed()
+  if registered ~= proto.prefs.port then register() end
+end
+
+register()
+"""
+
+
+def with_common(body: str) -> str:
+    """A dissector's Lua with the shared pieces in place: ``$EXPERT_FLAG`` where its
+    expert table is defined, and the port registration at the end."""
+    return body.replace("$EXPERT_FLAG\n", EXPERT_FLAG) + PORT_REGISTRATION

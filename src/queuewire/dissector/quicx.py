@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import Profile
-from .lua import spec_block
+from .lua import spec_block, with_common
 
 __all__ = ["EXPERTS", "TASK_FLOW", "generate", "spec_table"]
 
@@ -94,7 +94,7 @@ def generate(profile: Profile) -> str:
             f"{profile.name}.\n-- Do not edit: regenerate with `queuewire dissector --protocol "
             f"quicx --profile {profile.name}`.\n-- The SPEC table is the profile's data; the "
             "code below it reads any quicx profile.\n\n")
-    return head + spec_block("SPEC", spec_table(profile)) + _LUA
+    return head + spec_block("SPEC", spec_table(profile)) + with_common(_LUA)
 
 
 _LUA = r'''
@@ -142,11 +142,7 @@ for kind, e in pairs(SPEC.experts) do
   table.insert(expert_list, experts[kind])
 end
 proto.experts = expert_list
-local function flag(item, kind, message)
-  local e = experts[kind]
-  if e == nil then return end
-  if message then item:add_proto_expert_info(e, message) else item:add_proto_expert_info(e) end
-end
+$EXPERT_FLAG
 
 proto.prefs.port = Pref.uint("TCP port", SPEC.port, "The daemon's TCP port (the profile's default_port)")
 
@@ -314,18 +310,4 @@ function proto.dissector(tvb, pinfo, tree)
   if #infos > 0 then pinfo.cols.info = table.concat(infos, ", ") end
   return total
 end
-
-local registered = nil
-local function register()
-  local tcp = DissectorTable.get("tcp.port")
-  if registered ~= nil then tcp:remove(registered, proto) end
-  registered = proto.prefs.port
-  tcp:add(registered, proto)
-end
-
-function proto.prefs_changed()
-  if registered ~= proto.prefs.port then register() end
-end
-
-register()
 '''
