@@ -46,18 +46,21 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
-def _named_releases() -> tuple[str, ...]:
-    """The releases spec/profiles.yaml names (each profile's ``releases``), oldest first:
-    every bunqueue release on npm (``npm view bunqueue versions --json``) when the spec is
-    up to date, which the version matrix shows."""
+def described() -> dict[str, str]:
+    """Each release spec/profiles.yaml names (a profile's ``releases``), oldest first, with
+    the profile that describes it: every bunqueue release on npm (``npm view bunqueue
+    versions --json``) when the spec is up to date, which the version matrix shows."""
     from queuewire.spec import load_profile, profile_names
 
-    named = {r for n in profile_names("bunqueue") for r in load_profile(n).releases}
-    return tuple(sorted(named, key=lambda v: tuple(int(p) for p in v.split("."))))
+    out: dict[str, str] = {}
+    for name in profile_names("bunqueue"):
+        for version in load_profile(name).releases:
+            if version in out:
+                raise ReleaseError(f"release {version} is named by {out[version]} and {name}")
+            out[version] = name
+    return dict(sorted(out.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
 
 
-#: Every bunqueue release the spec's profiles describe, oldest first.
-RELEASES: tuple[str, ...] = _named_releases()
 
 INTEROP = Path(__file__).resolve().parent
 BUN = INTEROP / "node_modules" / ".bin" / "bun"
@@ -69,6 +72,10 @@ SCRUBBED_ENV = ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH"
 
 class ReleaseError(RuntimeError):
     """A release could not be installed, found or started; the message says which and why."""
+
+
+#: Every bunqueue release the spec's profiles describe, oldest first.
+RELEASES: tuple[str, ...] = tuple(described())
 
 
 def cache_root() -> Path:

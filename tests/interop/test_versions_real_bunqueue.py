@@ -24,7 +24,7 @@ CASES = ["bunqueue.hello.*", "bunqueue.name.*", "bunqueue.events.pushed", "bunqu
 
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory: pytest.TempPathFactory):
-    table = version_matrix.described()
+    table = releases.described()
     out = []
     for version in ("2.8.39", "2.9.5"):
         if not releases.is_installed(version):

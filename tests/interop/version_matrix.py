@@ -42,23 +42,11 @@ from queuewire.conformance.versions import (  # noqa: E402
     render_html,
     render_markdown,
 )
-from queuewire.spec import load_profile, profile_names  # noqa: E402
 from serve_process import free_tcp_ports  # noqa: E402
 
 ROOT = HERE.parents[1]
 BASE = "bunqueue/v2"
 QUEUEWIRE = [sys.executable, "-m", "queuewire.cli"]
-
-
-def described() -> dict[str, str]:
-    """Release -> the profile whose ``releases`` names it, in release order."""
-    out: dict[str, str] = {}
-    for name in profile_names("bunqueue"):
-        for version in load_profile(name).releases:
-            if version in out:
-                raise SystemExit(f"release {version} is named by {out[version]} and {name}")
-            out[version] = name
-    return dict(sorted(out.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
 
 
 def _queuewire(args: list[str], log: Path) -> int:
@@ -115,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "conformance" / "versions",
                         help="where the page goes (default: docs/conformance/versions)")
     args = parser.parse_args(argv)
-    table = described()
+    table = releases.described()
     chosen = args.release or list(table)
     unknown = [v for v in chosen if v not in table]
     if unknown:
