@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ..spec import LEVELS, Profile, load_profile, profile_names
+from ..spec import LEVELS, Profile, load_profile, profile_names, requirement_ids
 from . import httpapi
 from .model import Case
 
@@ -159,8 +159,7 @@ def check_case(case: Case, profile: Profile) -> None:
         if case.profiles:
             raise CaseError(f"{ctx}: requirement {rid!r} is not in profile {profile.name}, "
                             f"which the case lists")
-        if not any(rid in load_profile(name).requirements
-                   for name in profile_names(case.protocol)):
+        if rid not in requirement_ids(case.protocol):
             raise CaseError(f"{ctx}: requirement {rid!r} is in no {case.protocol} profile")
         return  # not run under this profile: checked against the profiles that have it
     if case.command is not None and not isinstance(case.command, str):

@@ -46,7 +46,7 @@ from .model import (
 __all__ = [
     "BASES", "LEVELS", "Limit", "Profile", "ProtocolErrorKind", "Requirement", "Source", "SpecError",
     "StateMachine", "Transition", "clear_cache", "default_profile", "load_profile", "plainest",
-    "profile_names", "raw_tree", "refines", "sources", "spec_dir",
+    "profile_names", "raw_tree", "refines", "requirement_ids", "sources", "spec_dir",
 ]
 
 
@@ -163,6 +163,15 @@ def load_profile(name: str) -> Profile:
     return profile
 
 
+@functools.cache
+def requirement_ids(protocol: str) -> frozenset[str]:
+    """Every requirement id some profile of ``protocol`` defines: a case or a scenario may
+    cite one its profile lacks (it then runs under the profiles that have it), never one no
+    profile has."""
+    return frozenset(rid for name in profile_names(protocol)
+                     for rid in load_profile(name).requirements)
+
+
 def refines(name: str, base: str) -> bool:
     """True when profile ``name`` is profile ``base`` with more overlays after ``base``'s own
     (bunqueue/v3 refines bunqueue/2.9.5, and both refine bunqueue/v2)."""
@@ -188,4 +197,5 @@ def clear_cache() -> None:
     """Forget loaded profiles (after pointing $QUEUEWIRE_SPEC_DIR elsewhere, as tests do)."""
     _profiles_file.cache_clear()
     sources.cache_clear()
+    requirement_ids.cache_clear()
     load_profile.cache_clear()
