@@ -168,26 +168,19 @@ version-matrix: $(STAMP) $(NODE_PEERS)
 	$(BIN)/python tests/interop/version_matrix.py
 
 client-reports: $(STAMP) $(NODE_PEERS)
-	@status=0; $(BIN)/queuewire conform client --protocol bunqueue --profile bunqueue/2.9.5 \
-		--testee-cwd tests/interop \
-		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.queuewire_client' \
-		--testee-name queuewire-client \
-		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.bunqueue_pypi' \
-		--testee-name bunqueue-client-pypi \
-		--testee 'node_modules/.bin/bun bunqueue_js_testee.mjs' --testee-name bunqueue-npm-2.9.5 \
-		--html $(CLIENT_REPORTS)/report.html --json $(CLIENT_REPORTS)/report.json \
-		--junit $(CLIENT_REPORTS)/junit.xml --markdown $(CLIENT_REPORTS)/index.md || status=$$?; \
-	test $$status -le 1
-	@status=0; $(BIN)/queuewire conform client --protocol bunqueue --profile bunqueue/v3 \
-		--testee-cwd tests/interop \
-		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.queuewire_client' \
-		--testee-name queuewire-client \
-		--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.bunqueue_pypi' \
-		--testee-name bunqueue-client-pypi \
-		--testee 'node_modules/.bin/bun bunqueue_js_testee.mjs' --testee-name bunqueue-npm-2.9.5 \
-		--html $(CLIENT_REPORTS)/v3/report.html --json $(CLIENT_REPORTS)/v3/report.json \
-		--junit $(CLIENT_REPORTS)/v3/junit.xml --markdown $(CLIENT_REPORTS)/v3/index.md \
-		|| status=$$?; test $$status -le 1
+	@for run in bunqueue/2.9.5: bunqueue/v3:/v3; do \
+		profile=$${run%%:*}; dir=$(CLIENT_REPORTS)$${run#*:}; status=0; \
+		$(BIN)/queuewire conform client --protocol bunqueue --profile $$profile \
+			--testee-cwd tests/interop \
+			--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.queuewire_client' \
+			--testee-name queuewire-client \
+			--testee '../../$(BIN)/python -m queuewire.conformance.client.adapters.bunqueue_pypi' \
+			--testee-name bunqueue-client-pypi \
+			--testee 'node_modules/.bin/bun bunqueue_js_testee.mjs' --testee-name bunqueue-npm-2.9.5 \
+			--html $$dir/report.html --json $$dir/report.json \
+			--junit $$dir/junit.xml --markdown $$dir/index.md || status=$$?; \
+		test $$status -le 1 || exit $$status; \
+	done
 	@status=0; for profile in quicx/v1 quicx/1.0.3; do \
 		dir=$(CLIENT_REPORTS)/quicx-$$(echo $$profile | cut -d/ -f2); \
 		$(BIN)/queuewire conform client --protocol quicx --profile $$profile \
