@@ -92,9 +92,10 @@ def _oracles(exchange: list) -> set[tuple[str, Verdict]]:
     return _judged((f.requirement, f.level) for f in findings)
 
 
-def _tapped(exchange: list, sink=None) -> Analyzer:
-    client, server = _wire(exchange)
-    analyzer = Analyzer("bunqueue", PROFILE_NAME, sink=sink)
+def _tapped_bytes(client: bytes, server: bytes, profile: str = PROFILE_NAME,
+                  sink=None) -> Analyzer:
+    """The tap's analyzer after one connection that carried ``client`` and ``server``."""
+    analyzer = Analyzer("bunqueue", profile, sink=sink)
     analyzer.open(1, 1_000, client="127.0.0.1:5001", upstream="127.0.0.1:6789")
     analyzer.feed(1, "c2s", client, 2_000)
     analyzer.feed(1, "s2c", server, 3_000)
@@ -102,18 +103,31 @@ def _tapped(exchange: list, sink=None) -> Analyzer:
     return analyzer
 
 
-def _tap(exchange: list) -> set[tuple[str, Verdict]]:
-    findings = _tapped(exchange).summary()["findings"]
+def _tapped(exchange: list, sink=None) -> Analyzer:
+    return _tapped_bytes(*_wire(exchange), sink=sink)
+
+
+def _tap_bytes(client: bytes, server: bytes, profile: str = PROFILE_NAME) -> set[tuple[str, Verdict]]:
+    findings = _tapped_bytes(client, server, profile).summary()["findings"]
     return _judged((f["requirement"], f["level"]) for f in findings)
 
 
-def _trace(exchange: list, tmp_path) -> set[tuple[str, Verdict]]:
-    recorder = Recorder(tmp_path / "rec", protocol="bunqueue", profile=PROFILE_NAME, run="t")
-    _tapped(exchange, sink=recorder.write)
+def _tap(exchange: list) -> set[tuple[str, Verdict]]:
+    return _tap_bytes(*_wire(exchange))
+
+
+def _trace_bytes(client: bytes, server: bytes, tmp_path, profile: str = PROFILE_NAME
+                 ) -> set[tuple[str, Verdict]]:
+    recorder = Recorder(tmp_path / "rec", protocol="bunqueue", profile=profile, run="t")
+    _tapped_bytes(client, server, profile, sink=recorder.write)
     recorder.close()
     analyze([tmp_path / "rec"], tmp_path / "out", engine="local", html=False)
     rows = pq.read_table(tmp_path / "out" / "violations").to_pylist()
     return _judged((r["requirement"], r["level"]) for r in rows)
+
+
+def _trace(exchange: list, tmp_path) -> set[tuple[str, Verdict]]:
+    return _trace_bytes(*_wire(exchange), tmp_path)
 
 
 def test_the_exchange_breaks_what_it_means_to():
@@ -231,22 +245,7 @@ def test_the_int64_rule_of_v3_is_judged_from_the_bytes_alike_by_checker_tap_and_
     by_checker = forms(_judged((c.requirement, verdict_for(c.level))
                                for c in checker.checks() if not c.ok))
 
-    def tapped(profile_name, sink=None):
-        analyzer = Analyzer("bunqueue", profile_name, sink=sink)
-        analyzer.open(1, 1_000, client="127.0.0.1:5001", upstream="127.0.0.1:6789")
-        analyzer.feed(1, "c2s", client, 2_000)
-        analyzer.feed(1, "s2c", server, 3_000)
-        analyzer.close(1, 4_000, "eof")
-        return analyzer
-
-    by_tap = forms(_judged((f["requirement"], f["level"])
-                           for f in tapped(name).summary()["findings"]))
-    recorder = Recorder(tmp_path / "rec", protocol="bunqueue", profile=name, run="t")
-    tapped(name, sink=recorder.write)
-    recorder.close()
-    analyze([tmp_path / "rec"], tmp_path / "out", engine="local", html=False)
-    by_trace = forms(_judged((r["requirement"], r["level"])
-                             for r in pq.read_table(tmp_path / "out" / "violations").to_pylist()))
+    by_tap = forms(_tap_bytes(client, server, name))
+    by_trace = forms(_trace_bytes(client, server, tmp_path, name))
     assert by_checker == by_tap == by_trace == expected, (by_checker, by_tap, by_trace)
-    assert forms(_judged((f["requirement"], f["level"]) for f in
-                         tapped("bunqueue/2.9.5").summary()["findings"])) == set()
+    assert forms(_tap_bytes(client, server, "bunqueue/2.9.5")) == set()
