@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # not be disabled (--ignore-scripts), and the recipe checks that the binary runs.
 NODE_PEERS := tests/interop/node_modules/.package-lock.json
 
-.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation releases version-matrix tshark
+.PHONY: all setup run test docs docs-browser docs-deps bench lint clean vectors generate client-reports mutation releases version-matrix learned tshark
 
 all: test
 
@@ -166,6 +166,11 @@ CLIENT_REPORTS := docs/conformance/clients
 # than the spec does.
 version-matrix: $(STAMP) $(NODE_PEERS)
 	$(BIN)/python tests/interop/version_matrix.py
+
+# The state machines of the real bunqueue 2.9.5 and of the quicx reference daemon, learned
+# from outside (queuewire learn), into docs/conformance/learned/ (about a minute).
+learned: $(STAMP) $(NODE_PEERS) releases
+	$(BIN)/python tests/interop/learned_pages.py
 
 client-reports: $(STAMP) $(NODE_PEERS)
 	@for run in bunqueue/2.9.5: bunqueue/v3:/v3; do \

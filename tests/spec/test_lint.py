@@ -197,3 +197,24 @@ def test_a_release_is_named_by_one_profile_and_evidence_is_about_its_releases(sp
     clear_cache()
     assert any("commands.GetJob.not_found.error: 'job_missing' is not an error" in m
                for m in map(str, lint())), found
+
+
+def test_learn_sections_drive_rows_the_table_has(spec_copy):
+    path = spec_copy / "quicx/protocol.yaml"
+    edit(path, "conn: worker, send: {type: MSG_READY}, event: ready,",
+         "conn: worker, send: {type: MSG_READY}, event: redy,")
+    edit(path, "conn: worker, send: {type: MSG_HEARTBEAT}", "conn: monitor, send: {type: MSG_HEARTBEAT}")
+    edit(path, "{from: held, event: done, to: finished, replies: {}, requirement: QX-DONE-2}",
+         "{from: held, event: done, to: finished, replies: {monitor: [MSG_OK]}, requirement: QX-DONE-2}")
+    found = messages("quicx/v1")
+    assert any("task_dialogue.learn.inputs.ready: event 'redy' is no row's event" in m for m in found)
+    assert any("inputs.heartbeat: conn 'monitor' is not one of the connections" in m for m in found)
+    assert any("task_dialogue.transitions.4" in m and "not connections: monitor" in m for m in found)
+    edit(path, "{from: queued, event: ready, to: held, replies: {worker: [MSG_TASK]}, "
+               "requirement: QX-READY-3}", "{from: queued, event: ready, to: held, "
+               "requirement: QX-READY-3}")
+    edit(path, "refusal: QX-PONG-1", "refusal: QX-PONG-999")
+    clear_cache()
+    found = messages("quicx/v1")
+    assert any("task_dialogue.transitions.2: a dialogue row says" in m for m in found)
+    assert any("cites undefined requirement QX-PONG-999" in m for m in found)

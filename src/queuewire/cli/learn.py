@@ -3,156 +3,150 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import secrets
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..spec import default_profile
-from ._common import console, err_console, load, profile_option
+from ._common import auth_token_option, console, err_console, load, profile_option
+
+
+def _tables(tree: Any) -> list[str]:
+    """The profile's state tables that have a learn section, in spec order."""
+    return [k for k, v in tree.items() if isinstance(v, dict) and isinstance(v.get("learn"), dict)]
 
 
 @click.command()
-@click.option("--protocol", type=click.Choice(["bunqueue"]), default="bunqueue", show_default=True,
-              help="Protocol (bunqueue's job lifecycle for now; quicx's dialogues are to come).")
+@click.option("--protocol", type=click.Choice(["bunqueue", "quicx"]), default="bunqueue",
+              show_default=True, help="Protocol of the target.")
 @click.option("--target", required=True, metavar="HOST:PORT|embedded",
               help="The server to learn; 'embedded' starts the reference server of the profile.")
 @profile_option()
-@click.option("--machine", default="job_lifecycle", show_default=True,
-              help="The spec's state table to learn (one with a learn section).")
+@click.option("--machine", metavar="TABLE",
+              help="The spec's state table to learn (one with a learn section). Default: the "
+                   "profile's first (bunqueue: job_lifecycle, also auth_session; quicx: "
+                   "task_dialogue).")
+@auth_token_option("Token of a server with auth tokens: every connection authenticates with "
+                   "it, and auth_session uses it as the good token. With 'embedded' and "
+                   "auth_session, a fresh one is made when none is given.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the equivalence oracle's random walks: the run is reproducible.")
 @click.option("--walks", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Random walks per state of the hypothesis (the equivalence oracle's budget).")
 @click.option("--walk-len", type=click.IntRange(1, 100), default=8, show_default=True,
               help="Length of each random walk.")
+@click.option("--max-queries", type=click.IntRange(1), default=50000, show_default=True,
+              help="Query budget: stop with an error (exit 2) when it is spent.")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=600, show_default=True,
+              help="Time budget in seconds: stop with an error (exit 2) when it is spent.")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+              help="Seconds to wait for an answer, while learning and in the difference cases.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the learned machine, the spec's and the difference as JSON.")
+              help="Write the learned machine, the spec's and the differences as JSON.")
+@click.option("--dot", "dot_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write both machines as one Graphviz file (two clusters).")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Run each difference as a conformance case and write the report here, with "
+              help="Run each difference as a conformance case and write the report here (the "
+                   "HTML report opens with both machines and the differences), with "
                    "cases/<id>.json for `queuewire conform replay`.")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a page: the differences with their cases' verdicts, and both "
                    "machines as Mermaid diagrams (runs the cases, as --report-dir does).")
-def learn(protocol: str, target: str, profile: str | None, machine: str, seed: int, walks: int,
-          walk_len: int, json_out: Path | None, report_dir: Path | None,
-          markdown: Path | None) -> None:
+def learn(protocol: str, target: str, profile: str | None, machine: str | None,
+          auth_token: str | None, seed: int, walks: int, walk_len: int, max_queries: int,
+          max_seconds: float, timeout: float, json_out: Path | None, dot_out: Path | None,
+          report_dir: Path | None, markdown: Path | None) -> None:
     """Learn the Mealy machine a server implements for one of the spec's state tables (L*,
     AALpy) and compare it with the machine the table implies.
 
-    Each query runs on a fresh queue, so the server is never restarted; the queue is
-    obliterated after the query (nothing is left on the target). The inputs and the
-    observation are the table's learn section in spec/ (bunqueue: PUSH, PULL, ACK, FAIL,
-    MoveToDelayed, Promote, Discard, RetryDlq, RetryCompleted; the job's state by GetState);
-    timed events (delay elapsed, stalls) are not inputs. A difference is the shortest input
-    sequence after which the server answers otherwise than the table, with the requirement
-    of the row it concerns.
+    Each query starts afresh, so the server is never restarted: a fresh queue (job_lifecycle,
+    obliterated after the query), fresh connections (auth_session, quicx's task_dialogue,
+    whose task is completed before the query ends), so nothing is left on the target. The
+    inputs, what each sends and how its answer is read are the table's learn section in
+    spec/; timed events (a delay elapsing, stalls) are not inputs. A difference is the
+    shortest input sequence after which the server answers otherwise than the table, with
+    the requirement of the row it concerns, written as a conformance case.
 
-    Exit status: 0 when the machines are equivalent, 1 when they differ, 2 for a usage error.
+    Exit status: 0 when the machines are equivalent, 1 when they differ, 2 for a usage error
+    or a spent budget.
 
     \b
     Examples:
       queuewire learn --target embedded
+      queuewire learn --protocol quicx --target embedded --profile quicx/1.0.3
+      queuewire learn --target 127.0.0.1:6789 --machine auth_session --auth-token "$T"
       queuewire learn --target 127.0.0.1:6789 --profile bunqueue/2.9.5 --report-dir out/
     """
-    from ..learn import differences, learn_machine, learn_section, spec_machine
-    from ..learn.cases import deciding_rule, difference_case
+    from ..learn import Learnable, learn_machine
+    from ..learn.sul import BudgetExhausted
+    from .learn_output import write_outputs
 
     prof = load(profile or default_profile(protocol))
-    try:
-        section = learn_section(prof.tree, machine)
-    except (KeyError, ValueError) as exc:
-        raise click.UsageError(f"{prof.name}: {exc}") from None
-    table = spec_machine(section)
+    if prof.protocol != protocol:
+        raise click.UsageError(f"profile {prof.name} is a {prof.protocol} profile, not {protocol}")
+    tables = _tables(prof.tree)
+    machine = machine or (tables[0] if tables else "")
+    if machine not in tables:
+        raise click.UsageError(f"{prof.name} has no state table {machine!r} with a learn "
+                               f"section; it has: {', '.join(tables) or 'none'}")
+    subject = Learnable.of(prof, machine)
+    if subject.needs_token and auth_token is None:
+        if target != "embedded":
+            raise click.UsageError(f"{machine} needs the server's token: give --auth-token "
+                                   f"TOKEN or set $QUEUEWIRE_AUTH_TOKEN")
+        auth_token = secrets.token_hex(16)
+    # an embedded server gets the token only where the machine is about it (auth_session);
+    # the job lifecycle and the quicx dialogue learn an open server
+    embedded_token = auth_token if subject.needs_token else None
+    token = auth_token if target != "embedded" else embedded_token
+    budget: dict[str, Any] = {
+        "timeout": timeout, "seed": seed, "walks_per_state": walks, "walk_len": walk_len,
+        "max_queries": max_queries, "max_seconds": max_seconds,
+        "progress": lambda q, r, s: err_console.print(f"  {q} queries, {r} requests, {s:.0f} s",
+                                                      highlight=False)}
 
     async def run() -> Any:
         if target == "embedded":
             from ..reference_server.bunqueue import BunqueueServer
+            from ..reference_server.quicx.tcp import QuicxServer
 
-            server = await BunqueueServer(prof, port=0).start()
+            server = await (QuicxServer(prof, port=0) if protocol == "quicx" else BunqueueServer(
+                prof, port=0, auth_tokens=(embedded_token,) if embedded_token else ())).start()
             try:
                 return await asyncio.to_thread(learn_machine, prof, "127.0.0.1", server.port,
-                                               section, seed=seed, walks_per_state=walks,
-                                               walk_len=walk_len)
+                                               subject.section, token=token, **budget)
             finally:
                 await server.stop()
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
             raise click.UsageError(f"--target {target!r} is not HOST:PORT or embedded")
-        return await asyncio.to_thread(learn_machine, prof, host, int(port), section, seed=seed,
-                                       walks_per_state=walks, walk_len=walk_len)
+        return await asyncio.to_thread(learn_machine, prof, host, int(port), subject.section,
+                                       token=token, **budget)
 
     try:
         learned = asyncio.run(run())
+    except BudgetExhausted as exc:
+        err_console.print(f"[red]error:[/] {exc}; raise --max-queries / --max-seconds or "
+                          f"lower --walks", highlight=False)
+        raise SystemExit(2) from None
+    except PermissionError as exc:
+        raise click.ClickException(f"{exc}; check --auth-token") from None
     except OSError as exc:
         raise click.ClickException(f"cannot reach {target}: {exc}") from None
-    diffs = differences(table, learned.machine)
+    diffs = subject.differences(learned.machine)
     console.print(f"{prof.name} {machine}: learned {len(learned.machine.states)} states "
-                  f"(the table implies {len(table.states)}) in {learned.seconds:.1f} s, "
+                  f"(the table implies {len(subject.table.states)}) in {learned.seconds:.1f} s, "
                   f"{learned.queries} queries, {learned.requests} requests (seed {seed})")
-    cases: list[dict[str, Any]] = []
-    rules: list[str] = []
     if not diffs:
         console.print("equivalent: the server implements the table over these inputs")
-    for word, spec_out, server_out in diffs:
-        case = difference_case(section, word, spec_out, server_out)
-        cases.append(case)
-        rid, cap = deciding_rule(section, word, spec_out, server_out)
-        level = cap or (prof.requirements[rid].level if rid in prof.requirements else "-")
-        rules.append(f"{rid} ({level})")
-        console.print(f"differs after {' '.join(word)}: the table says {spec_out[-1]}, the "
-                      f"server answered {server_out[-1]} ({rid}, {level})", highlight=False)
-    if json_out is not None:
-        json_out.write_text(json.dumps({
-            "profile": prof.name, "machine": machine, "target": target, "seed": seed,
-            "queries": learned.queries, "requests": learned.requests,
-            "seconds": round(learned.seconds, 3),
-            "learned": _rows(learned.machine), "spec": _rows(table),
-            "differences": [{"inputs": w, "spec": a, "server": b, "case": c}
-                            for (w, a, b), c in zip(diffs, cases)],
-        }, indent=1) + "\n")
-    verdicts: list[tuple[str, str, str]] = []
-    if cases and (report_dir is not None or markdown is not None):
-        verdicts = [(case_id, rule, verdict) for (case_id, _, verdict), rule
-                    in zip(_run_cases(cases, prof, target, report_dir), rules)]
-    if markdown is not None:
-        from ..learn.render import markdown as page
-
-        intro = (f"`queuewire learn --target {target} --profile {prof.name} --machine {machine} "
-                 f"--seed {seed}`: {learned.queries} queries, {learned.requests} requests, "
-                 f"{learned.seconds:.1f} s. Inputs: {', '.join(section.inputs)}.")
-        markdown.write_text(page(f"{prof.name}: the {machine}, learned", intro, table,
-                                 learned.machine, diffs, verdicts), encoding="utf-8")
+    for d in diffs:
+        console.print(f"differs after {' '.join(d.word)}: the table says {d.spec[-1]}, the "
+                      f"server answered {d.server[-1]} ({d.rule})", highlight=False)
+    command = (f"queuewire learn --protocol {protocol} --target {target} --profile {prof.name} "
+               f"--machine {machine} --seed {seed}")
+    write_outputs(subject, learned, diffs, command=command, target=target, seed=seed,
+                  auth_token=auth_token, timeout=timeout, json_out=json_out, dot_out=dot_out,
+                  report_dir=report_dir, markdown=markdown)
     raise SystemExit(0 if not diffs else 1)
-
-
-def _rows(machine: Any) -> list[dict[str, Any]]:
-    names = {s: f"q{i}" for i, s in enumerate(machine.states)}
-    return [{"from": names[s], "input": letter, "output": machine.table[(s, letter)][0],
-             "to": names[machine.table[(s, letter)][1]]}
-            for s in machine.states for letter in machine.inputs]
-
-
-def _run_cases(cases: list[dict[str, Any]], prof: Any, target: str,
-               report_dir: Path | None) -> list[tuple[str, str, str]]:
-    """Run each difference as a conformance case against the target; the report directory
-    gets cases/<id>.json, which ``queuewire conform replay`` runs again."""
-    from ..conformance.loader import parse_case
-    from ..conformance.report import write_reports
-    from ..conformance.runner import run_target_sync
-
-    parsed = [parse_case(c, "queuewire learn", "bunqueue", prof) for c in cases]
-    run = run_target_sync("bunqueue", target, profile=prof, cases=parsed)
-    out = []
-    for case, r in zip(cases, run.results):
-        last = case["steps"][-1]["expect"] if case["steps"] else {}
-        rid = last.get("requirement", "")
-        level = last.get("level") or (prof.requirements[rid].level if rid in prof.requirements else "")
-        out.append((r.case.id, f"{rid} ({level})", r.verdict.value))
-        err_console.print(f"{r.case.id}: {r.verdict.value}", highlight=False)
-    if report_dir is not None:
-        write_reports([run], report_dir=report_dir)
-        err_console.print(f"wrote {report_dir}; replay a difference with `queuewire conform "
-                          f"replay {report_dir}/cases/<id>.json --target {target}`", highlight=False)
-    return out

@@ -13,13 +13,32 @@ from typing import Any
 from .text import esc, fence, req_ref, table
 
 
-def spec_machine(profile: Any, machine: Any, title: str) -> list[str]:
-    """A spec state machine: diagram, then the (from, event, to, requirement) table."""
-    lines = [f"### {title}", "", esc(machine.doc), ""]
+def _replies(t: Any) -> str:
+    """What each connection receives after a dialogue table's row (nothing: "-")."""
+    return "; ".join(f"{conn}: {', '.join(f'`{m}`' for m in items)}"
+                     for conn, items in (t.replies or {}).items() if items) or "-"
+
+
+def spec_machine(profile: Any, machine: Any, title: str, about: str = "") -> list[str]:
+    """A spec state machine: diagram, then the (from, event, to, requirement) table, with
+    what each connection receives when the table says (a dialogue table)."""
+    if not machine.transitions:
+        return []
+    lines = [f"### {title}", "", esc(machine.doc), ""] + ([about, ""] if about else [])
     lines += fence("mermaid", machine.mermaid())
+    if any(t.replies is not None for t in machine.transitions):
+        rows = [[f"`{t.source}`", esc(t.event), _replies(t), f"`{t.target}`",
+                 req_ref(profile, t.requirement)] for t in machine.transitions]
+        return lines + table(["from", "event", "received", "to", "requirement"], rows)
     rows = [[f"`{t.source}`", esc(t.event), f"`{t.target}`", req_ref(profile, t.requirement)]
             for t in machine.transitions]
     return lines + table(["from", "event", "to", "requirement"], rows)
+
+
+LEARN_NOTE = ("`queuewire learn` drives this table over the wire with the inputs of its "
+              "`learn` section in `spec/` and compares the machine a server implements with "
+              "it (an input with no row from a state leaves the state, answered as the "
+              "section's `otherwise` says).")
 
 
 def code_machine(table_: Mapping, initial: Any, final: Any, title: str, about: str,
@@ -39,8 +58,9 @@ def bunqueue_machines(profile: Any) -> list[str]:
 
     model = profile.model
     lines = ["## State machines", ""]
-    lines += spec_machine(profile, model.job_lifecycle, "Server: job lifecycle")
+    lines += spec_machine(profile, model.job_lifecycle, "Server: job lifecycle", LEARN_NOTE)
     lines += spec_machine(profile, model.connection_lifecycle, "Server: connection lifecycle")
+    lines += spec_machine(profile, model.auth_session, "Server: auth session", LEARN_NOTE)
     lines += code_machine(SESSION_TRANSITIONS, SessionState.CREATED, SessionState.STOPPED,
                           "Reference client: session",
                           "The states of `queuewire.client`'s bunqueue session.",
@@ -60,6 +80,8 @@ def quicx_machines(profile: Any) -> list[str]:
              "machines below are those of `queuewire.client`'s quicx sessions; which "
              "transitions a profile takes is set by its semantics flags (for example "
              "`ready_required_after_result`).", ""]
+    lines += spec_machine(profile, profile.model.task_dialogue,
+                          "Daemon: one task between a producer and a worker", LEARN_NOTE)
     lines += code_machine(WORKER_TRANSITIONS, WorkerState.CREATED, WorkerState.CLOSED,
                           "Worker session", "A worker's registration, task and backoff cycle.",
                           "queuewire.client.quicx_session.WORKER_TRANSITIONS")

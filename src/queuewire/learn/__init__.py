@@ -1,5 +1,5 @@
 """``queuewire.learn``: learn a server's state machine from outside and compare it with the
-spec's table (issue 29; the first part: the bunqueue job lifecycle).
+spec's table (issue 29): bunqueue's job lifecycle and auth session, quicx's task dialogue.
 
 What it is
 ----------
@@ -11,15 +11,22 @@ outputs differ, or None when the two are equivalent.
 
 Rooms
 -----
-:mod:`.machine` holds the machines (the spec's, built from a table's ``learn`` section of
-``spec/``, and the comparison); :mod:`.sul` drives a server over TCP for AALpy and turns its
-answers into a machine.
+:mod:`.machine` holds the machines (the job lifecycle's, built from its ``learn`` section of
+``spec/``, and the comparison); :mod:`.dialogue` the machines of dialogue tables (rows that say
+what each connection receives); :mod:`.subject` one face over both kinds (:class:`Learnable`);
+:mod:`.cases` and :mod:`.dialogue_cases` turn a difference into a conformance case;
+:mod:`.sul` (the job lifecycle) and :mod:`.wire` (dialogues, quicx and bunqueue) drive a
+server over TCP for AALpy, within a query and time budget; :mod:`.render` draws the machines
+(Mermaid, Graphviz).
 """
 
 from __future__ import annotations
 
+from .dialogue import Dialogue, dialogue_machine, dialogue_section
 from .machine import Learn, Mealy, difference, differences, learn_section, spec_machine
-from .sul import JobSUL, Learned, learn_machine
+from .subject import Difference, Learnable
+from .sul import BudgetExhausted, JobSUL, Learned, learn_machine
 
-__all__ = ["JobSUL", "Learn", "Learned", "Mealy", "difference", "differences", "learn_machine",
-           "learn_section", "spec_machine"]
+__all__ = ["BudgetExhausted", "Dialogue", "Difference", "JobSUL", "Learn", "Learnable", "Learned",
+           "Mealy", "dialogue_machine", "dialogue_section", "difference", "differences",
+           "learn_machine", "learn_section", "spec_machine"]

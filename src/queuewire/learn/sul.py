@@ -34,9 +34,11 @@ from aalpy.oracles import RandomWMethodEqOracle
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
 from ..spec import Profile
+from .dialogue import Dialogue
 from .machine import NONE, NOT_SENT, Learn, Mealy, needs
+from .wire import BunqueueWire, DialogueSUL, QuicxWire
 
-__all__ = ["JobSUL", "Learned", "learn_machine"]
+__all__ = ["Bounded", "BudgetExhausted", "JobSUL", "Learned", "learn_machine", "learn_sul"]
 
 
 def _fill(value: Any, env: Mapping[str, str]) -> Any:
@@ -55,16 +57,22 @@ class JobSUL(SUL):  # type: ignore[misc]
     """A bunqueue server at ``host:port`` seen through a state table's ``learn`` section."""
 
     def __init__(self, profile: Profile, host: str, port: int, learn: Learn, *,
-                 timeout: float = 5.0):
+                 timeout: float = 5.0, token: str | None = None):
         super().__init__()
         self.learn = learn
         self.encoder, self.decoder = FrameEncoder(profile), FrameDecoder(profile, check_depth=False)
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._ids = itertools.count(1)
         self._run = uuid.uuid4().hex[:8]
         self._query = itertools.count(1)
         self.vars: dict[str, str] = {}
         self.sent = 0
+        if token is not None:   # a server with tokens: the connection authenticates first
+            reply = self._call({"cmd": "Auth", "token": token})
+            if reply.get("ok") is not True:
+                self.sock.close()
+                raise PermissionError(f"the target refused the token: {reply.get('error')}")
 
     def close(self) -> None:
         self.sock.close()
@@ -133,18 +141,57 @@ class Learned:
     seconds: float
 
 
-def learn_machine(profile: Profile, host: str, port: int, learn: Learn, *, seed: int = 0,
-                  walks_per_state: int = 20, walk_len: int = 8, max_rounds: int = 30) -> Learned:
-    """Learn the target's machine over ``learn``'s inputs with L* (AALpy) and a random
-    W-method equivalence oracle; reproducible from ``seed``."""
+class BudgetExhausted(RuntimeError):
+    """The run spent its query or time budget before the learner was done."""
+
+
+class Bounded(SUL):  # type: ignore[misc]
+    """A SUL within a budget: ``max_queries`` queries and ``max_seconds`` seconds (None: no
+    bound), calling ``progress(queries, requests, seconds)`` at most every ``every`` seconds
+    (none in the first)."""
+
+    def __init__(self, inner: Any, *, max_queries: int | None = None,
+                 max_seconds: float | None = None, progress: Any = None, every: float = 5.0):
+        super().__init__()
+        self.inner, self.max_queries, self.max_seconds = inner, max_queries, max_seconds
+        self.progress, self.every = progress, every
+        self.started = time.monotonic()
+        self.shown = self.started
+        self.count = 0
+
+    def pre(self) -> None:
+        self.count += 1
+        spent = time.monotonic() - self.started
+        if self.max_queries is not None and self.count > self.max_queries:
+            raise BudgetExhausted(f"the query budget ({self.max_queries}) is spent")
+        if self.max_seconds is not None and spent > self.max_seconds:
+            raise BudgetExhausted(f"the time budget ({self.max_seconds:g} s) is spent after "
+                                  f"{self.count - 1} queries")
+        if self.progress is not None and spent - (self.shown - self.started) >= self.every:
+            self.shown = time.monotonic()
+            self.progress(self.count, self.inner.sent, spent)
+        self.inner.pre()
+
+    def post(self) -> None:
+        self.inner.post()
+
+    def step(self, letter: str | None) -> str:
+        return str(self.inner.step(letter))
+
+
+def learn_sul(sul: Any, alphabet: list[str], *, seed: int = 0, walks_per_state: int = 20,
+              walk_len: int = 8, max_rounds: int = 30, max_queries: int | None = None,
+              max_seconds: float | None = None, progress: Any = None) -> Learned:
+    """Learn ``sul``'s machine over ``alphabet`` with L* (AALpy) and a random W-method
+    equivalence oracle, within the budget; reproducible from ``seed``. ``sul`` has ``sent``
+    (requests that went out) and ``close()``."""
     random.seed(seed)
-    sul = JobSUL(profile, host, port, learn)
-    alphabet = sorted(learn.inputs)
+    bounded = Bounded(sul, max_queries=max_queries, max_seconds=max_seconds, progress=progress)
     started = time.monotonic()
     try:
-        oracle = RandomWMethodEqOracle(alphabet, sul, walks_per_state=walks_per_state,
+        oracle = RandomWMethodEqOracle(alphabet, bounded, walks_per_state=walks_per_state,
                                        walk_len=walk_len)
-        model = run_Lstar(alphabet, sul, oracle, automaton_type="mealy", print_level=0,
+        model = run_Lstar(alphabet, bounded, oracle, automaton_type="mealy", print_level=0,
                           max_learning_rounds=max_rounds)
     finally:
         sul.close()
@@ -153,4 +200,22 @@ def learn_machine(profile: Profile, host: str, port: int, learn: Learn, *, seed:
         for letter in alphabet:
             machine.table[(state.state_id, letter)] = (state.output_fun[letter],
                                                        state.transitions[letter].state_id)
-    return Learned(machine, sul.num_queries, sul.sent, time.monotonic() - started)
+    return Learned(machine, bounded.num_queries, sul.sent, time.monotonic() - started)
+
+
+def learn_machine(profile: Profile, host: str, port: int, section: Any, *,
+                  token: str | None = None, timeout: float = 5.0, **budget: Any) -> Learned:
+    """Learn the target's machine for ``section`` (a job table's :class:`~.machine.Learn` or
+    a :class:`~.dialogue.Dialogue`); ``token`` authenticates (and is ``${token}``);
+    ``timeout``: seconds to wait for an answer."""
+    sul: Any
+    if isinstance(section, Dialogue):
+        wire = (QuicxWire if profile.protocol == "quicx" else BunqueueWire)(profile, host, port,
+                                                                             timeout)
+        variables = {"wrong_token": f"qw-learn-not-{uuid.uuid4().hex}"}
+        if token is not None:
+            variables["token"] = token
+        sul = DialogueSUL(section, wire, variables)
+    else:
+        sul = JobSUL(profile, host, port, section, token=token, timeout=timeout)
+    return learn_sul(sul, sorted(section.inputs), **budget)

@@ -68,6 +68,7 @@ class BunqueueSpec:
     job_states: Mapping[str, str]
     job_lifecycle: StateMachine
     connection_lifecycle: StateMachine
+    auth_session: StateMachine
     max_frame_bytes: int
     len_format: str  # struct format of the length prefix (framing.fields.len_payload)
     max_nesting_depth: int
@@ -193,6 +194,7 @@ def build(profile: Profile) -> BunqueueSpec:
         job_states=frozen_map({k: v.get("doc", "") for k, v in (tree.get("job_states") or {}).items()}),
         job_lifecycle=state_machine("job_lifecycle", tree.get("job_lifecycle") or {}),
         connection_lifecycle=state_machine("connection_lifecycle", tree.get("connection_lifecycle") or {}),
+        auth_session=state_machine("auth_session", tree.get("auth_session") or {}),
         max_frame_bytes=int(limits["max_frame_bytes"].value),
         len_format=_len_format(tree["framing"]),
         max_nesting_depth=int(limits["max_nesting_depth"].value),

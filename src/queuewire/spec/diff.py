@@ -602,6 +602,9 @@ class _Walk:
             elif o.get("to") != n.get("to"):
                 self.one(p, "changed", "transition", o.get("to"), n.get("to"), a, counterpart(a),
                          subject=subject)
+            elif (o.get("replies") or {}) != (n.get("replies") or {}):
+                self.one(p + ("replies",), "changed", "replies", o.get("replies"),
+                         n.get("replies"), a, counterpart(a), subject=subject)
             elif o.get("requirement") != n.get("requirement"):
                 self.one(p + ("requirement",), "changed", "citation", o.get("requirement"),
                          n.get("requirement"), BOTH, BOTH, subject=subject)

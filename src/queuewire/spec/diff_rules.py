@@ -240,6 +240,9 @@ RULES: Mapping[tuple[str, str, str], Rule] = MappingProxyType({
         "sends, the state it waits for) no longer gets it."),
     ("transition", "changed", ""): _r("B", "B",
         "The same event from the same state now leads to another state."),
+    ("replies", "changed", ""): _r("B", "B",
+        "The same event from the same state now makes a connection receive other messages (a dialogue "
+        "table): an old {a} sends what it did, and an old {b} waits for what no longer comes."),
     ("initial state", "*", ""): _r("B", "B", "The states the machine starts in changed."),
     ("state", "*", ""): _r("B", "B",
         "A state was added or removed: a side that does not know it cannot handle what is in it, and an "

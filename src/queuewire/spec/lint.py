@@ -7,7 +7,8 @@ verbatim ``quote`` (an uncited requirement); a quote not found in its document (
 the documents are reachable); a requirement id cited but not defined; a JSON Schema invalid
 under draft 2020-12; a value that is not plain JSON data; two messages sharing an opcode or two
 error codes sharing a value; a ``resources`` section naming a command, request field or reply path
-the profile does not have; and ``trace.yaml``, the recording format (every field and code
+the profile does not have; a state table's ``learn`` section whose inputs drive events no row
+has or use connections it does not open; and ``trace.yaml``, the recording format (every field and code
 documented, codes unique, layouts loadable). The levels policy (spec/README.md, "Levels and
 basis"): a level the basis does not allow; a ``stated`` requirement whose rationale says the
 documents are silent (:data:`SILENCE`); a requirement whose level is not its ``kind``'s
@@ -123,7 +124,7 @@ def _cited_ids(tree: Any) -> Iterable[tuple[tuple[Any, ...], str]]:
     for path, node in walk(tree):
         if not isinstance(node, dict) or (path and path[0] == "requirements"):
             continue
-        for key in ("requirement", "x-requirement", "answer-requirement"):
+        for key in ("requirement", "x-requirement", "answer-requirement", "refusal"):
             if isinstance(node.get(key), str):
                 yield path + (key,), node[key]
         by_kw = node.get("x-keywordRequirements")
@@ -409,6 +410,31 @@ def _check_trace() -> Iterable[LintIssue]:
                             "record that is not a gap")
 
 
+def _check_learn(profile: Any) -> Iterable[LintIssue]:
+    """A state table's ``learn`` section drives rows the table has: each input's ``event`` is
+    a row's event, its ``conn`` (a dialogue) one of the section's ``connections``, and a row of
+    a dialogue table says what the connections receive (``replies``) about those connections."""
+    for table, entry in profile.tree.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("learn"), dict):
+            continue
+        rows = entry.get("transitions") or []
+        events = {str(r.get("event")) for r in rows}
+        conns = entry["learn"].get("connections")
+        for name, item in (entry["learn"].get("inputs") or {}).items():
+            where = f"{table}.learn.inputs.{name}"
+            if "event" in item and str(item["event"]) not in events:
+                yield LintIssue(profile.name, where, f"event {item['event']!r} is no row's event")
+            if conns is not None and item.get("conn") not in conns:
+                yield LintIssue(profile.name, where, f"conn {item.get('conn')!r} is not one of "
+                                f"the connections ({', '.join(conns)})")
+        for i, row in enumerate(rows if conns is not None else ()):
+            stray = set(row.get("replies") or {}) - set(conns)
+            if "replies" not in row or stray:
+                yield LintIssue(profile.name, f"{table}.transitions.{i}", "a dialogue row says "
+                                "what each of the connections receives (replies)" +
+                                (f"; not connections: {', '.join(sorted(stray))}" if stray else ""))
+
+
 def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
     """Every issue in the named profiles (all profiles by default)."""
     _SOURCE_TEXT.clear()
@@ -439,6 +465,7 @@ def lint(names: Iterable[str] | None = None) -> list[LintIssue]:
         issues.extend(_check_codes(profile))
         issues.extend(_check_resources(profile))
         issues.extend(_check_not_found(profile))
+        issues.extend(_check_learn(profile))
         loaded.append(name)
     issues.extend(_check_releases(loaded))
     if names is None:

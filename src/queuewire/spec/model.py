@@ -91,6 +91,9 @@ class Transition:
     event: str
     target: str
     requirement: str | None
+    # a dialogue table's row: what each connection receives after the event (connection ->
+    # messages or reply classes); None in tables that do not say
+    replies: Mapping[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,9 @@ def state_machine(name: str, raw: Mapping[str, Any]) -> StateMachine:
         name=name, doc=raw.get("doc", ""), initial=tuple(raw.get("initial", ())),
         transitions=tuple(
             Transition(source=t["from"], event=str(t["event"]), target=t["to"],
-                       requirement=t.get("requirement"))
+                       requirement=t.get("requirement"),
+                       replies=None if "replies" not in t else frozen_map(
+                           {k: tuple(v) for k, v in (t["replies"] or {}).items()}))
             for t in raw.get("transitions", ())
         ),
     )

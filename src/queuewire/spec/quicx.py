@@ -42,7 +42,15 @@ from construct import (
 )
 
 from ._load import SpecError
-from .model import Limit, Profile, ProtocolErrorKind, error_kinds, frozen_map
+from .model import (
+    Limit,
+    Profile,
+    ProtocolErrorKind,
+    StateMachine,
+    error_kinds,
+    frozen_map,
+    state_machine,
+)
 
 #: Integer types of the layout language: construct class and width in bytes (all big-endian).
 INT_TYPES: Mapping[str, tuple[FormatField[int, int], int]] = frozen_map({
@@ -171,6 +179,10 @@ class QuicxSpec:
     error_replies: Mapping[str, int | None] = field(repr=False, default_factory=frozen_map)
     semantics: Mapping[str, Flag] = field(repr=False, default_factory=frozen_map)
     max_payload_bytes: int | None = None
+    # one task between a producer and a worker (a dialogue table: rows say what each
+    # connection receives); empty in a profile without it
+    task_dialogue: StateMachine = field(repr=False, default_factory=lambda: StateMachine(
+        "task_dialogue", "", (), ()))
 
     def message(self, name: str) -> MessageType:
         try:
@@ -462,4 +474,5 @@ def build(profile: Profile) -> QuicxSpec:
             for n, f in (tree.get("semantics") or {}).items()
         }),
         max_payload_bytes=None if max_payload is None else int(max_payload),
+        task_dialogue=state_machine("task_dialogue", tree.get("task_dialogue") or {}),
     )

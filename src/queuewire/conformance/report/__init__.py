@@ -38,14 +38,15 @@ __all__ = ["case_document", "case_filename", "exit_status", "label", "requiremen
 
 def write_reports(runs: Sequence[TargetRun], *, report_dir: str | Path | None = None,
                   junit: str | Path | None = None, json_path: str | Path | None = None,
-                  html: str | Path | None = None, html_transcripts: str = "all"
-                  ) -> list[Path]:
+                  html: str | Path | None = None, html_transcripts: str = "all",
+                  html_extra: str = "") -> list[Path]:
     """Write every requested report; returns the paths written. ``report_dir`` gets
     ``report.html``, ``report.json``, ``junit.xml``, ``report.md`` (the Markdown report) and
     ``cases/<id>.json`` for each case whose verdict is not PASS (one sub-directory per run
     when there are several). ``html_transcripts``: the HTML pages hold the wire transcripts of
     every case (``"all"``) or of the cases that did not pass (``"failing"``); the JSON has
-    them all either way."""
+    them all either way. ``html_extra``: an HTML section the HTML pages show before the
+    summary (``queuewire learn``: the machines and their differences)."""
     from . import html as html_report
     from . import json_report
     from . import junit as junit_report
@@ -72,7 +73,7 @@ def write_reports(runs: Sequence[TargetRun], *, report_dir: str | Path | None = 
 
     if report_dir is not None:
         base = Path(report_dir)
-        out(base / "report.html", html_report.render(runs, transcripts=html_transcripts))
+        out(base / "report.html", html_report.render(runs, transcripts=html_transcripts, extra=html_extra))
         out(base / "report.json", lambda fp: json_report.write(runs, fp))
         out(base / "junit.xml", junit_report.render(runs))
         out(base / "report.md", markdown_report.render(runs))
@@ -88,5 +89,5 @@ def write_reports(runs: Sequence[TargetRun], *, report_dir: str | Path | None = 
     if junit is not None:
         out(junit, junit_report.render(runs))
     if html is not None:
-        out(html, html_report.render(runs, transcripts=html_transcripts))
+        out(html, html_report.render(runs, transcripts=html_transcripts, extra=html_extra))
     return written

@@ -660,9 +660,10 @@ def _legend() -> str:
 
 
 def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance report",
-           transcripts: str = "all") -> str:
+           transcripts: str = "all", extra: str = "") -> str:
     """The whole report as one HTML document. ``transcripts``: ``"all"``, or ``"failing"`` to
-    leave out the wire transcripts of passing cases (:data:`TRANSCRIPTS`)."""
+    leave out the wire transcripts of passing cases (:data:`TRANSCRIPTS`). ``extra``: an HTML
+    section (already escaped by its maker) shown before the summary."""
     if transcripts not in TRANSCRIPTS:
         raise ValueError(f"transcripts must be one of {', '.join(TRANSCRIPTS)}, not {transcripts!r}")
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -697,7 +698,7 @@ def render(runs: Sequence[TargetRun], *, title: str = "queuewire conformance rep
 <h1>{e(title)}</h1>
 <p>Generated {e(now)} by <code>queuewire conform</code>. Result: {badge("FAIL") + " exit status 1"
  if status else badge("PASS") + " exit status 0"}.</p>
-<h2>Summary</h2>
+{extra}<h2>Summary</h2>
 {_summary(runs)}
 {_capabilities(runs)}
 {_residues(runs)}
