@@ -30,9 +30,9 @@ sys.path.insert(0, str(HERE.parent))          # serve_process (free ports)
 sys.path.insert(0, str(HERE))                 # releases
 
 import releases  # noqa: E402
-from serve_process import free_tcp_ports  # noqa: E402
 
 from queuewire.spec import profile_names  # noqa: E402
+from serve_process import free_tcp_ports  # noqa: E402
 
 ROOT = HERE.parent.parent
 QUEUEWIRE = Path(sys.executable).parent / "queuewire"
