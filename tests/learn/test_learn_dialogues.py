@@ -188,3 +188,22 @@ def test_a_spent_budget_and_a_missing_token_are_clear_errors():
     assert token.exit_code == 2 and "needs the server's token" in token.output
     unknown = runner.invoke(main, ["learn", "--target", "embedded", "--machine", "nope"])
     assert unknown.exit_code == 2 and "job_lifecycle, auth_session" in unknown.output
+
+
+def test_an_auth_session_difference_replays_as_a_case_on_fresh_connections():
+    # a server that kept a connection's authentication for the next connection would answer
+    # ping after auth, reconnect with ok: the case replays that on two connections
+    prof = load_profile("bunqueue/v2")
+    subject = Learnable.of(prof, "auth_session")
+    word = ["auth", "reconnect", "ping"]
+    d = subject.difference(word, subject.table.run(word), ["client:ok", "quiet", "client:ok"])
+    assert (d.requirement, d.level) == ("BQ-AUTH-2", "MUST")
+    steps = d.case["steps"]
+    assert steps[0] == {"conn": 1, "auth": False, "send": {"cmd": "Auth", "token": "${token}"},
+                        "doc": "input auth", "expect": {"ok": {}, "requirement": "BQ-AUTH-3"}}
+    assert steps[1] == {"conn": 1, "close": True, "doc": "input reconnect"}
+    assert steps[2]["conn"] == 2 and steps[2]["auth"] is False
+    assert steps[2]["expect"] == {"error": "not_authenticated", "requirement": "BQ-AUTH-2"}
+    run = run_target_sync("bunqueue", "embedded", profile=prof, auth_token="case-token",
+                          cases=[parse_case(d.case, "test", "bunqueue", prof)])
+    assert run.results[0].verdict.value == "PASS"          # the reference server forgets

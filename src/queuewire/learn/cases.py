@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .machine import NONE, NOT_SENT, Learn, needs
+from .machine import NONE, NOT_SENT, Learn, needs, refusal
 
 __all__ = ["deciding_rule", "difference_case"]
 
@@ -30,8 +30,8 @@ def _rule(learn: Learn, job: str, entry: Any) -> tuple[str, str | None]:
         return learn.observe.get("requirement") or f"BQ-CMD-{command}", None
     if row is not None:
         return row[1], None
-    if entry.get("refusal"):
-        return entry["refusal"], None
+    if refusal(entry, job):
+        return str(refusal(entry, job)), None
     # the table has no row here: that the event does nothing is a reading of it
     return next((r for (_, ev), (_, r) in learn.rows.items() if ev == entry.get("event")),
                 f"BQ-CMD-{command}"), "SHOULD"

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .machine import NOT_SENT, Mealy, needs
+from .machine import NOT_SENT, Mealy, needs, refusal
 
 __all__ = ["QUIET", "Dialogue", "dialogue_machine", "dialogue_section", "is_dialogue", "output",
            "row_rule", "sendable"]
@@ -136,7 +136,7 @@ def row_rule(d: Dialogue, state: str, name: str) -> tuple[str, str | None]:
     row = d.rows.get((state, entry.get("event", "")))
     if row is not None:
         return row[2], None
-    if entry.get("refusal"):
-        return entry["refusal"], None
+    if refusal(entry, state):
+        return str(refusal(entry, state)), None
     return next((r for (_, ev), (_, _, r) in d.rows.items() if ev == entry.get("event")),
                 ""), "SHOULD"

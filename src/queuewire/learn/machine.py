@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Learn", "Mealy", "difference", "differences", "learn_section", "needs", "spec_machine"]
+__all__ = ["Learn", "Mealy", "difference", "differences", "learn_section", "needs", "refusal",
+           "spec_machine"]
 
 _VAR = re.compile(r"\$\{(\w+)\}")
 NONE = "none"
@@ -97,6 +98,15 @@ def learn_section(tree: Mapping[str, Any], machine: str) -> Learn:
             for r in table["transitions"]}
     return Learn(machine, dict(section["inputs"]), dict(section["observe"]), rows,
                  dict(section.get("lookups") or {}))
+
+
+def refusal(entry: Mapping[str, Any], state: str) -> str | None:
+    """The requirement an input's refusal from ``state`` rests on: its ``refusal``, or, when
+    that maps states to requirements, the state's entry (else its ``other`` entry)."""
+    found = entry.get("refusal")
+    if isinstance(found, Mapping):
+        found = found.get(state, found.get("other"))
+    return found or None
 
 
 def needs(entry: Mapping[str, Any]) -> set[str]:

@@ -127,6 +127,9 @@ def _cited_ids(tree: Any) -> Iterable[tuple[tuple[Any, ...], str]]:
         for key in ("requirement", "x-requirement", "answer-requirement", "refusal"):
             if isinstance(node.get(key), str):
                 yield path + (key,), node[key]
+        if isinstance(node.get("refusal"), dict):   # a learn input's refusal per state
+            for state, rid in node["refusal"].items():
+                yield path + ("refusal", state), rid
         by_kw = node.get("x-keywordRequirements")
         if isinstance(by_kw, dict):
             for kw, rid in by_kw.items():
