@@ -69,11 +69,17 @@ run: $(STAMP)
 	echo "HTML reports: $(REPORTS)/conformance-bunqueue.html $(REPORTS)/conformance-quicx.html"; \
 	exit $$status
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per worker at a time
+# (--dist loadfile: a file's module fixtures, such as the quicx audit's daemon runs, are made
+# once); half its time is spent waiting on sockets and servers, so two workers halve it on two
+# cores. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(NODE_PEERS) releases docs-deps tshark
 	$(BIN)/queuewire spec lint
 	$(BIN)/lint-imports
 	$(BIN)/queuewire vectors check
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 vectors: $(STAMP)
 	$(BIN)/queuewire vectors generate
