@@ -24,12 +24,11 @@ Pure data and functions: the wire side is :mod:`.wire`; a difference becomes a c
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .machine import NOT_SENT, Mealy, needs, refusal
+from .machine import NOT_SENT, Mealy, closure, needs, refusal
 
 __all__ = ["QUIET", "Dialogue", "dialogue_machine", "dialogue_section", "is_dialogue", "output",
            "row_rule", "sendable"]
@@ -102,29 +101,19 @@ def dialogue_machine(d: Dialogue) -> Mealy:
     """The machine the table implies: from (initial state, nothing saved), each input is not
     sent (``-``), or does what its row says (its replies, the row's state, its ``saves``
     kept), or where no row applies gets its ``otherwise`` replies and leaves the state."""
-    inputs = tuple(sorted(d.inputs))
-    initial: tuple[str, frozenset[str]] = (d.initial, frozenset())
-    m = Mealy(initial, inputs)
-    todo, seen = deque([initial]), {initial}
-    while todo:
-        state = todo.popleft()
-        name_, saved = state
-        for name in inputs:
-            entry = d.inputs[name]
-            if not sendable(d, entry, saved):
-                result = (NOT_SENT, state)
-            elif (name_, entry.get("event")) in d.rows:
-                to, replies, _ = d.rows[(name_, entry["event"])]
-                # a variable is saved from what the input's connection received
-                got = saved | _saves(entry) if replies.get(entry["conn"]) else saved
-                result = (d.output(replies), (to, frozenset(got)))
-            else:
-                result = (d.output(entry.get("otherwise") or {}), state)
-            m.table[(state, name)] = result
-            if result[1] not in seen:
-                seen.add(result[1])
-                todo.append(result[1])
-    return m
+    def step(state: tuple[str, frozenset[str]], name: str) -> tuple[str, Any]:
+        table_state, saved = state
+        entry = d.inputs[name]
+        if not sendable(d, entry, saved):
+            return NOT_SENT, state
+        if (table_state, entry.get("event")) in d.rows:
+            to, replies, _ = d.rows[(table_state, entry["event"])]
+            # a variable is saved from what the input's connection received
+            got = saved | _saves(entry) if replies.get(entry["conn"]) else saved
+            return d.output(replies), (to, frozenset(got))
+        return d.output(entry.get("otherwise") or {}), state
+
+    return closure((d.initial, frozenset()), sorted(d.inputs), step)
 
 
 def row_rule(d: Dialogue, state: str, name: str) -> tuple[str, str | None]:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Learn", "Mealy", "difference", "differences", "learn_section", "needs", "refusal",
-           "spec_machine"]
+__all__ = ["Learn", "Mealy", "closure", "difference", "differences", "learn_section", "needs",
+           "refusal", "spec_machine"]
 
 _VAR = re.compile(r"\$\{(\w+)\}")
 NONE = "none"
@@ -127,41 +127,46 @@ def needs(entry: Mapping[str, Any]) -> set[str]:
     return found - {"queue"}
 
 
+def closure(initial: Any, inputs: Sequence[str],
+            step: Callable[[Any, str], tuple[str, Any]]) -> Mealy:
+    """The machine ``step(state, input) -> (output, next state)`` gives, over the states it
+    reaches from ``initial`` (breadth first)."""
+    m = Mealy(initial, tuple(inputs))
+    todo, seen = deque([initial]), {initial}
+    while todo:
+        state = todo.popleft()
+        for name in m.inputs:
+            result = m.table[(state, name)] = step(state, name)
+            if result[1] not in seen:
+                seen.add(result[1])
+                todo.append(result[1])
+    return m
+
+
 def spec_machine(learn: Learn) -> Mealy:
     """The machine the table implies: from (no job, nothing saved), each input either does
     what its row says (``ok``, the row's state, its ``saves`` kept), or is not sent (a
     variable it needs is not saved: ``-``), or is refused or finds nothing (``otherwise``)
     and leaves the job where it is."""
-    inputs = tuple(sorted(learn.inputs))
-    initial: tuple[str, frozenset[str]] = (NONE, frozenset())
-    m = Mealy(initial, inputs)
-    todo, seen = deque([initial]), {initial}
-    while todo:
-        state = todo.popleft()
+    out = learn.output
+
+    def step(state: tuple[str, frozenset[str]], name: str) -> tuple[str, Any]:
         job, saved = state
-        for name in inputs:
-            entry = learn.inputs[name]
-            creates = entry.get("creates")
-            out = learn.output
-            if not needs(entry) <= saved:
-                result = (out(NOT_SENT, job), state)
-            elif creates is not None:
-                if job == NONE:
-                    nxt = (creates, saved | set(entry.get("saves") or {}))
-                    result = (out("ok", creates), nxt)
-                else:   # one job per query: a second one is not created
-                    result = (out(NOT_SENT, job), state)
-            elif (job, entry.get("event")) in learn.rows:
-                to = learn.rows[(job, entry["event"])][0]
-                nxt = (to, saved | set(entry.get("saves") or {}))
-                result = (out("ok", to), nxt)
-            else:
-                result = (out(entry.get("otherwise", "error"), job), state)
-            m.table[(state, name)] = result
-            if result[1] not in seen:
-                seen.add(result[1])
-                todo.append(result[1])
-    return m
+        entry = learn.inputs[name]
+        creates = entry.get("creates")
+        kept = saved | set(entry.get("saves") or {})
+        if not needs(entry) <= saved:
+            return out(NOT_SENT, job), state
+        if creates is not None:
+            if job == NONE:
+                return out("ok", creates), (creates, kept)
+            return out(NOT_SENT, job), state      # one job per query: no second one
+        if (job, entry.get("event")) in learn.rows:
+            to = learn.rows[(job, entry["event"])][0]
+            return out("ok", to), (to, kept)
+        return out(entry.get("otherwise", "error"), job), state
+
+    return closure((NONE, frozenset()), sorted(learn.inputs), step)
 
 
 def difference(a: Mealy, b: Mealy, inputs: Sequence[str] | None = None

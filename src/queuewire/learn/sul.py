@@ -36,21 +36,9 @@ from ..codecs.bunqueue import FrameDecoder, FrameEncoder
 from ..spec import Profile
 from .dialogue import Dialogue
 from .machine import NONE, NOT_SENT, Learn, Mealy, needs
-from .wire import BunqueueWire, DialogueSUL, QuicxWire
+from .wire import BunqueueWire, DialogueSUL, QuicxWire, fill
 
 __all__ = ["Bounded", "BudgetExhausted", "JobSUL", "Learned", "learn_machine", "learn_sul"]
-
-
-def _fill(value: Any, env: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        for k, v in env.items():
-            value = value.replace("${" + k + "}", v)
-        return value
-    if isinstance(value, Mapping):
-        return {k: _fill(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill(v, env) for v in value]
-    return value
 
 
 class JobSUL(SUL):  # type: ignore[misc]
@@ -103,7 +91,7 @@ class JobSUL(SUL):  # type: ignore[misc]
         creates = entry.get("creates")
         if not needs(entry) <= set(self.vars) or (creates is not None and "job" in self.vars):
             return self._observed(NOT_SENT)
-        reply = self._call(_fill(entry["send"], self.vars))
+        reply = self._call(fill(entry["send"], self.vars))
         ok = reply.get("ok") is True
         if ok:
             for var, reply_field in (entry.get("saves") or {}).items():
@@ -119,7 +107,7 @@ class JobSUL(SUL):  # type: ignore[misc]
             return self.learn.output(reply_class, state)
         found = []
         for name in sorted(self.learn.lookups):
-            reply = self._call(_fill(self.learn.lookups[name]["send"], self.vars))
+            reply = self._call(fill(self.learn.lookups[name]["send"], self.vars))
             job = reply.get("job") if reply.get("ok") is True else None
             found.append("found" if isinstance(job, dict) and job.get("id") == self.vars["job"]
                          else "not found")
@@ -129,7 +117,7 @@ class JobSUL(SUL):  # type: ignore[misc]
         if "job" not in self.vars:
             return NONE
         observe = self.learn.observe
-        reply = self._call(_fill(observe["send"], self.vars))
+        reply = self._call(fill(observe["send"], self.vars))
         return str(reply.get(observe["field"], "unknown"))
 
 
