@@ -27,6 +27,10 @@ QUICX = profile_names("quicx")
 BUNQUEUE = profile_names("bunqueue")
 
 
+#: every learning run here is bounded: a budget it spends is an error, not a hang
+BUDGET = {"max_queries": 20_000, "max_seconds": 120.0}
+
+
 def test_the_task_dialogue_tables_imply_the_documented_exchanges():
     v1 = Learnable.of(load_profile("quicx/v1"), "task_dialogue").table
     assert v1.run(["submit", "ready", "done"]) == ["producer:MSG_OK", "worker:MSG_TASK", "quiet"]
@@ -58,7 +62,7 @@ def learn_quicx(profile: str, engine: QuicxEngine | None = None):
         server = await QuicxServer(prof, port=0, engine=engine).start()
         try:
             learned = await asyncio.to_thread(learn_machine, prof, "127.0.0.1", server.port,
-                                              subject.section, seed=3)
+                                              subject.section, seed=3, **BUDGET)
             await asyncio.sleep(0.05)      # the last query's closes reach the daemon
             return learned, server.engine.stats()
         finally:
@@ -86,7 +90,8 @@ def test_the_reference_server_implements_the_auth_session(profile: str):
         server = await BunqueueServer(prof, port=0, auth_tokens=("learn-token",)).start()
         try:
             return await asyncio.to_thread(learn_machine, prof, "127.0.0.1", server.port,
-                                           subject.section, token="learn-token", seed=3)
+                                           subject.section, token="learn-token", seed=3,
+                                           **BUDGET)
         finally:
             await server.stop()
     learned = asyncio.run(go())

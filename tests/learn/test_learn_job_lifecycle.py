@@ -25,6 +25,10 @@ from queuewire.spec import load_profile, profile_names
 BUNQUEUE = profile_names("bunqueue")
 
 
+#: every learning run here is bounded: a budget it spends is an error, not a hang
+BUDGET = {"max_queries": 20_000, "max_seconds": 120.0}
+
+
 def table_machine(profile: str) -> tuple[Mealy, object]:
     prof = load_profile(profile)
     learn = learn_section(prof.tree, "job_lifecycle")
@@ -43,8 +47,13 @@ def test_the_table_implies_a_machine_with_the_states_a_learner_can_see():
         "ok/delayed", "ok/waiting", "ok/active", "ok/failed", "ok/waiting"]
     assert machine.run(["push", "promote", "retry_dlq"]) == [
         "ok/waiting/found", "error/waiting/found", "ok/waiting/found"]   # the inputs' otherwise
+    # Cancel removes a waiting or delayed job: GetState is refused, the custom id finds nothing
+    assert machine.run(["push_delayed", "cancel", "promote"]) == [
+        "ok/delayed/found", "ok/removed/not found", "error/removed/not found"]
+    assert machine.run(["push", "pull", "cancel", "ack_no_token"]) == [
+        "ok/waiting/found", "ok/active/found", "error/active/found", "error/active/found"]
     states = {s[0] for s in machine.states}
-    assert states == {"none", "waiting", "delayed", "active", "completed", "failed"}
+    assert states == {"none", "waiting", "delayed", "active", "completed", "failed", "removed"}
     # every row whose event is an input is reachable and taken
     driven = {e["event"] for e in learn.inputs.values() if "event" in e}
     assert {ev for (_, ev) in learn.rows} & driven == driven
@@ -69,7 +78,7 @@ def learn_from(profile: str, engine: BunqueueEngine | None = None):
         server = await BunqueueServer(prof, port=0, engine=engine).start()
         try:
             learned = await asyncio.to_thread(learn_machine, prof, "127.0.0.1", server.port,
-                                              learn, seed=1)
+                                              learn, seed=1, **BUDGET)
             async with Queue("qw-probe", connection={"port": server.port}, profile=prof) as q:
                 names = [n.get("name") if isinstance(n, dict) else n for n in await q.list_queues()]
             return learned, [n for n in names if str(n).startswith("qw-learn-")]

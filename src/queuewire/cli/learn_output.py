@@ -73,8 +73,15 @@ def _run_cases(subject: Any, diffs: Sequence[Any], target: str, auth_token: str 
     parsed = [parse_case(d.case, "queuewire learn", protocol, prof) for d in diffs]
     run = run_target_sync(protocol, target, profile=prof, cases=parsed, auth_token=auth_token,
                           timeout=timeout)
+    from ..conformance.model import deciding_check
+
     out = []
     for d, r in zip(diffs, run.results):
-        out.append((r.case.id, d.rule, r.verdict.value))
-        err_console.print(f"{r.case.id}: {r.verdict.value}", highlight=False)
+        verdict = r.verdict.value
+        decided = deciding_check(r.checks)
+        if decided is not None and decided.requirement != d.requirement:
+            # another rule of the case decided it (a reply that breaks its schema, say)
+            verdict += f" (by {decided.requirement}, {decided.level})"
+        out.append((r.case.id, d.rule, verdict))
+        err_console.print(f"{r.case.id}: {verdict}", highlight=False)
     return run, out

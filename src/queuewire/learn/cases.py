@@ -42,6 +42,9 @@ def deciding_rule(learn: Learn, word: Sequence[str], spec_outputs: Sequence[str]
     """The requirement (and level cap) of what the last output breaks: the last input's rule
     when the reply or the state differ, else the first lookup that differs."""
     spec_last, server_last = spec_outputs[-1].split("/"), server_outputs[-1].split("/")
+    if spec_last[0] == server_last[0] and spec_last[1] != server_last[1] and \
+            learn.gone in (spec_last[1], server_last[1]):   # what a vanished job reads as
+        return learn.gone_requirement, None
     if spec_last[:2] == server_last[:2]:
         for name, a, b in zip(sorted(learn.lookups), spec_last[2:], server_last[2:]):
             if a != b:
@@ -75,10 +78,15 @@ def difference_case(learn: Learn, word: Sequence[str], spec_outputs: Sequence[st
                 saved |= set(entry["saves"])
             steps.append(step)
         if "job" in saved:
+            if state == learn.gone:       # the job no longer exists: GetState is refused
+                seen: dict[str, Any] = {"error": True, "requirement": learn.gone_requirement}
+                if learn.gone_requirement not in requirements:
+                    requirements.append(learn.gone_requirement)
+            else:
+                seen = {"ok": {learn.observe["field"]: state}, "requirement": rid,
+                        **({"level": level} if level else {})}
             steps.append({"send": dict(learn.observe["send"]),
-                          "doc": f"the job's state after {letter}",
-                          "expect": {"ok": {learn.observe["field"]: state}, "requirement": rid,
-                                     **({"level": level} if level else {})}})
+                          "doc": f"the job's state after {letter}", "expect": seen})
             for name, answer in zip(sorted(learn.lookups), found):
                 lookup = learn.lookups[name]
                 if answer == "found":

@@ -84,8 +84,21 @@ class Learn:
         (``found`` / ``not found``; ``-`` before the job exists)."""
         names = sorted(self.lookups)
         if found is None:
-            found = ["-" if state == NONE else "found"] * len(names)
+            answer = "-" if state == NONE else "not found" if state == self.gone else "found"
+            found = [answer] * len(names)
         return "/".join([reply_class, state, *found])
+
+    @property
+    def gone(self) -> str | None:
+        """The state ``observe`` reports for a job that no longer exists (its request is
+        refused), as an input that ``removes`` the job leaves it."""
+        gone = self.observe.get("gone")
+        return None if gone is None else str(gone["state"])
+
+    @property
+    def gone_requirement(self) -> str:
+        """The requirement that a job that no longer exists is reported so rests on."""
+        return str((self.observe.get("gone") or {}).get("requirement", ""))
 
 
 def learn_section(tree: Mapping[str, Any], machine: str) -> Learn:
@@ -145,8 +158,9 @@ def closure(initial: Any, inputs: Sequence[str],
 
 def spec_machine(learn: Learn) -> Mealy:
     """The machine the table implies: from (no job, nothing saved), each input either does
-    what its row says (``ok``, the row's state, its ``saves`` kept), or is not sent (a
-    variable it needs is not saved: ``-``), or is refused or finds nothing (``otherwise``)
+    what its row says (``ok``, the row's state, its ``saves`` kept), or removes the job from
+    a state its ``removes`` lists (``ok``, the observation's ``gone`` state), or is not sent
+    (a variable it needs is not saved: ``-``), or is refused or finds nothing (``otherwise``)
     and leaves the job where it is."""
     out = learn.output
 
@@ -161,6 +175,8 @@ def spec_machine(learn: Learn) -> Mealy:
             if job == NONE:
                 return out("ok", creates), (creates, kept)
             return out(NOT_SENT, job), state      # one job per query: no second one
+        if job in (entry.get("removes") or ()) and learn.gone:
+            return out("ok", learn.gone), (learn.gone, kept)
         if (job, entry.get("event")) in learn.rows:
             to = learn.rows[(job, entry["event"])][0]
             return out("ok", to), (to, kept)

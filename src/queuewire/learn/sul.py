@@ -118,6 +118,8 @@ class JobSUL(SUL):  # type: ignore[misc]
             return NONE
         observe = self.learn.observe
         reply = self._call(fill(observe["send"], self.vars))
+        if reply.get("ok") is not True:   # the job is gone (or the server says nothing)
+            return self.learn.gone or "unknown"
         return str(reply.get(observe["field"], "unknown"))
 
 
