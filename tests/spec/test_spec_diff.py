@@ -359,6 +359,18 @@ def test_state_table_transitions_added_removed_and_changed(tmp_path):
     assert (added.new, added.clients, added.servers) == ("waiting", "compatible", "breaking")
 
 
+def test_a_dialogue_row_whose_replies_change_breaks_both_sides(tmp_path):
+    def edit(data):
+        row = next(r for r in data["task_dialogue"]["transitions"]
+                   if (r["from"], r["event"]) == ("held", "done"))
+        row["replies"] = {"producer": ["MSG_DONE"]}
+    root = edited(tmp_path, "quicx/protocol.yaml", edit)
+    change = only(changes_in(root, "quicx/v1"), what="replies")
+    assert (change.subject, change.old, change.new) == (
+        "task_dialogue: held --done-->", {}, {"producer": ["MSG_DONE"]})
+    assert change.clients == change.servers == "breaking"
+
+
 @pytest.mark.parametrize("rid, level, trend, clients, servers", [
     ("BQ-JOB-2", "MUST", "raised", "compatible", "breaking"),    # a server SHOULD made a MUST
     ("BQ-JOB-8", "SHOULD", "lowered", "breaking", "compatible"),  # a server MUST made a SHOULD
