@@ -193,6 +193,9 @@ def test_a_spent_budget_and_a_missing_token_are_clear_errors():
     assert token.exit_code == 2 and "needs the server's token" in token.output
     unknown = runner.invoke(main, ["learn", "--target", "embedded", "--machine", "nope"])
     assert unknown.exit_code == 2 and "job_lifecycle, auth_session" in unknown.output
+    mixed = runner.invoke(main, ["learn", "--protocol", "bunqueue", "--profile", "quicx/v1",
+                                 "--target", "embedded"])
+    assert mixed.exit_code == 2 and "quicx/v1 is a quicx profile, not bunqueue" in mixed.output
 
 
 def test_an_auth_session_difference_replays_as_a_case_on_fresh_connections():

@@ -19,8 +19,8 @@ def _tables(tree: Any) -> list[str]:
 
 
 @click.command()
-@click.option("--protocol", type=click.Choice(["bunqueue", "quicx"]), default="bunqueue",
-              show_default=True, help="Protocol of the target.")
+@click.option("--protocol", type=click.Choice(["bunqueue", "quicx"]),
+              help="Protocol of the target. Default: the --profile's, else bunqueue.")
 @click.option("--target", required=True, metavar="HOST:PORT|embedded",
               help="The server to learn; 'embedded' starts the reference server of the profile.")
 @profile_option()
@@ -54,7 +54,7 @@ def _tables(tree: Any) -> list[str]:
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a page: the differences with their cases' verdicts, and both "
                    "machines as Mermaid diagrams (runs the cases, as --report-dir does).")
-def learn(protocol: str, target: str, profile: str | None, machine: str | None,
+def learn(protocol: str | None, target: str, profile: str | None, machine: str | None,
           auth_token: str | None, seed: int, walks: int, walk_len: int, max_queries: int,
           max_seconds: float, timeout: float, json_out: Path | None, dot_out: Path | None,
           report_dir: Path | None, markdown: Path | None) -> None:
@@ -83,7 +83,8 @@ def learn(protocol: str, target: str, profile: str | None, machine: str | None,
     from ..learn.sul import BudgetExhausted
     from .learn_output import write_outputs
 
-    prof = load(profile or default_profile(protocol))
+    prof = load(profile or default_profile(protocol or "bunqueue"))
+    protocol = protocol or prof.protocol
     if prof.protocol != protocol:
         raise click.UsageError(f"profile {prof.name} is a {prof.protocol} profile, not {protocol}")
     tables = _tables(prof.tree)
