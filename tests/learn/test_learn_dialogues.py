@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -215,3 +217,70 @@ def test_an_auth_session_difference_replays_as_a_case_on_fresh_connections():
     run = run_target_sync("bunqueue", "embedded", profile=prof, auth_token="case-token",
                           cases=[parse_case(d.case, "test", "bunqueue", prof)])
     assert run.results[0].verdict.value == "PASS"          # the reference server forgets
+
+
+@contextmanager
+def tcp_server(handle):
+    """A TCP server on 127.0.0.1 whose connections ``handle(sock)`` serves, one thread each."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=handle, args=(sock,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_a_daemon_that_never_answers_ends_the_run_with_exit_2_not_a_hang():
+    def silent(sock):        # reads everything, answers nothing
+        with sock:
+            while sock.recv(65536):
+                pass
+    with tcp_server(silent) as port:
+        started = time.monotonic()
+        result = CliRunner().invoke(main, ["learn", "--profile", "quicx/v1", "--target",
+                                           f"127.0.0.1:{port}", "--timeout", "0.3"])
+    assert result.exit_code == 2, result.output
+    assert "did not answer" in result.output and "MSG_PONG" in result.output
+    assert time.monotonic() - started < 10
+
+
+def test_a_server_that_closes_connections_is_learned_with_closed_outputs():
+    def closes(sock):        # closes a connection at its first frame
+        with sock:
+            sock.recv(65536)
+    with tcp_server(closes) as port:
+        result = CliRunner().invoke(main, ["learn", "--machine", "auth_session", "--target",
+                                           f"127.0.0.1:{port}", "--timeout", "1"],
+                                    env={"QUEUEWIRE_AUTH_TOKEN": "t"})
+    assert result.exit_code == 1, result.output          # it differs: a result, not an error
+    assert "the server answered client:closed" in result.output
+
+
+def test_a_difference_after_a_reading_row_is_judged_no_harder_than_should():
+    subject = Learnable.of(load_profile("bunqueue/v2"), "auth_session")
+    # a server that drops authentication after a refused Auth: the table's row that keeps it
+    # is a reading (level SHOULD), so the ping that shows the difference is capped
+    word = ["auth", "auth_wrong", "ping"]
+    d = subject.difference(word, subject.table.run(word),
+                           ["client:ok", "client:invalid_token", "client:not_authenticated"])
+    assert (d.requirement, d.level) == ("BQ-AUTH-1", "SHOULD")
+    expects = [s["expect"] for s in d.case["steps"]]
+    assert expects[1] == {"error": "invalid_token", "requirement": "BQ-AUTH-3"}   # the reply: MUST
+    assert expects[2] == {"ok": {}, "requirement": "BQ-AUTH-1", "level": "SHOULD"}
+    # without the reading row in the word the rule keeps its level
+    plain = subject.difference(["ping"], ["client:not_authenticated"], ["client:ok"])
+    assert (plain.requirement, plain.level) == ("BQ-AUTH-2", "MUST")

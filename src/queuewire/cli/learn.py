@@ -5,12 +5,19 @@ from __future__ import annotations
 import asyncio
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from ..spec import default_profile
 from ._common import auth_token_option, console, err_console, load, profile_option
+
+
+def _stop(message: str) -> NoReturn:
+    """An error that ends the run without a result: exit 2, never 1 (1 says the machines
+    differ)."""
+    err_console.print(f"[red]error:[/] {message}", highlight=False)
+    raise SystemExit(2)
 
 
 def _tables(tree: Any) -> list[str]:
@@ -28,9 +35,10 @@ def _tables(tree: Any) -> list[str]:
               help="The spec's state table to learn (one with a learn section). Default: the "
                    "profile's first (bunqueue: job_lifecycle, also auth_session; quicx: "
                    "task_dialogue).")
-@auth_token_option("Token of a server with auth tokens: every connection authenticates with "
-                   "it, and auth_session uses it as the good token. With 'embedded' and "
-                   "auth_session, a fresh one is made when none is given.")
+@auth_token_option("Token of a server with auth tokens: job_lifecycle's connection and the "
+                   "difference cases authenticate with it, and auth_session uses it as the good "
+                   "token (its connections start unauthenticated). With 'embedded', only "
+                   "auth_session's server has a token: a fresh one when none is given.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the equivalence oracle's random walks: the run is reproducible.")
 @click.option("--walks", type=click.IntRange(1, 1000), default=20, show_default=True,
@@ -69,8 +77,8 @@ def learn(protocol: str | None, target: str, profile: str | None, machine: str |
     shortest input sequence after which the server answers otherwise than the table, with
     the requirement of the row it concerns, written as a conformance case.
 
-    Exit status: 0 when the machines are equivalent, 1 when they differ, 2 for a usage error
-    or a spent budget.
+    Exit status: 0 when the machines are equivalent, 1 when they differ, 2 for a usage error,
+    a spent budget or a target that cannot be reached, refuses the token or stops answering.
 
     \b
     Examples:
@@ -81,6 +89,7 @@ def learn(protocol: str | None, target: str, profile: str | None, machine: str |
     """
     from ..learn import Learnable, learn_machine
     from ..learn.sul import BudgetExhausted
+    from ..learn.wire import Unanswered
     from .learn_output import write_outputs
 
     prof = load(profile or default_profile(protocol or "bunqueue"))
@@ -129,13 +138,13 @@ def learn(protocol: str | None, target: str, profile: str | None, machine: str |
     try:
         learned = asyncio.run(run())
     except BudgetExhausted as exc:
-        err_console.print(f"[red]error:[/] {exc}; raise --max-queries / --max-seconds or "
-                          f"lower --walks", highlight=False)
-        raise SystemExit(2) from None
+        _stop(f"{exc}; raise --max-queries / --max-seconds or lower --walks")
     except PermissionError as exc:
-        raise click.ClickException(f"{exc}; check --auth-token") from None
+        _stop(f"{exc}; check --auth-token")
+    except Unanswered as exc:
+        _stop(f"{target} did not answer: {exc}; raise --timeout if it is slow")
     except OSError as exc:
-        raise click.ClickException(f"cannot reach {target}: {exc}") from None
+        _stop(f"{target}: {exc}")
     diffs = subject.differences(learned.machine)
     console.print(f"{prof.name} {machine}: learned {len(learned.machine.states)} states "
                   f"(the table implies {len(subject.table.states)}) in {learned.seconds:.1f} s, "
@@ -148,6 +157,6 @@ def learn(protocol: str | None, target: str, profile: str | None, machine: str |
     command = (f"queuewire learn --protocol {protocol} --target {target} --profile {prof.name} "
                f"--machine {machine} --seed {seed}")
     write_outputs(subject, learned, diffs, command=command, target=target, seed=seed,
-                  auth_token=auth_token, timeout=timeout, json_out=json_out, dot_out=dot_out,
+                  auth_token=token, timeout=timeout, json_out=json_out, dot_out=dot_out,
                   report_dir=report_dir, markdown=markdown)
     raise SystemExit(0 if not diffs else 1)

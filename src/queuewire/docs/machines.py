@@ -37,8 +37,9 @@ def spec_machine(profile: Any, machine: Any, title: str, about: str = "") -> lis
 
 LEARN_NOTE = ("`queuewire learn` drives this table over the wire with the inputs of its "
               "`learn` section in `spec/` and compares the machine a server implements with "
-              "it (an input with no row from a state leaves the state, answered as the "
-              "section's `otherwise` says).")
+              "it (an input with no row from a state is answered as the section's "
+              "`otherwise` says and leaves the state, unless the section says it removes "
+              "the job from there).")
 
 
 def code_machine(table_: Mapping, initial: Any, final: Any, title: str, about: str,

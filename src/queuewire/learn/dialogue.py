@@ -47,6 +47,11 @@ class Dialogue:
     rows: Mapping[tuple[str, str], tuple[str, Mapping[str, Sequence[str]], str]]
     initial: str
     sync: Mapping[str, Any] = field(default_factory=dict)
+    # the inputs a cleanup worker asks and completes a query's unfinished task with
+    cleanup: Mapping[str, str] = field(default_factory=dict)
+    # rows that are readings of the documents: (state, event) -> the level they cap a
+    # difference at that passes through them
+    caps: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     def output(self, replies: Mapping[str, Sequence[str]]) -> str:
         return output(replies, list(self.connections))
@@ -54,7 +59,12 @@ class Dialogue:
     @property
     def saved_vars(self) -> set[str]:
         """The variables some input saves (the others are the tool's to give)."""
-        return {v for entry in self.inputs.values() for v in entry.get("saves") or {}}
+        return set(self.carried)
+
+    @property
+    def carried(self) -> dict[str, str]:
+        """Each saved variable and the message field it is saved from."""
+        return {v: f for entry in self.inputs.values() for v, f in (entry.get("saves") or {}).items()}
 
 
 def is_dialogue(tree: Mapping[str, Any], machine: str) -> bool:
@@ -79,9 +89,12 @@ def dialogue_section(tree: Mapping[str, Any], machine: str) -> Dialogue:
     rows = {(r["from"], r["event"]): (r["to"], dict(r.get("replies") or {}),
                                       r.get("requirement", ""))
             for r in table["transitions"]}
-    initial = (table.get("initial") or ["start"])[0]
+    caps = {(r["from"], r["event"]): r["level"] for r in table["transitions"] if r.get("level")}
+    if not table.get("initial"):
+        raise ValueError(f"{machine} names no initial state")
     return Dialogue(machine, dict(section["connections"]), dict(section["inputs"]), rows,
-                    initial, dict(section.get("sync") or {}))
+                    table["initial"][0], dict(section.get("sync") or {}),
+                    dict(section.get("cleanup") or {}), caps)
 
 
 def _saves(entry: Mapping[str, Any]) -> set[str]:

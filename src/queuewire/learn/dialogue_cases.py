@@ -21,7 +21,7 @@ __all__ = ["QUIET_MS", "dialogue_case", "dialogue_rule"]
 
 #: How long a replayed case watches a connection the table says receives nothing.
 QUIET_MS = 200
-WRONG_TOKEN = "qw-learn-not-the-token"
+WRONG_TOKEN = "qw-learn-not-${uuid}"   # a case's ${uuid}: a token no server holds
 
 
 def _items(output: str, conn: str) -> list[str]:
@@ -51,9 +51,22 @@ def _states(d: Dialogue, word: Sequence[str]) -> list[str]:
     return out
 
 
+def _rules(d: Dialogue, word: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The requirement and level cap of each input of ``word``: its row's (:func:`row_rule`),
+    capped after the first row that is a reading (``level`` on the row): what follows a
+    reading of the documents is judged no harder than the reading (the row's own reply is
+    judged by its requirement)."""
+    out, carried = [], None
+    for state, letter in zip(_states(d, word), word):
+        rid, cap = row_rule(d, state, letter)
+        out.append((rid, cap or carried))
+        carried = carried or d.caps.get((state, str(d.inputs[letter].get("event", ""))))
+    return out
+
+
 def dialogue_rule(d: Dialogue, word: Sequence[str]) -> tuple[str, str | None]:
     """The requirement (and level cap) the last input of ``word`` is judged by."""
-    return row_rule(d, _states(d, word)[-1], word[-1])
+    return _rules(d, word)[-1]
 
 
 def dialogue_case(d: Dialogue, protocol: str, word: Sequence[str], spec_outputs: Sequence[str],
@@ -77,11 +90,10 @@ def dialogue_case(d: Dialogue, protocol: str, word: Sequence[str], spec_outputs:
         steps.append(out)
         return out
 
-    for letter, expected, state in zip(word, spec_outputs, _states(d, word)):
+    for letter, expected, (rid, cap) in zip(word, spec_outputs, _rules(d, word)):
         entry = d.inputs[letter]
         if expected == NOT_SENT:
             continue
-        rid, cap = row_rule(d, state, letter)
         if rid and rid not in requirements:
             requirements.append(rid)
         judged = {"requirement": rid, **({"level": cap} if cap else {})}

@@ -56,6 +56,7 @@ class JobSUL(SUL):  # type: ignore[misc]
         self._query = itertools.count(1)
         self.vars: dict[str, str] = {}
         self.sent = 0
+        self.errors = {name: e.message for name, e in profile.model.errors.items()}
         if token is not None:   # a server with tokens: the connection authenticates first
             reply = self._call({"cmd": "Auth", "token": token})
             if reply.get("ok") is not True:
@@ -118,8 +119,10 @@ class JobSUL(SUL):  # type: ignore[misc]
             return NONE
         observe = self.learn.observe
         reply = self._call(fill(observe["send"], self.vars))
-        if reply.get("ok") is not True:   # the job is gone (or the server says nothing)
-            return self.learn.gone or "unknown"
+        if reply.get("ok") is not True:   # the job is gone, if the refusal says so
+            error = self.errors.get(str((observe.get("gone") or {}).get("error")), "")
+            gone = bool(error) and str(reply.get("error", "")).startswith(error.split("{")[0])
+            return (self.learn.gone if gone else None) or "refused"
         return str(reply.get(observe["field"], "unknown"))
 
 
@@ -166,6 +169,9 @@ class Bounded(SUL):  # type: ignore[misc]
         self.inner.post()
 
     def step(self, letter: str | None) -> str:
+        if self.max_seconds is not None and time.monotonic() - self.started > self.max_seconds:
+            raise BudgetExhausted(f"the time budget ({self.max_seconds:g} s) is spent in "
+                                  f"query {self.count}")
         return str(self.inner.step(letter))
 
 

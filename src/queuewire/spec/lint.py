@@ -423,13 +423,24 @@ def _check_learn(profile: Any) -> Iterable[LintIssue]:
         rows = entry.get("transitions") or []
         events = {str(r.get("event")) for r in rows}
         conns = entry["learn"].get("connections")
-        for name, item in (entry["learn"].get("inputs") or {}).items():
+        states = {str(r.get(k)) for r in rows for k in ("from", "to")} | set(entry.get("initial") or ())
+        inputs = entry["learn"].get("inputs") or {}
+        for name, item in inputs.items():
             where = f"{table}.learn.inputs.{name}"
             if "event" in item and str(item["event"]) not in events:
                 yield LintIssue(profile.name, where, f"event {item['event']!r} is no row's event")
             if conns is not None and item.get("conn") not in conns:
                 yield LintIssue(profile.name, where, f"conn {item.get('conn')!r} is not one of "
                                 f"the connections ({', '.join(conns)})")
+            named = set(item.get("removes") or ()) | (set(item["refusal"]) - {"other"}
+                                                      if isinstance(item.get("refusal"), dict) else set())
+            if conns is not None and isinstance(item.get("otherwise"), dict):
+                named |= {f"connection {c}" for c in set(item["otherwise"]) - set(conns)}
+            for stray in sorted(named - states):
+                yield LintIssue(profile.name, where, f"names {stray!r}, which the table does not have")
+        for key, name in (entry["learn"].get("cleanup") or {}).items():
+            if name not in inputs:
+                yield LintIssue(profile.name, f"{table}.learn.cleanup.{key}", f"{name!r} is no input")
         for i, row in enumerate(rows if conns is not None else ()):
             stray = set(row.get("replies") or {}) - set(conns)
             if "replies" not in row or stray:
