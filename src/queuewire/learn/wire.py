@@ -112,7 +112,7 @@ class _Conn:
         self.closed = False
 
     def next(self, deadline: float) -> Any:
-        """The next frame; :class:`ConnectionError` when the server closed the connection,
+        """The next frame; ``ConnectionError`` when the server closed the connection,
         :class:`Unanswered` when ``deadline`` (monotonic) passes first."""
         while not self.frames:
             left = deadline - time.monotonic()
