@@ -326,8 +326,7 @@ local function frame(tvb, pinfo, tree, off, length, to_server, state)
 end
 
 function proto.dissector(tvb, pinfo, tree)
-  local total = tvb:len()
-  if total == 0 then return 0 end
+  if tvb:len() == 0 then return 0 end
   pinfo.cols.protocol = "bunqueue"
   local to_server = (pinfo.dst_port == pinfo.match_uint)
   local stream = f_stream()
@@ -335,31 +334,20 @@ function proto.dissector(tvb, pinfo, tree)
   local st = streams[sid]
   if st == nil then st = {req = {}, rep = {}, cmd = {}}; streams[sid] = st end
   local size = SPEC.prefix_size
-  local off, infos = 0, {}
-  while off < total do
-    if total - off < size then
-      pinfo.desegment_offset, pinfo.desegment_len = off, DESEGMENT_ONE_MORE_SEGMENT
-      break
-    end
+
+  local function head(off, total)
     local length = SPEC.little_endian and tvb(off, size):le_uint() or tvb(off, size):uint()
-    if length > SPEC.max_frame then
-      local item = tree:add(proto, tvb(off, total - off))
-      item:add(f.length, tvb(off, size), length)
-      flag(item, "frame_too_large", "Declared length " .. length .. " is over max_frame_bytes " ..
-           SPEC.max_frame .. " (" .. SPEC.experts.frame_too_large.requirement ..
-           "): the server closes the connection")
-      table.insert(infos, "frame too large")
-      off = total
-      break
-    end
-    if total - off < size + length then
-      pinfo.desegment_offset, pinfo.desegment_len = off, size + length - (total - off)
-      break
-    end
-    table.insert(infos, frame(tvb, pinfo, tree, off, length, to_server, st))
-    off = off + size + length
+    if length <= SPEC.max_frame then return length end
+    local item = tree:add(proto, tvb(off, total - off))
+    item:add(f.length, tvb(off, size), length)
+    flag(item, "frame_too_large", "Declared length " .. length .. " is over max_frame_bytes " ..
+         SPEC.max_frame .. " (" .. SPEC.experts.frame_too_large.requirement ..
+         "): the server closes the connection")
+    return nil, "frame too large"
   end
-  if #infos > 0 then pinfo.cols.info = table.concat(infos, ", ") end
-  return total
+
+  return each_frame(tvb, pinfo, size, head, function(off, length)
+    return frame(tvb, pinfo, tree, off, length, to_server, st)
+  end)
 end
 '''

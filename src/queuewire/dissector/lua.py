@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["EXPERT_FLAG", "PORT_REGISTRATION", "literal", "spec_block", "with_common"]
+__all__ = ["EACH_FRAME", "EXPERT_FLAG", "PORT_REGISTRATION", "literal", "spec_block", "with_common"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LUA_KEYWORDS = frozenset(
@@ -86,6 +86,35 @@ EXPERT_FLAG = """local function flag(item, kind, message)
 end
 """
 
+#: The Lua every dissector reassembles its frames with: ``head(off, total)`` reads the header
+#: at ``off`` and gives the payload length, or nil and the info to stop with (a declared length
+#: over the profile's bound, already flagged); ``body(off, length)`` dissects one whole frame
+#: and gives its info. Frames cut by a segment ask Wireshark for the rest.
+EACH_FRAME = """local function each_frame(tvb, pinfo, size, head, body)
+  local total = tvb:len()
+  local off, infos = 0, {}
+  while off < total do
+    if total - off < size then
+      pinfo.desegment_offset, pinfo.desegment_len = off, DESEGMENT_ONE_MORE_SEGMENT
+      break
+    end
+    local length, stop = head(off, total)
+    if length == nil then
+      table.insert(infos, stop)
+      break
+    end
+    if total - off < size + length then
+      pinfo.desegment_offset, pinfo.desegment_len = off, size + length - (total - off)
+      break
+    end
+    table.insert(infos, body(off, length))
+    off = off + size + length
+  end
+  if #infos > 0 then pinfo.cols.info = table.concat(infos, ", ") end
+  return total
+end
+"""
+
 #: The Lua that registers ``proto`` on the TCP port of its ``port`` preference (the profile's
 #: default_port) and moves it when the preference changes.
 PORT_REGISTRATION = """
@@ -107,5 +136,6 @@ register()
 
 def with_common(body: str) -> str:
     """A dissector's Lua with the shared pieces in place: ``$EXPERT_FLAG`` where its
-    expert table is defined, and the port registration at the end."""
-    return body.replace("$EXPERT_FLAG\n", EXPERT_FLAG) + PORT_REGISTRATION
+    expert table is defined (the frame loop, :data:`EACH_FRAME`, with it), and the port
+    registration at the end."""
+    return body.replace("$EXPERT_FLAG\n", EXPERT_FLAG + EACH_FRAME) + PORT_REGISTRATION

@@ -273,41 +273,31 @@ local function frame(tvb, pinfo, tree, off, hdr, len, to_daemon, sid)
 end
 
 function proto.dissector(tvb, pinfo, tree)
-  local total = tvb:len()
-  if total == 0 then return 0 end
+  if tvb:len() == 0 then return 0 end
   pinfo.cols.protocol = "quicx"
   local to_daemon = (pinfo.dst_port == pinfo.match_uint)
   local stream = f_stream()
   local sid = stream and stream.value or 0
-  local size = SPEC.header_size
-  local off, infos = 0, {}
-  while off < total do
-    if total - off < size then
-      pinfo.desegment_offset, pinfo.desegment_len = off, DESEGMENT_ONE_MORE_SEGMENT
-      break
-    end
-    local hdr, pos = {}, off
+  local hdr
+
+  local function head(off, total)
+    hdr = {}
+    local pos = off
     for _, h in ipairs(SPEC.header) do
       hdr[h.id] = uint(tvb, pos, h.width)
       pos = pos + h.width
     end
     local len = tonumber(tostring(hdr[SPEC.length_field]))
-    if SPEC.max_payload ~= nil and len > SPEC.max_payload then
-      local item = tree:add(proto, tvb(off, total - off))
-      for _, h in ipairs(SPEC.header) do item:add(pf[h.id], tvb(off + h.offset, h.width), hdr[h.id]) end
-      flag(item, "payload_too_large", "Payload length " .. len .. " is over max_payload_bytes " ..
-           SPEC.max_payload .. " (" .. SPEC.experts.payload_too_large.requirement .. ")")
-      table.insert(infos, "payload too large")
-      break
-    end
-    if total - off < size + len then
-      pinfo.desegment_offset, pinfo.desegment_len = off, size + len - (total - off)
-      break
-    end
-    table.insert(infos, frame(tvb, pinfo, tree, off, hdr, len, to_daemon, sid))
-    off = off + size + len
+    if SPEC.max_payload == nil or len <= SPEC.max_payload then return len end
+    local item = tree:add(proto, tvb(off, total - off))
+    for _, h in ipairs(SPEC.header) do item:add(pf[h.id], tvb(off + h.offset, h.width), hdr[h.id]) end
+    flag(item, "payload_too_large", "Payload length " .. len .. " is over max_payload_bytes " ..
+         SPEC.max_payload .. " (" .. SPEC.experts.payload_too_large.requirement .. ")")
+    return nil, "payload too large"
   end
-  if #infos > 0 then pinfo.cols.info = table.concat(infos, ", ") end
-  return total
+
+  return each_frame(tvb, pinfo, SPEC.header_size, head, function(off, len)
+    return frame(tvb, pinfo, tree, off, hdr, len, to_daemon, sid)
+  end)
 end
 '''
