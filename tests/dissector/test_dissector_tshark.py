@@ -38,7 +38,7 @@ from queuewire.dissector import generate  # noqa: E402
 from queuewire.reference_server.bunqueue import BunqueueServer  # noqa: E402
 from queuewire.reference_server.quicx import QuicxServer  # noqa: E402
 from queuewire.spec import load_profile  # noqa: E402
-from queuewire.trace.pcap import export_pcap  # noqa: E402
+from queuewire.trace.pcap import export_pcap, write_pcap  # noqa: E402
 from queuewire.traffic import trace_format  # noqa: E402
 
 MSS = 7
@@ -194,3 +194,31 @@ async def test_quicx_tasks_are_dissected_and_linked(profile: str, tmp_path: Path
     expert = tshark(tmp_path, lua, pcap, "_ws.expert.message", where="quicx.bad_version")
     requirement = spec.protocol_errors["bad_version"].requirement
     assert len(expert) == 1 and f"Version 9 is not one the profile accepts ({requirement})" in expert[0][0]
+
+
+@pytest.mark.parametrize("profile, kind, field", [
+    ("bunqueue/v2", "frame_too_large", "bunqueue.frame_too_large"),
+    ("quicx/1.0.3", "payload_too_large", "quicx.payload_too_large"),
+])
+def test_a_declared_length_over_the_bound_is_flagged_and_stops_the_reassembly(
+        tmp_path: Path, profile: str, kind: str, field: str):
+    """A header that declares more than the profile allows is flagged with the kind's
+    requirement at once: tshark does not wait for the bytes it declared."""
+    prof = load_profile(profile)
+    spec = prof.model
+    if prof.protocol == "bunqueue":
+        bound = spec.max_frame_bytes
+        head = struct.pack(spec.len_format, bound + 1)
+    else:
+        bound = spec.max_payload_bytes
+        head = QuicxEncoder(profile).frame(spec.messages["MSG_SUBMIT"].code, length=bound + 1)
+    pcap = write_pcap(tmp_path / "big.pcap", [[("c2s", head + b"x" * 20, 1_000_000)]],
+                      port=spec.default_port, mss=MSS)
+    lua = write_lua(tmp_path, profile)
+    rows = tshark(tmp_path, lua, pcap, "frame.number", "_ws.expert.message", "_ws.col.Info",
+                  where=field)
+    requirement = spec.protocol_errors[kind].requirement
+    number, message, info = rows[0]
+    assert number == "4"        # the first data segment, after the three-way handshake
+    assert f"length {bound + 1} is over max_" in message and f"({requirement})" in message
+    assert kind.replace("_", " ") in info
