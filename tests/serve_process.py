@@ -26,6 +26,9 @@ from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "interop"))
+import releases  # noqa: E402  (tests/interop: the one bunqueue launcher)
+
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
@@ -105,31 +108,11 @@ def start_real_bunqueue_at(log: Path, port: int, http_port: int, *,
     environment ``start_real_bunqueue`` gives it (e.g. ``BUNQUEUE_DATA_PATH`` for SQLite
     storage, ``AUTH_TOKENS``). Output is appended to ``log``, so a restart keeps the first
     run's output. Returns once the TCP port accepts connections."""
-    full_env = dict(os.environ)
-    for var in ("BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH", "SQLITE_PATH",
-                "BUNQUEUE_STORAGE_DRIVER", "BUNQUEUE_POSTGRES_URL", "AUTH_TOKENS"):
-        full_env.pop(var, None)
-    full_env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
-                    LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{full_env.get('PATH', '')}")
-    full_env.update(env or {})
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [str(BUN), str(BUNQUEUE_CLI), "start", "--host", "127.0.0.1", "--tcp-port", str(port),
-             "--http-port", str(http_port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=INTEROP, env=full_env,
-            start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"bunqueue exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    kill_process_group(proc)
-    pytest.fail(f"bunqueue did not listen on 127.0.0.1:{port} within {timeout} s: "
-                f"{log.read_text()[-2000:]}")
+    try:
+        return releases.launch(BUNQUEUE_CLI, INTEROP, log, port, http_port, env=env,
+                               timeout=timeout)
+    except releases.ReleaseError as exc:
+        pytest.fail(str(exc))
 
 
 def kill_process_group(proc: subprocess.Popen) -> int:

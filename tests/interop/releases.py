@@ -156,12 +156,21 @@ def install(version: str, root: Path | None = None, *, force: bool = False) -> P
 def start(version: str, log: Path, port: int, http_port: int, *,
           env: Mapping[str, str] | None = None, root: Path | None = None,
           timeout: float = 30.0) -> subprocess.Popen:
-    """Start bunqueue ``version`` on 127.0.0.1:``port`` (HTTP ``http_port``), in memory, with
-    its rate limit lifted and ``env`` added, in its own process group; output is appended to
-    ``log``. Returns once the TCP port accepts connections."""
+    """Start bunqueue ``version`` of the release cache (:func:`launch`)."""
+    return launch(cli_path(version, root), prefix(version, root), log, port, http_port, env=env,
+                  timeout=timeout, name=f"bunqueue {version}")
+
+
+def launch(cli: Path, cwd: Path, log: Path, port: int, http_port: int, *,
+           env: Mapping[str, str] | None = None, timeout: float = 30.0,
+           name: str = "bunqueue") -> subprocess.Popen:
+    """Start the bunqueue CLI ``cli`` under bun on 127.0.0.1:``port`` (HTTP ``http_port``), in
+    memory (the storage and auth variables of the environment are dropped), with its rate limit
+    lifted and ``env`` added, in its own process group; output is appended to ``log``. Returns
+    once the TCP port accepts connections; :class:`ReleaseError` when it exits first or does not
+    listen within ``timeout`` (then it is killed). The one launcher of the tests and scripts."""
     if not BUN.exists():
-        raise ReleaseError(f"bunqueue {version}: no bun at {BUN} (run `make setup`)")
-    cli = cli_path(version, root)
+        raise ReleaseError(f"{name}: no bun at {BUN} (run `make setup`)")
     full_env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
     full_env.update(RATE_LIMIT_MAX_REQUESTS="1000000000", RATE_LIMIT_WINDOW_MS="60000",
                     LOG_LEVEL="error", PATH=f"{BUN.parent}{os.pathsep}{full_env.get('PATH', '')}")
@@ -171,12 +180,12 @@ def start(version: str, log: Path, port: int, http_port: int, *,
         proc = subprocess.Popen(
             [str(BUN), str(cli), "start", "--host", "127.0.0.1", "--tcp-port", str(port),
              "--http-port", str(http_port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=prefix(version, root), env=full_env,
+            stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=full_env,
             start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ReleaseError(f"bunqueue {version} exited with {proc.returncode} before listening "
+            raise ReleaseError(f"{name} exited with {proc.returncode} before listening "
                                f"on 127.0.0.1:{port}: {_tail(log)}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1.0):
@@ -184,7 +193,7 @@ def start(version: str, log: Path, port: int, http_port: int, *,
         except OSError:
             time.sleep(0.05)
     stop(proc)
-    raise ReleaseError(f"bunqueue {version} did not listen on 127.0.0.1:{port} within {timeout} s: "
+    raise ReleaseError(f"{name} did not listen on 127.0.0.1:{port} within {timeout} s: "
                        f"{_tail(log)}")
 
 
