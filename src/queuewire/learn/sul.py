@@ -14,14 +14,14 @@ Design
 ------
 Blocking sockets on purpose: AALpy drives the SUL synchronously, so :func:`learn` runs it in a
 worker thread (``asyncio.to_thread``) when the target is an embedded server in the caller's
-loop. Frames go through the codecs' encoder and decoder; a pushed frame (no reqId) is skipped.
+loop. Requests go through :meth:`.wire.BunqueueWire.request` (the codecs, a deadline per
+reply, a pushed frame without reqId skipped), as the dialogues' do.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -32,7 +32,6 @@ from aalpy.base import SUL
 from aalpy.learning_algs import run_Lstar
 from aalpy.oracles import RandomWMethodEqOracle
 
-from ..codecs.bunqueue import FrameDecoder, FrameEncoder
 from ..spec import Profile
 from .dialogue import Dialogue
 from .machine import NONE, NOT_SENT, Learn, Mealy, needs
@@ -48,35 +47,28 @@ class JobSUL(SUL):  # type: ignore[misc]
                  timeout: float = 5.0, token: str | None = None):
         super().__init__()
         self.learn = learn
-        self.encoder, self.decoder = FrameEncoder(profile), FrameDecoder(profile, check_depth=False)
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._ids = itertools.count(1)
+        self.wire = BunqueueWire(profile, host, port, timeout)
+        self.conn = self.wire.open("client")
         self._run = uuid.uuid4().hex[:8]
         self._query = itertools.count(1)
         self.vars: dict[str, str] = {}
-        self.sent = 0
         self.errors = {name: e.message for name, e in profile.model.errors.items()}
         if token is not None:   # a server with tokens: the connection authenticates first
             reply = self._call({"cmd": "Auth", "token": token})
             if reply.get("ok") is not True:
-                self.sock.close()
+                self.close()
                 raise PermissionError(f"the target refused the token: {reply.get('error')}")
 
+    @property
+    def sent(self) -> int:
+        """Requests sent to the target."""
+        return self.wire.sent
+
     def close(self) -> None:
-        self.sock.close()
+        self.wire.close(self.conn)
 
     def _call(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        rid = f"l{next(self._ids)}"
-        self.sock.sendall(self.encoder.encode({**request, "reqId": rid}))
-        self.sent += 1
-        while True:
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("the target closed the connection")
-            for frame in self.decoder.feed(data):
-                if isinstance(frame, dict) and frame.get("reqId") == rid:
-                    return frame
+        return self.wire.request(self.conn, request)
 
     # -- AALpy's SUL
     def pre(self) -> None:

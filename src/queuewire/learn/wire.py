@@ -245,20 +245,29 @@ class BunqueueWire(Wire):
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         return _Conn(sock, FrameDecoder(self.profile, check_depth=False), self.timeout)
 
-    def exchange(self, conns: Mapping[str, Any], name: str, send: Mapping[str, Any],
-                 sync: Mapping[str, Any]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    def request(self, conn: _Conn, send: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request on ``conn`` and give its reply (matched by reqId; other frames
+        are skipped). :class:`Unanswered` past the deadline; ``OSError`` when the connection
+        is gone."""
         rid = f"l{next(self._ids)}"
-        conn = conns[name]
         deadline = time.monotonic() + self.timeout
+        conn.sock.sendall(self.encoder.encode({**send, "reqId": rid}))
+        self.sent += 1
         try:
-            conn.sock.sendall(self.encoder.encode({**send, "reqId": rid}))
-            self.sent += 1
             while True:
                 reply = conn.next(deadline)
                 if isinstance(reply, dict) and reply.get("reqId") == rid:
-                    break
+                    return reply
         except Unanswered:
             raise Unanswered(f"no reply to {send.get('cmd')} within {self.timeout:g} s") from None
+
+    def exchange(self, conns: Mapping[str, Any], name: str, send: Mapping[str, Any],
+                 sync: Mapping[str, Any]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        conn = conns[name]
+        try:
+            reply = self.request(conn, send)
+        except Unanswered:   # an OSError too, but no close: the run ends on it
+            raise
         except OSError:
             conn.closed = True
             return {name: [(CLOSED, {})]}
