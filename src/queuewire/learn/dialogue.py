@@ -24,6 +24,7 @@ Pure data and functions: the wire side is :mod:`.wire`; a difference becomes a c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,11 @@ class Dialogue:
 
     def output(self, replies: Mapping[str, Sequence[str]]) -> str:
         return output(replies, list(self.connections))
+
+    @functools.cached_property
+    def implied(self) -> Mealy:
+        """The machine the table implies (:func:`dialogue_machine`), built once."""
+        return dialogue_machine(self)
 
     @property
     def saved_vars(self) -> set[str]:

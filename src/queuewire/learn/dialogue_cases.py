@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .dialogue import QUIET, Dialogue, dialogue_machine, row_rule
+from .dialogue import QUIET, Dialogue, row_rule
 from .machine import NOT_SENT
 
 __all__ = ["QUIET_MS", "dialogue_case", "dialogue_rule"]
@@ -43,7 +43,7 @@ def _outcome(protocol: str, item: str) -> dict[str, Any]:
 
 def _states(d: Dialogue, word: Sequence[str]) -> list[str]:
     """The table's state before each input of ``word``."""
-    m = dialogue_machine(d)
+    m = d.implied
     state, out = m.initial, []
     for letter in word:
         out.append(state[0])

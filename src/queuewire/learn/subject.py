@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cases import deciding_rule, difference_case
-from .dialogue import Dialogue, dialogue_machine, dialogue_section, is_dialogue
+from .dialogue import Dialogue, dialogue_section, is_dialogue
 from .dialogue_cases import dialogue_case, dialogue_rule
 from .machine import Learn, Mealy, differences, learn_section, needs, spec_machine
 
@@ -54,7 +54,7 @@ class Learnable:
     def of(cls, profile: Any, machine: str) -> Learnable:
         if is_dialogue(profile.tree, machine):
             d = dialogue_section(profile.tree, machine)
-            return cls(profile, machine, d, dialogue_machine(d))
+            return cls(profile, machine, d, d.implied)
         learn = learn_section(profile.tree, machine)
         return cls(profile, machine, learn, spec_machine(learn))
 
