@@ -71,7 +71,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, NoReturn, cast
 
 from construct import ConstructError
@@ -95,6 +95,7 @@ __all__ = [
     "allowed",
     "decode",
     "encode",
+    "from_text",
     "to_json",
 ]
 
@@ -157,6 +158,24 @@ def swap_bytes(value: int, width: int) -> int:
     """``value`` as a ``width``-byte integer with its byte order reversed (what a peer that
     writes it little-endian puts on a big-endian wire)."""
     return int.from_bytes(value.to_bytes(width, "big"), "little")
+
+
+def from_text(spec: QuicxSpec, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Field values written as text (the case language, a learn section) as the encoder takes
+    them: a ``bytes`` field of ``name``'s layout from ``hex:...`` (whitespace ignored) or
+    else the text's UTF-8; every other value as it is. :class:`ValueError` for bad hex."""
+    out = dict(fields)
+    for f in spec.messages[name].layout:
+        v = out.get(f.id)
+        if f.type == "bytes" and isinstance(v, str):
+            if v.startswith("hex:"):
+                try:
+                    out[f.id] = bytes.fromhex("".join(v[4:].split()))
+                except ValueError:
+                    raise ValueError(f"{v[:40]!r} is not hex") from None
+            else:
+                out[f.id] = v.encode("utf-8")
+    return out
 
 
 def to_json(fields: dict[str, Any]) -> dict[str, Any]:

@@ -25,12 +25,11 @@ daemon's one task queue.
 from __future__ import annotations
 
 import asyncio
-import re
 import struct
 import time
 from typing import Any, NoReturn
 
-from ..codecs.quicx import QuicxEncoder, frame_spans, swap_bytes
+from ..codecs.quicx import QuicxEncoder, frame_spans, from_text, swap_bytes
 from ..spec.quicx import struct_format
 from .context import (
     ERROR_FIELD,
@@ -173,23 +172,12 @@ async def _answered_alone(ctx: CaseContext, role: str | None, asked: tuple[str, 
 
 
 def fields_of(ctx: CaseContext, name: str, fields: dict) -> dict[str, Any]:
-    """Case values to encoder values: bytes fields from ``hex:...`` or text."""
-    msg = ctx.profile.model.messages[name]
-    out = dict(fields)
-    for f in msg.layout:
-        v = out.get(f.id)
-        if f.type == "bytes" and isinstance(v, str):
-            out[f.id] = _bytes(v)
-    return out
-
-
-def _bytes(v: str) -> bytes:
-    if v.startswith("hex:"):
-        try:
-            return bytes.fromhex(re.sub(r"\s+", "", v[4:]))
-        except ValueError:
-            raise StepError(f"{v[:40]!r} is not hex") from None
-    return v.encode("utf-8")
+    """Case values to encoder values: bytes fields from ``hex:...`` or text
+    (:func:`~queuewire.codecs.quicx.from_text`)."""
+    try:
+        return from_text(ctx.profile.model, name, fields)
+    except ValueError as exc:
+        raise StepError(str(exc)) from None
 
 
 def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
@@ -203,8 +191,8 @@ def raw_bytes(ctx: CaseContext, body: Any) -> tuple[bytes, str]:
         spec = ctx.profile.model
         head = body.get("header") or {}
         payload = body.get("payload", "")
-        payload = _bytes(payload) if isinstance(payload, str) and payload.startswith("hex:") \
-            else hex_bytes(payload) if isinstance(payload, str) else bytes(payload)
+        payload = hex_bytes(payload.removeprefix("hex:")) if isinstance(payload, str) \
+            else bytes(payload)
         t = head.get("type")
         if isinstance(t, str):
             if t not in spec.messages:

@@ -42,7 +42,7 @@ from typing import Any
 from aalpy.base import SUL
 
 from ..codecs.bunqueue import FrameDecoder, FrameEncoder
-from ..codecs.quicx import QuicxDecoder, QuicxEncoder
+from ..codecs.quicx import QuicxDecoder, QuicxEncoder, from_text
 from ..spec import Profile
 from .dialogue import Dialogue, sendable
 from .machine import NOT_SENT, needs
@@ -144,14 +144,10 @@ class QuicxWire(Wire):
         return _Conn(sock, QuicxDecoder(self.profile, None), self.timeout)  # an observer
 
     def _frame(self, send: Mapping[str, Any]) -> bytes:
+        """A ``send`` as the case language writes it (``{type, fields}``) as a frame."""
         name = send["type"]
-        layout = {f.id: f for f in self.encoder.spec.messages[name].layout}
-        fields = {}
-        for key, value in (send.get("fields") or {}).items():
-            f = layout.get(key)
-            bytes_field = f is not None and not f.is_int and f.type != "str"
-            fields[key] = value.encode() if isinstance(value, str) and bytes_field else value
-        return self.encoder.encode(name, **fields)
+        return self.encoder.encode(name, **from_text(self.encoder.spec, name,
+                                                     send.get("fields") or {}))
 
     def _item(self, msg: Any) -> str:
         if msg.name == "MSG_ERROR":
