@@ -9,12 +9,12 @@ import re
 import pytest
 
 from queuewire.codecs.quicx import decode
-from queuewire.conformance.matching import error_pattern
 from queuewire.docs import examples
 from queuewire.docs.text import label, stem
 from queuewire.reference_server.bunqueue import BunqueueServer, Wait
 from queuewire.reference_server.quicx import QuicxConnection, QuicxEngine, Send
 from queuewire.spec import load_profile, profile_names
+from queuewire.spec.bunqueue import error_pattern
 from queuewire.vectors import from_json
 
 BUNQUEUE = profile_names("bunqueue")

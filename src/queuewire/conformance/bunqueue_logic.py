@@ -22,11 +22,11 @@ import time
 from typing import Any, TypeGuard
 
 from ..codecs.bunqueue import FrameEncoder
+from ..spec.bunqueue import error_pattern
 from ..vectors.bunqueue import from_json
 from . import steps_bunqueue
 from .context import CaseAbort, CaseContext, Conn
 from .generate_bunqueue import reading_band
-from .matching import error_pattern
 from .model import NEEDS_TOKEN
 
 POLL_MS = 2000  # the longest a case waits for something the server does on its own

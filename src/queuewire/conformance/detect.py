@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec import Profile, load_profile, plainest, profile_names
-from .matching import error_pattern
+from ..spec.bunqueue import error_pattern
 from .model import Case
 
 

@@ -202,7 +202,3 @@ def probed_field(case: Any, request: Any) -> tuple[str, Any] | None:
     return (shown, node) if shown else None
 
 
-def error_pattern(message: str) -> re.Pattern[str]:
-    """A spec error string as a regex: ``{placeholders}`` match anything, the rest verbatim."""
-    parts = re.split(r"\{[A-Za-z_][A-Za-z0-9_]*\}", message)
-    return re.compile("(?s)" + ".*".join(re.escape(p) for p in parts))

@@ -26,9 +26,10 @@ from typing import Any
 
 from ..codecs.bunqueue import FrameEncoder
 from ..codecs.validation import BunqueueValidator
+from ..spec.bunqueue import error_pattern
 from . import httpapi
 from .context import CaseAbort, CaseContext, Conn, StepError, get_path, sleep_ms, strongest
-from .matching import error_pattern, probed_field, show, subset_mismatch
+from .matching import probed_field, show, subset_mismatch
 from .wire import Frame, Garbled
 
 IMPLICIT: dict[str, Any] = {"ok": {}}  # a send without expect: the server must accept it

@@ -52,7 +52,7 @@ class JobSUL(SUL):  # type: ignore[misc]
         self._run = uuid.uuid4().hex[:8]
         self._query = itertools.count(1)
         self.vars: dict[str, str] = {}
-        self.errors = {name: e.message for name, e in profile.model.errors.items()}
+        self.errors = profile.model.errors
         if token is not None:   # a server with tokens: the connection authenticates first
             reply = self._call({"cmd": "Auth", "token": token})
             if reply.get("ok") is not True:
@@ -112,8 +112,8 @@ class JobSUL(SUL):  # type: ignore[misc]
         observe = self.learn.observe
         reply = self._call(fill(observe["send"], self.vars))
         if reply.get("ok") is not True:   # the job is gone, if the refusal says so
-            error = self.errors.get(str((observe.get("gone") or {}).get("error")), "")
-            gone = bool(error) and str(reply.get("error", "")).startswith(error.split("{")[0])
+            error = self.errors.get(str((observe.get("gone") or {}).get("error")))
+            gone = error is not None and error.pattern.fullmatch(str(reply.get("error"))) is not None
             return (self.learn.gone if gone else None) or "refused"
         return str(reply.get(observe["field"], "unknown"))
 

@@ -234,7 +234,7 @@ class BunqueueWire(Wire):
     def __init__(self, profile: Profile, host: str, port: int, timeout: float = 5.0):
         super().__init__(profile, host, port, timeout)
         self.encoder = FrameEncoder(profile)
-        self._errors = {e.message: name for name, e in profile.model.errors.items()}
+        self._errors = profile.model.errors
         self._ids = itertools.count(1)
 
     def open(self, role: str) -> _Conn:
@@ -269,8 +269,11 @@ class BunqueueWire(Wire):
             return {name: [(CLOSED, {})]}
         if reply.get("ok") is True:
             item = "ok"
-        else:
-            item = self._errors.get(str(reply.get("error")), "error")
+        else:   # the errors entry the refusal's string is (placeholders match anything)
+            text = str(reply.get("error"))
+            item = next((name for name, e in self._errors.items() if e.message == text), None) \
+                or next((name for name, e in self._errors.items() if e.pattern.fullmatch(text)),
+                        "error")
         return {name: [(item, reply)]}
 
 

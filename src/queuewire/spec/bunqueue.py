@@ -10,6 +10,8 @@ compiled once by a fast validator. The error reply is shared by all commands.
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,18 @@ class ErrorString:
     message: str
     doc: str
     requirement: str | None
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The message as a regex (:func:`error_pattern`)."""
+        return error_pattern(self.message)
+
+
+def error_pattern(message: str) -> re.Pattern[str]:
+    """A spec error string as a regex: ``{placeholders}`` match anything, the rest verbatim
+    (use ``fullmatch``)."""
+    parts = re.split(r"\{[A-Za-z_][A-Za-z0-9_]*\}", message)
+    return re.compile("(?s)" + ".*".join(re.escape(p) for p in parts))
 
 
 @dataclass(frozen=True)
