@@ -163,7 +163,7 @@ def swap_bytes(value: int, width: int) -> int:
 def from_text(spec: QuicxSpec, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """Field values written as text (the case language, a learn section) as the encoder takes
     them: a ``bytes`` field of ``name``'s layout from ``hex:...`` (whitespace ignored) or
-    else the text's UTF-8; every other value as it is. :class:`ValueError` for bad hex."""
+    else the text's UTF-8; every other value as it is. ``ValueError`` for bad hex."""
     out = dict(fields)
     for f in spec.messages[name].layout:
         v = out.get(f.id)
